@@ -1,0 +1,110 @@
+# keel — build, set-up, tests, benchmarks.
+#   make            build train_gpt_cpu (always), tokenize_gpt2, and train_gpt (CUDA) when nvcc is found
+#   make run        install what is missing, prepare data, build, start the default CPU training
+#   make test       install what is missing, prepare data, build everything, run every test
+#   make data       prepare the default data set (Brown corpus shards + GPT-2 BPE files) alone
+#   make bench      print ms/iteration, tokens/s and GFLOP/s for fixed configurations
+# Overrides: make NO_CUDA=1 (skip the CUDA trainer), make NO_MPI=1 (build without MPI).
+
+CXX       ?= g++
+CXXFLAGS  ?= -O3 -march=native
+# -ffp-contract=off: a*b+c is rounded twice everywhere, so a loop's result cannot depend on whether
+# the compiler chose its vector body or its scalar tail (thread-count independence, DESIGN §4).
+KEEL_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter -ffp-contract=off -I.
+LDLIBS    = -lm
+
+# ---- detection (each overridable) ---------------------------------------------------------------
+OPENMP_OK := $(shell echo 'int main(){return 0;}' | $(CXX) -fopenmp -x c++ - -o /dev/null 2>/dev/null && echo 1)
+ifeq ($(OPENMP_OK),1)
+  KEEL_CXXFLAGS += -fopenmp
+  $(info ✓ OpenMP)
+else
+  $(info ✗ OpenMP (g++ -fopenmp failed): the CPU trainer runs single-threaded)
+endif
+
+ifeq ($(NO_MPI),1)
+  $(info ✗ MPI (NO_MPI=1))
+else
+  MPICXX := $(shell command -v mpicxx 2>/dev/null)
+  ifneq ($(MPICXX),)
+    MPI_CFLAGS := $(shell mpicxx --showme:compile 2>/dev/null)
+    MPI_LIBS   := $(shell mpicxx --showme:link 2>/dev/null)
+    $(info ✓ MPI ($(MPICXX)))
+  else
+    $(info ✗ MPI (mpicxx not found; scripts/setup.sh installs OpenMPI))
+  endif
+endif
+
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(NO_CUDA),1)
+  $(info ✗ CUDA (NO_CUDA=1))
+else
+  NVCC := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
+  ifneq ($(NVCC),)
+    $(info ✓ nvcc ($(NVCC)))
+    NCCL_INC := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
+    ifneq ($(NCCL_INC),)
+      $(info ✓ NCCL ($(NCCL_INC)))
+    else
+      $(info ✗ NCCL (nccl.h not found): train_gpt is not built)
+      NVCC :=
+    endif
+  else
+    $(info ✗ nvcc (not found): train_gpt (CUDA) is not built)
+  endif
+endif
+
+HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.cuh)
+TARGETS := train_gpt_cpu tokenize_gpt2
+ifneq ($(NVCC),)
+  ifneq ($(MPI_LIBS),)
+    TARGETS += train_gpt
+  else
+    $(info ✗ train_gpt needs MPI for NCCL bootstrap: not built)
+  endif
+endif
+
+.PHONY: all run test data bench setup clean tests
+all: $(TARGETS)
+
+train_gpt_cpu: train_gpt.cu $(HEADERS)
+	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) -x c++ $< -o $@ $(LDLIBS)
+
+# The same train_gpt.cu, compiled by nvcc and linked against cuBLASLt, NCCL and MPI.
+NVCC_FLAGS ?= -O3 -std=c++17 --expt-relaxed-constexpr
+train_gpt: train_gpt.cu $(HEADERS)
+	$(NVCC) $(NVCC_FLAGS) -DKEEL_CUDA -I. -Xcompiler -fopenmp,-ffp-contract=off $(MPI_CFLAGS) $< -o $@ \
+	  -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl $(MPI_LIBS) -lm
+
+tokenize_gpt2: dev/tokenize_gpt2.cpp $(HEADERS)
+	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# ---- tests ---------------------------------------------------------------------------------------
+TEST_SRCS := $(wildcard test/test_*.cpp)
+TEST_BINS := $(patsubst test/%.cpp,build/%,$(TEST_SRCS))
+build/%: test/%.cpp $(HEADERS)
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
+tests: $(TEST_BINS)
+
+setup:
+	@bash scripts/setup.sh
+
+data: tokenize_gpt2
+	@bash dev/data/prepare_brown.sh
+
+test: setup
+	@$(MAKE) --no-print-directory all tests
+	@$(MAKE) --no-print-directory data
+	@bash test/run_tests.sh
+
+run: setup
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory data
+	@bash scripts/run_brown_cpu.sh
+
+bench: train_gpt_cpu
+	@bash scripts/bench.sh
+
+clean:
+	rm -rf build train_gpt_cpu train_gpt tokenize_gpt2

@@ -1,0 +1,67 @@
+// common.h — the one family of error checks and the small file helpers every part of keel uses.
+//
+// Contract: every failure leaves through keel_die(), which prints one line naming the problem
+// (plus an optional hint line saying what to do) and exits with a non-zero status. Library errors
+// (fopen, fread, ...) name the failing call, file:line and the system's error string.
+// Exit codes: 1 = runtime failure (I/O, corrupt input), 2 = bad command line (DESIGN §6).
+#pragma once
+#include <cerrno>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+enum { KEEL_EXIT_RUNTIME = 1, KEEL_EXIT_USAGE = 2 };
+
+[[noreturn]] static inline void keel_die_code(int code, const char* hint, const char* fmt, ...) {
+    fflush(stdout);
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    if (hint) fprintf(stderr, "hint: %s\n", hint);
+    exit(code);
+}
+#define keel_die(...) keel_die_code(KEEL_EXIT_RUNTIME, nullptr, __VA_ARGS__)
+#define keel_usage_error(...) keel_die_code(KEEL_EXIT_USAGE, "run with -h for the list of flags", __VA_ARGS__)
+
+// FILE_CHECK(cond, path): a failed file operation, with the system's reason.
+#define FILE_CHECK(cond, what, path)                                                          \
+    do {                                                                                      \
+        if (!(cond)) keel_die("%s '%s' failed: %s (%s:%d)", what, path, strerror(errno),      \
+                              __FILE__, __LINE__);                                            \
+    } while (0)
+
+static inline FILE* fopen_check(const char* path, const char* mode) {
+    FILE* f = fopen(path, mode);
+    FILE_CHECK(f != nullptr, "fopen", path);
+    return f;
+}
+
+static inline void fwrite_check(const void* p, size_t size, size_t n, FILE* f, const char* path) {
+    FILE_CHECK(fwrite(p, size, n, f) == n, "fwrite", path);
+}
+
+// Reads a whole file; dies naming the file if it cannot.
+static inline std::string file_read_all(const char* path) {
+    FILE* f = fopen_check(path, "rb");
+    std::string s;
+    char buf[1 << 16];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    FILE_CHECK(!ferror(f), "fread", path);
+    fclose(f);
+    return s;
+}
+
+static inline bool file_exists(const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (!f) return false;
+    fclose(f);
+    return true;
+}

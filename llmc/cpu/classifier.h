@@ -1,0 +1,41 @@
+// cpu/classifier.h — fused softmax + cross-entropy over the (padded) vocabulary.
+// Legend: N rows (B*T), V real vocabulary, Vp padded vocabulary (V ≤ Vp; columns ≥ V never count).
+//   forward:  probs[n,:V] = softmax(logits[n,:V]) written over logits in place; probs[n,V:] = 0
+//             losses[n] = -log(probs[n, target[n]]) = log Σ exp(l - max) - (l_target - max)
+//   backward: dlogits[n,j] = (probs[n,j] - [j == target[n]])·dloss, written over probs in place
+//             (dloss is the weight of each row in the loss: 1/(rows in the global batch))
+// Fused: the (N,Vp) buffer is one round trip — logits → probs → dlogits — never three buffers.
+// Numerics: max-subtracted softmax, the sum over V in ascending order; a row is one thread's work.
+#pragma once
+#include <cmath>
+
+template <typename F>
+void classifier_forward(F* losses,                          // (N)
+                        F* logits,                          // (N,Vp): logits in, probs out
+                        const int* targets,                 // (N)
+                        int N, int V, int Vp) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        F* p = logits + (size_t)n * Vp;
+        F maxv = -INFINITY;
+        for (int j = 0; j < V; j++) maxv = p[j] > maxv ? p[j] : maxv;
+        F target_logit = p[targets[n]];
+        F sum = 0;
+        for (int j = 0; j < V; j++) { p[j] = std::exp(p[j] - maxv); sum += p[j]; }
+        F inv = (F)1 / sum;
+        for (int j = 0; j < V; j++) p[j] *= inv;
+        for (int j = V; j < Vp; j++) p[j] = 0;
+        losses[n] = std::log(sum) - (target_logit - maxv);  // log-sum-exp: finite even if the prob underflows
+    }
+}
+
+template <typename F>
+void classifier_backward(F* dlogits,                        // (N,Vp): probs in, dlogits out
+                         const int* targets, F dloss, int N, int V, int Vp) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        F* p = dlogits + (size_t)n * Vp;
+        for (int j = 0; j < V; j++) p[j] *= dloss;
+        p[targets[n]] -= dloss;
+    }
+}

@@ -1,0 +1,39 @@
+// cpu/encoder.h — token + position embedding.
+// Legend: B batch, T time, C channels, Vp padded vocabulary, maxT position rows.
+//   forward:  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+//   backward: dwte[inp[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
+// Numerics: the backward scatters into rows that several positions share (a repeated token), so
+// it is parallel over channel blocks and walks (b,t) in order inside each block: every element
+// sums its contributions in one fixed order whatever the thread count (no atomics, DESIGN §4).
+#pragma once
+
+template <typename F>
+void encoder_forward(F* out,                               // (B,T,C)
+                     const int* inp,                       // (B,T)
+                     const F* wte, const F* wpe,           // (Vp,C), (maxT,C)
+                     int B, int T, int C) {
+#pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const F* we = wte + (size_t)inp[bt] * C;
+        const F* pe = wpe + (size_t)(bt % T) * C;
+        F* o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+    }
+}
+
+template <typename F>
+void encoder_backward(F* dwte, F* dwpe,                    // (Vp,C), (maxT,C) accumulated into
+                      const F* dout,                       // (B,T,C)
+                      const int* inp, int B, int T, int C) {
+    const int CB = 16;  // channel block: the unit of parallel work
+#pragma omp parallel for
+    for (int c0 = 0; c0 < C; c0 += CB) {
+        int c1 = c0 + CB < C ? c0 + CB : C;
+        for (int bt = 0; bt < B * T; bt++) {
+            const F* d = dout + (size_t)bt * C;
+            F* we = dwte + (size_t)inp[bt] * C;
+            F* pe = dwpe + (size_t)(bt % T) * C;
+            for (int c = c0; c < c1; c++) { we[c] += d[c]; pe[c] += d[c]; }
+        }
+    }
+}

@@ -1,0 +1,28 @@
+// cpu/gelu.h — GeLU, tanh approximation (what GPT-2 and the BigScience runs used, KNOBS.md §12.1).
+// Legend: N elements.
+//   forward:  y = 0.5·x·(1 + tanh(k·(x + 0.044715·x³))),  k = sqrt(2/π)
+//   backward: dx += dy · [0.5·(1+th) + 0.5·x·(1-th²)·k·(1 + 3·0.044715·x²)]
+#pragma once
+#include <cmath>
+
+static const double GELU_K = 0.7978845608028654;  // sqrt(2/pi)
+
+template <typename F>
+void gelu_forward(F* out, const F* inp, size_t N) {
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        F x = inp[i];
+        out[i] = (F)0.5 * x * ((F)1 + std::tanh((F)GELU_K * (x + (F)0.044715 * x * x * x)));
+    }
+}
+
+template <typename F>
+void gelu_backward(F* dinp, const F* dout, const F* inp, size_t N) {
+#pragma omp parallel for
+    for (size_t i = 0; i < N; i++) {
+        F x = inp[i];
+        F th = std::tanh((F)GELU_K * (x + (F)0.044715 * x * x * x));
+        F dth = (F)GELU_K * ((F)1 + (F)3 * (F)0.044715 * x * x);
+        dinp[i] += dout[i] * ((F)0.5 * ((F)1 + th) + (F)0.5 * x * ((F)1 - th * th) * dth);
+    }
+}

