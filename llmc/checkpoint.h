@@ -1,0 +1,367 @@
+// checkpoint.h — canonical checkpoints with atomic publish and checksums (DESIGN §8), and the llm.c
+// GPT-2 model file (import / export).
+//
+// Layout of --save DIR:
+//   DIR/iter_0000300/model.bin       fp32 parameters, canonical layout (parameter-table order)
+//   DIR/iter_0000300/optimizer.bin   Adam m then v, canonical layout
+//   DIR/iter_0000300/state.txt       counters, schedule, RNG key, model shape, trajectory flags
+//   DIR/latest_checkpointed_iteration.txt   the iteration to resume from
+// Binary files start with a 64-byte header: "KEELCKPT", u32 format version, u32 kind, u64 payload
+// bytes, u64 element count, u64 checksum of the payload, zero padding. state.txt is text ending in
+// a `checksum = <hex>` line over everything before it. Any mismatch → refused, naming the file.
+//
+// Atomic publish: everything is written into DIR/iter_N.tmp/, each file fsync'd, the directory
+// renamed to DIR/iter_N/, then latest_checkpointed_iteration.txt replaced by write-temp, fsync,
+// rename. A crash at any instant leaves `latest` naming a complete checkpoint. KEEL_FAULT_SAVE
+// (model | rename | latest) kills the process at that point of a save, for the crash tests.
+#pragma once
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+
+#include "llmc/common.h"
+#include "llmc/flags.h"
+#include "llmc/model.h"
+#include "llmc/schedule.h"
+
+enum { CKPT_FORMAT_VERSION = 1, CKPT_KIND_MODEL = 1, CKPT_KIND_OPTIMIZER = 2 };
+
+// Everything besides the tensors that a resumed run needs to continue bit for bit.
+struct TrainState {
+    int64_t iteration;
+    int64_t consumed_samples, consumed_tokens;
+    int64_t skipped_iterations, nan_iterations;  // totals over the run
+    int64_t optimizer_step;
+    LRSchedule schedule;
+    uint64_t seed;  // the RNG key: all randomness is counter-based on it (llmc/rand.h)
+};
+
+// 64-bit checksum: FNV-style over 8-byte words with a final mix (detects torn and flipped data).
+static inline uint64_t checksum64(const void* data, size_t n) {
+    const uint8_t* p = (const uint8_t*)data;
+    uint64_t h = 0xcbf29ce484222325ull ^ n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x100000001b3ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+    return rng_mix64(h);
+}
+
+static inline void ckpt_fault(const char* stage) {
+    const char* f = getenv("KEEL_FAULT_SAVE");
+    if (f && strcmp(f, stage) == 0) {
+        fprintf(stderr, "KEEL_FAULT_SAVE=%s: killing the process mid-save\n", stage);
+        fflush(stderr);
+        raise(SIGKILL);
+    }
+}
+
+static inline void fsync_path(const char* path) {
+    int fd = open(path, O_RDONLY);
+    FILE_CHECK(fd >= 0, "open for fsync", path);
+    FILE_CHECK(fsync(fd) == 0, "fsync", path);
+    close(fd);
+}
+
+static inline void ckpt_write_file(const std::string& path, const void* payload, size_t bytes, uint32_t kind,
+                                   uint64_t count) {
+    uint8_t header[64] = {0};
+    memcpy(header, "KEELCKPT", 8);
+    uint32_t version = CKPT_FORMAT_VERSION;
+    uint64_t sum = checksum64(payload, bytes), b = bytes;
+    memcpy(header + 8, &version, 4);
+    memcpy(header + 12, &kind, 4);
+    memcpy(header + 16, &b, 8);
+    memcpy(header + 24, &count, 8);
+    memcpy(header + 32, &sum, 8);
+    FILE* f = fopen_check(path.c_str(), "wb");
+    fwrite_check(header, 1, 64, f, path.c_str());
+    fwrite_check(payload, 1, bytes, f, path.c_str());
+    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", path.c_str());
+    FILE_CHECK(fclose(f) == 0, "fclose", path.c_str());
+}
+
+// Reads a binary checkpoint file of `count` floats, verifying header, size and checksum.
+static inline void ckpt_read_file(const std::string& path, void* payload, uint64_t count, uint32_t kind) {
+    FILE* f = fopen(path.c_str(), "rb");
+    if (!f) keel_die("checkpoint file '%s': cannot open: %s", path.c_str(), strerror(errno));
+    uint8_t header[64];
+    if (fread(header, 1, 64, f) != 64 || memcmp(header, "KEELCKPT", 8) != 0)
+        keel_die("checkpoint file '%s': not a keel checkpoint file (bad or truncated header)", path.c_str());
+    uint32_t version, k;
+    uint64_t bytes, n, sum;
+    memcpy(&version, header + 8, 4);
+    memcpy(&k, header + 12, 4);
+    memcpy(&bytes, header + 16, 8);
+    memcpy(&n, header + 24, 8);
+    memcpy(&sum, header + 32, 8);
+    if (version != CKPT_FORMAT_VERSION) keel_die("checkpoint file '%s': format version %u, expected %u", path.c_str(), version, CKPT_FORMAT_VERSION);
+    if (k != kind) keel_die("checkpoint file '%s': holds kind %u, expected %u", path.c_str(), k, kind);
+    if (n != count || bytes != count * sizeof(float))
+        keel_die("checkpoint file '%s': holds %llu elements, this model needs %llu", path.c_str(), (unsigned long long)n,
+                 (unsigned long long)count);
+    if (fread(payload, 1, bytes, f) != bytes) keel_die("checkpoint file '%s': truncated (torn write?)", path.c_str());
+    char extra;
+    if (fread(&extra, 1, 1, f) != 0) keel_die("checkpoint file '%s': trailing bytes after the payload", path.c_str());
+    fclose(f);
+    if (checksum64(payload, bytes) != sum) keel_die("checkpoint file '%s': checksum mismatch (corrupt or torn file)", path.c_str());
+}
+
+static inline std::string ckpt_iter_dir(const std::string& dir, int64_t iteration) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "/iter_%07lld", (long long)iteration);
+    return dir + buf;
+}
+
+static inline void rmtree(const std::string& path) {
+    DIR* d = opendir(path.c_str());
+    if (!d) return;
+    while (struct dirent* e = readdir(d)) {
+        std::string name = e->d_name;
+        if (name == "." || name == "..") continue;
+        std::string p = path + "/" + name;
+        struct stat st;
+        if (lstat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) rmtree(p); else unlink(p.c_str());
+    }
+    closedir(d);
+    rmdir(path.c_str());
+}
+
+static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* g, const Config* c, int64_t nparams) {
+    std::string t;
+    char buf[512];
+    auto kv = [&](const char* k, const std::string& v) { t += k; t += " = "; t += v; t += "\n"; };
+    auto i64 = [&](const char* k, long long v) { snprintf(buf, sizeof buf, "%lld", v); kv(k, buf); };
+    auto dbl = [&](const char* k, double v) { snprintf(buf, sizeof buf, "%.17g", v); kv(k, buf); };
+    kv("format", "keel-checkpoint-1");
+    i64("iteration", s->iteration);
+    i64("consumed_samples", s->consumed_samples);
+    i64("consumed_tokens", s->consumed_tokens);
+    i64("skipped_iterations", s->skipped_iterations);
+    i64("nan_iterations", s->nan_iterations);
+    i64("optimizer_step", s->optimizer_step);
+    dbl("lr.max_lr", s->schedule.max_lr);
+    dbl("lr.min_lr", s->schedule.min_lr);
+    i64("lr.warmup_steps", s->schedule.warmup_steps);
+    i64("lr.decay_steps", s->schedule.decay_steps);
+    kv("lr.decay_style", LR_DECAY_NAMES[s->schedule.style]);
+    i64("lr.num_steps", s->schedule.num_steps);
+    i64("rng.seed", (long long)s->seed);
+    i64("model.num_layers", g->num_layers);
+    i64("model.channels", g->channels);
+    i64("model.num_heads", g->num_heads);
+    i64("model.vocab_size", g->vocab_size);
+    i64("model.padded_vocab_size", g->padded_vocab_size);
+    i64("model.max_seq_len", g->max_seq_len);
+    i64("model.num_parameters", nparams);
+    for (int i = 0; i < NUM_FLAGS; i++)
+        if (FLAGS[i].kind == FK_STATE) kv((std::string("flag.") + FLAGS[i].name).c_str(), flag_value_string(c, &FLAGS[i]));
+    snprintf(buf, sizeof buf, "checksum = %016llx\n", (unsigned long long)checksum64(t.data(), t.size()));
+    return t + buf;
+}
+
+// Saves a checkpoint of iteration s->iteration under dir (created if needed) and publishes it.
+static inline void ckpt_save(const std::string& dir, const float* params, const float* m, const float* v, int64_t n,
+                             const TrainState* s, const GPTConfig* g, const Config* c) {
+    mkdir(dir.c_str(), 0755);
+    std::string final_dir = ckpt_iter_dir(dir, s->iteration), tmp = final_dir + ".tmp", old = final_dir + ".old";
+    rmtree(tmp);  // a crash of an earlier save may have left one
+    FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());
+    ckpt_write_file(tmp + "/model.bin", params, (size_t)n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)n);
+    ckpt_fault("model");
+    std::vector<float> mv((size_t)n * 2);
+    memcpy(mv.data(), m, (size_t)n * sizeof(float));
+    memcpy(mv.data() + n, v, (size_t)n * sizeof(float));
+    ckpt_write_file(tmp + "/optimizer.bin", mv.data(), mv.size() * sizeof(float), CKPT_KIND_OPTIMIZER, (uint64_t)n * 2);
+    std::string state = ckpt_state_text(s, g, c, n);
+    FILE* f = fopen_check((tmp + "/state.txt").c_str(), "wb");
+    fwrite_check(state.data(), 1, state.size(), f, (tmp + "/state.txt").c_str());
+    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", (tmp + "/state.txt").c_str());
+    fclose(f);
+    fsync_path(tmp.c_str());
+    ckpt_fault("rename");
+    struct stat st;
+    if (stat(final_dir.c_str(), &st) == 0) {  // re-saving an iteration: keep the old one until the swap
+        rmtree(old);
+        FILE_CHECK(rename(final_dir.c_str(), old.c_str()) == 0, "rename", final_dir.c_str());
+    }
+    FILE_CHECK(rename(tmp.c_str(), final_dir.c_str()) == 0, "rename", tmp.c_str());
+    fsync_path(dir.c_str());
+    ckpt_fault("latest");
+    std::string latest = dir + "/latest_checkpointed_iteration.txt", latest_tmp = latest + ".tmp";
+    f = fopen_check(latest_tmp.c_str(), "wb");
+    fprintf(f, "%lld\n", (long long)s->iteration);
+    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", latest_tmp.c_str());
+    fclose(f);
+    FILE_CHECK(rename(latest_tmp.c_str(), latest.c_str()) == 0, "rename", latest_tmp.c_str());
+    fsync_path(dir.c_str());
+    rmtree(old);
+}
+
+// The iteration `latest_checkpointed_iteration.txt` names, or -1 if dir holds no checkpoint.
+static inline int64_t ckpt_latest(const std::string& dir) {
+    std::string latest = dir + "/latest_checkpointed_iteration.txt";
+    FILE* f = fopen(latest.c_str(), "rb");
+    if (!f) return -1;
+    long long it = -1;
+    char junk;
+    int got = fscanf(f, "%lld %c", &it, &junk);
+    fclose(f);
+    if (got != 1 || it < 0) keel_die("'%s': does not hold one iteration number", latest.c_str());
+    return it;
+}
+
+// Parses and verifies state.txt into key → value.
+static inline std::map<std::string, std::string> ckpt_read_state(const std::string& path) {
+    if (!file_exists(path.c_str())) keel_die("checkpoint file '%s': missing", path.c_str());
+    std::string t = file_read_all(path.c_str());
+    size_t pos = t.rfind("checksum = ");
+    if (pos == std::string::npos || (pos > 0 && t[pos - 1] != '\n'))
+        keel_die("checkpoint file '%s': no checksum line (truncated?)", path.c_str());
+    unsigned long long want = 0;
+    if (sscanf(t.c_str() + pos, "checksum = %llx", &want) != 1 || checksum64(t.data(), pos) != want)
+        keel_die("checkpoint file '%s': checksum mismatch (corrupt or torn file)", path.c_str());
+    std::map<std::string, std::string> kv;
+    size_t start = 0;
+    while (start < pos) {
+        size_t nl = t.find('\n', start);
+        std::string line = t.substr(start, nl - start);
+        start = nl + 1;
+        size_t eq = line.find(" = ");
+        if (eq == std::string::npos) keel_die("checkpoint file '%s': malformed line '%s'", path.c_str(), line.c_str());
+        kv[line.substr(0, eq)] = line.substr(eq + 3);
+    }
+    return kv;
+}
+
+static inline const std::string& ckpt_get(const std::map<std::string, std::string>& kv, const char* key, const std::string& path) {
+    auto it = kv.find(key);
+    if (it == kv.end()) keel_die("checkpoint file '%s': missing key '%s'", path.c_str(), key);
+    return it->second;
+}
+static inline long long ckpt_get_i64(const std::map<std::string, std::string>& kv, const char* key, const std::string& path) {
+    return strtoll(ckpt_get(kv, key, path).c_str(), nullptr, 10);
+}
+static inline double ckpt_get_f64(const std::map<std::string, std::string>& kv, const char* key, const std::string& path) {
+    return strtod(ckpt_get(kv, key, path).c_str(), nullptr);
+}
+
+// Loads iteration `iteration` of dir: verifies every file, refuses a different model shape, fills
+// the tensors and *s. The schedule is returned as saved; the caller applies the resume rules.
+static inline void ckpt_load(const std::string& dir, int64_t iteration, float* params, float* m, float* v, int64_t n,
+                             TrainState* s, const GPTConfig* g, const Config* c) {
+    std::string idir = ckpt_iter_dir(dir, iteration);
+    struct stat st;
+    if (stat(idir.c_str(), &st) != 0 && stat((idir + ".old").c_str(), &st) == 0) idir += ".old";  // crash mid-swap
+    std::string spath = idir + "/state.txt";
+    auto kv = ckpt_read_state(spath);
+    if (ckpt_get(kv, "format", spath) != "keel-checkpoint-1") keel_die("checkpoint file '%s': unknown format", spath.c_str());
+    struct { const char* key; long long have; } shape[] = {
+        {"model.num_layers", g->num_layers}, {"model.channels", g->channels}, {"model.num_heads", g->num_heads},
+        {"model.vocab_size", g->vocab_size}, {"model.padded_vocab_size", g->padded_vocab_size},
+        {"model.max_seq_len", g->max_seq_len}};
+    for (auto& sh : shape) {
+        long long saved = ckpt_get_i64(kv, sh.key, spath);
+        if (saved != sh.have)
+            keel_die_code(KEEL_EXIT_RUNTIME, "resume with the model shape the checkpoint was trained with",
+                          "checkpoint '%s' has %s = %lld but this run has %lld: the model shape changed", idir.c_str(),
+                          sh.key, saved, sh.have);
+    }
+    ckpt_read_file(idir + "/model.bin", params, (uint64_t)n, CKPT_KIND_MODEL);
+    std::vector<float> mv((size_t)n * 2);
+    ckpt_read_file(idir + "/optimizer.bin", mv.data(), (uint64_t)n * 2, CKPT_KIND_OPTIMIZER);
+    memcpy(m, mv.data(), (size_t)n * sizeof(float));
+    memcpy(v, mv.data() + n, (size_t)n * sizeof(float));
+    s->iteration = ckpt_get_i64(kv, "iteration", spath);
+    if (s->iteration != iteration) keel_die("checkpoint file '%s': says iteration %lld, expected %lld", spath.c_str(), (long long)s->iteration, (long long)iteration);
+    s->consumed_samples = ckpt_get_i64(kv, "consumed_samples", spath);
+    s->consumed_tokens = ckpt_get_i64(kv, "consumed_tokens", spath);
+    s->skipped_iterations = ckpt_get_i64(kv, "skipped_iterations", spath);
+    s->nan_iterations = ckpt_get_i64(kv, "nan_iterations", spath);
+    s->optimizer_step = ckpt_get_i64(kv, "optimizer_step", spath);
+    s->schedule.max_lr = ckpt_get_f64(kv, "lr.max_lr", spath);
+    s->schedule.min_lr = ckpt_get_f64(kv, "lr.min_lr", spath);
+    s->schedule.warmup_steps = ckpt_get_i64(kv, "lr.warmup_steps", spath);
+    s->schedule.decay_steps = ckpt_get_i64(kv, "lr.decay_steps", spath);
+    s->schedule.style = lr_decay_style_parse(ckpt_get(kv, "lr.decay_style", spath));
+    s->schedule.num_steps = ckpt_get_i64(kv, "lr.num_steps", spath);
+    s->seed = (uint64_t)ckpt_get_i64(kv, "rng.seed", spath);
+    // Trajectory flags that changed since the checkpoint: allowed, but said out loud.
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        if (FLAGS[i].kind != FK_STATE) continue;
+        auto it = kv.find(std::string("flag.") + FLAGS[i].name);
+        std::string now = flag_value_string(c, &FLAGS[i]);
+        if (it != kv.end() && it->second != now)
+            printf(" > note: --%s was %s in the checkpoint, is %s now\n", FLAGS[i].name, it->second.c_str(), now.c_str());
+    }
+}
+
+// ---- llm.c GPT-2 model files ---------------------------------------------------------------------
+// Header: 256 × int32 — [0] magic 20240326, [1] version (3 = fp32), [2] maxT, [3] V, [4] L, [5] NH,
+// [6] C, [7] Vp; then the fp32 tensors in llm.c's order, which is keel's canonical table order.
+// Vocabulary padding may differ between the file and keel: the V real rows are mapped, keel's
+// padding rows are zero.
+enum { LLMC_MAGIC = 20240326, LLMC_VERSION_FP32 = 3, LLMC_VERSION_BF16 = 5 };
+
+struct LlmcHeader { int maxT, V, L, NH, C, Vp; };
+
+static inline LlmcHeader llmc_read_header(const char* path, FILE** out_file) {
+    FILE* f = fopen(path, "rb");
+    if (!f) keel_die("llm.c model file '%s': cannot open: %s", path, strerror(errno));
+    int32_t h[256];
+    if (fread(h, 4, 256, f) != 256) keel_die("llm.c model file '%s': truncated header", path);
+    if (h[0] != LLMC_MAGIC) keel_die("llm.c model file '%s': bad magic %d (expected %d)", path, h[0], LLMC_MAGIC);
+    if (h[1] == LLMC_VERSION_BF16) keel_die("llm.c model file '%s': version 5 (bf16) — keel loads fp32 files (version 3)", path);
+    if (h[1] != LLMC_VERSION_FP32) keel_die("llm.c model file '%s': unsupported version %d (expected 3)", path, h[1]);
+    LlmcHeader r = {h[2], h[3], h[4], h[5], h[6], h[7]};
+    if (r.maxT <= 0 || r.V <= 0 || r.L <= 0 || r.NH <= 0 || r.C <= 0 || r.Vp < r.V)
+        keel_die("llm.c model file '%s': implausible shape in the header", path);
+    if (out_file) *out_file = f; else fclose(f);
+    return r;
+}
+
+static inline void llmc_load(const char* path, float* params, const ParamTable* pt, const GPTConfig* g) {
+    FILE* f;
+    LlmcHeader h = llmc_read_header(path, &f);
+    if (h.maxT != g->max_seq_len || h.V != g->vocab_size || h.L != g->num_layers || h.NH != g->num_heads || h.C != g->channels)
+        keel_die_code(KEEL_EXIT_USAGE, "pass the file's shape: --num-layers --hidden-size --num-attention-heads --max-position-embeddings --vocab-size",
+                      "llm.c model file '%s' is maxT=%d V=%d L=%d NH=%d C=%d, this run is maxT=%d V=%d L=%d NH=%d C=%d", path,
+                      h.maxT, h.V, h.L, h.NH, h.C, g->max_seq_len, g->vocab_size, g->num_layers, g->num_heads, g->channels);
+    for (int id = 0; id < NUM_PARAMS; id++) {
+        const ParamTensor* t = &pt->t[id];
+        float* dst = params + t->offset_canonical;
+        if (id == P_WTE) {  // row mapping across different paddings
+            std::vector<float> rows((size_t)h.Vp * h.C);
+            if (fread(rows.data(), 4, rows.size(), f) != rows.size()) keel_die("llm.c model file '%s': truncated in wte", path);
+            memset(dst, 0, (size_t)t->numel * sizeof(float));
+            memcpy(dst, rows.data(), (size_t)h.V * h.C * sizeof(float));
+            continue;
+        }
+        if (fread(dst, 4, (size_t)t->numel, f) != (size_t)t->numel) keel_die("llm.c model file '%s': truncated in %s", path, t->name);
+    }
+    char extra;
+    if (fread(&extra, 1, 1, f) != 0) keel_die("llm.c model file '%s': trailing bytes (shape mismatch?)", path);
+    fclose(f);
+}
+
+static inline void llmc_export(const char* path, const float* params, const ParamTable* pt, const GPTConfig* g) {
+    int32_t h[256] = {0};
+    h[0] = LLMC_MAGIC; h[1] = LLMC_VERSION_FP32; h[2] = g->max_seq_len; h[3] = g->vocab_size;
+    h[4] = g->num_layers; h[5] = g->num_heads; h[6] = g->channels; h[7] = g->padded_vocab_size;
+    std::string tmp = std::string(path) + ".tmp";
+    FILE* f = fopen_check(tmp.c_str(), "wb");
+    fwrite_check(h, 4, 256, f, tmp.c_str());
+    fwrite_check(params, 4, (size_t)pt->total, f, tmp.c_str());
+    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", tmp.c_str());
+    fclose(f);
+    FILE_CHECK(rename(tmp.c_str(), path) == 0, "rename", tmp.c_str());
+}

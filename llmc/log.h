@@ -1,0 +1,123 @@
+// log.h — the Megatron-DeepSpeed log line, the JSONL metrics file, the validation line (DESIGN §9).
+//
+// Every iteration produces one IterationRecord. It goes to the JSONL file at once (one object per
+// line, floats as %.9g so two runs compare bit for bit) and into the interval accumulator that
+// prints the Megatron line every --log-interval iterations:
+//   elapsed  = interval wall time / (advanced + skipped iterations)
+//   lm loss  = mean over the interval's non-skipped iterations
+//   skipped / nan counters = sums over the interval (reset at each print)
+//   TFLOPs   = 24·ckpt·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) / (elapsed · world · 1e12)   (KNOBS.md §13.2)
+// Timing fields (elapsed_ms, samples_per_second, tflops) are the only non-deterministic values.
+#pragma once
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "llmc/common.h"
+
+struct IterationRecord {
+    int64_t iteration, consumed_samples, consumed_tokens;
+    double elapsed_ms, lr;
+    int64_t global_batch_size;
+    double lm_loss, loss_scale, grad_norm;
+    int64_t num_zeros, seqlen;
+    bool skipped, nan;
+    double samples_per_second, tflops;
+};
+
+struct Logger {
+    FILE* jsonl;  // nullptr without --metrics-file
+    int64_t train_iters;
+    // interval accumulators
+    double loss_sum, time_ms;
+    int64_t advanced, skipped, nan;
+};
+
+static inline void logger_open(Logger* lg, const std::string& path, bool append, int64_t train_iters) {
+    lg->jsonl = nullptr;
+    if (!path.empty()) lg->jsonl = fopen_check(path.c_str(), append ? "ab" : "wb");
+    lg->train_iters = train_iters;
+    lg->loss_sum = lg->time_ms = 0;
+    lg->advanced = lg->skipped = lg->nan = 0;
+}
+
+static inline void logger_close(Logger* lg) {
+    if (lg->jsonl) fclose(lg->jsonl);
+    lg->jsonl = nullptr;
+}
+
+// JSON has no NaN/Inf: non-finite values are written as null (the `nan` field says why).
+static inline std::string json_num(double x) {
+    if (!std::isfinite(x)) return "null";
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.9g", x);
+    return buf;
+}
+
+// TFLOP/s per device by the BigScience formula; flops of one iteration over its seconds.
+static inline double log_tflops(int64_t gbs, int64_t s, int64_t l, int64_t h, int64_t Vp, bool checkpoint_activations,
+                                double seconds, int world) {
+    double ckpt = checkpoint_activations ? 4 : 3;
+    double flops = 24.0 * ckpt * gbs * s * l * (double)h * h * (1.0 + s / (6.0 * h) + Vp / (16.0 * l * h));
+    return flops / (seconds * world * 1e12);
+}
+
+static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t log_interval) {
+    if (lg->jsonl) {
+        fprintf(lg->jsonl,
+                "{\"iteration\": %lld, \"consumed_samples\": %lld, \"consumed_tokens\": %lld, \"lr\": %s, "
+                "\"global_batch_size\": %lld, \"lm_loss\": %s, \"loss_scale\": %s, \"grad_norm\": %s, \"num_zeros\": %lld, "
+                "\"seqlen\": %lld, \"skipped\": %d, \"nan\": %d, \"elapsed_ms\": %s, \"samples_per_second\": %s, "
+                "\"tflops\": %s}\n",
+                (long long)r->iteration, (long long)r->consumed_samples, (long long)r->consumed_tokens, json_num(r->lr).c_str(),
+                (long long)r->global_batch_size, json_num(r->lm_loss).c_str(), json_num(r->loss_scale).c_str(),
+                json_num(r->grad_norm).c_str(), (long long)r->num_zeros, (long long)r->seqlen, r->skipped ? 1 : 0,
+                r->nan ? 1 : 0, json_num(r->elapsed_ms).c_str(), json_num(r->samples_per_second).c_str(),
+                json_num(r->tflops).c_str());
+        fflush(lg->jsonl);
+    }
+    lg->time_ms += r->elapsed_ms;
+    if (r->skipped) lg->skipped++; else { lg->advanced++; lg->loss_sum += r->lm_loss; }
+    if (r->nan) lg->nan++;
+    if (r->iteration % log_interval != 0) return;
+    int64_t n = lg->advanced + lg->skipped;
+    double elapsed_s = n ? lg->time_ms / 1000.0 / n : 0;
+    std::string line;
+    char buf[256];
+    snprintf(buf, sizeof buf, " iteration %8lld/%8lld | consumed samples: %12lld | consumed tokens: %12lld |",
+             (long long)r->iteration, (long long)lg->train_iters, (long long)r->consumed_samples, (long long)r->consumed_tokens);
+    line += buf;
+    snprintf(buf, sizeof buf, " elapsed time per iteration (s): %.2f | learning rate: %.3E | global batch size: %5lld |",
+             elapsed_s, r->lr, (long long)r->global_batch_size);
+    line += buf;
+    if (lg->advanced > 0) {
+        snprintf(buf, sizeof buf, " lm loss: %.6E |", lg->loss_sum / lg->advanced);
+        line += buf;
+    }
+    snprintf(buf, sizeof buf, " grad norm: %.3f | num zeros: %.1f |", r->grad_norm, (double)r->num_zeros);
+    line += buf;
+    snprintf(buf, sizeof buf, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
+             (long long)lg->skipped, (long long)lg->nan);
+    line += buf;
+    snprintf(buf, sizeof buf, " samples per second: %.3f | TFLOPs: %.2f |", r->samples_per_second, r->tflops);
+    line += buf;
+    printf("%s\n", line.c_str());
+    fflush(stdout);
+    lg->loss_sum = lg->time_ms = 0;
+    lg->advanced = lg->skipped = lg->nan = 0;
+}
+
+static inline void log_validation(Logger* lg, int64_t iteration, double loss) {
+    double ppl = std::exp(std::min(20.0, loss));
+    char buf[200];
+    int n = snprintf(buf, sizeof buf, " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E | ",
+                     (long long)iteration, loss, ppl);
+    std::string dashes(n, '-');
+    printf("%s\n%s\n%s\n", dashes.c_str(), buf, dashes.c_str());
+    fflush(stdout);
+    if (lg->jsonl) {
+        fprintf(lg->jsonl, "{\"iteration\": %lld, \"val_loss\": %s, \"val_ppl\": %s}\n", (long long)iteration,
+                json_num(loss).c_str(), json_num(ppl).c_str());
+        fflush(lg->jsonl);
+    }
+}

@@ -1,0 +1,93 @@
+// schedule.h — the learning-rate schedule (Megatron-DeepSpeed AnnealingLR, KNOBS.md §3).
+//
+// Units: the schedule counts SAMPLES. Each successful update advances it by the global batch size;
+// an iteration whose update was skipped (non-finite gradients) does not advance it (§3.3).
+//   iteration-based run: warmup = lr_warmup_iters·GBS (or fraction·decay), decay = (lr_decay_iters or
+//                        train_iters)·GBS
+//   sample-based run:    warmup = lr_warmup_samples (or fraction·decay), decay = lr_decay_samples
+//                        or train_samples
+// lr(num_steps):
+//   num_steps ≤ warmup (warmup > 0): max_lr · num_steps / warmup        (the first update runs at 0)
+//   constant: max_lr;  num_steps > decay: min_lr
+//   else ratio = (num_steps - warmup)/(decay - warmup); linear coeff = 1 - ratio,
+//        cosine coeff = (cos(π·ratio) + 1)/2;  lr = min_lr + coeff·(max_lr - min_lr)
+// Iteration i's update uses lr(num_steps before its own step). keel logs that value (Megatron's
+// log line printed the next iteration's; see README).
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "llmc/flags.h"
+
+enum LrDecayStyle { LR_DECAY_CONSTANT, LR_DECAY_LINEAR, LR_DECAY_COSINE };
+static const char* const LR_DECAY_NAMES[] = {"constant", "linear", "cosine"};
+
+struct LRSchedule {
+    double max_lr, min_lr;
+    int64_t warmup_steps, decay_steps;  // in samples
+    int style;                          // LrDecayStyle
+    int64_t num_steps;                  // samples of the successful updates so far
+};
+
+static inline int lr_decay_style_parse(const std::string& s) {
+    for (int i = 0; i < 3; i++)
+        if (s == LR_DECAY_NAMES[i]) return i;
+    keel_usage_error("--lr-decay-style: '%s' is not one of constant|linear|cosine", s.c_str());
+}
+
+static inline void lr_schedule_init(LRSchedule* s, const Config* c) {
+    s->max_lr = c->lr;
+    s->min_lr = c->min_lr;
+    s->style = lr_decay_style_parse(c->lr_decay_style);
+    if (c->train_iters > 0) {
+        s->decay_steps = (c->lr_decay_iters > 0 ? c->lr_decay_iters : c->train_iters) * c->global_batch_size;
+        s->warmup_steps = c->lr_warmup_iters * c->global_batch_size;
+    } else {
+        s->decay_steps = c->lr_decay_samples > 0 ? c->lr_decay_samples : c->train_samples;
+        s->warmup_steps = c->lr_warmup_samples;
+    }
+    if (!std::isnan(c->lr_warmup_fraction)) s->warmup_steps = (int64_t)(c->lr_warmup_fraction * (double)s->decay_steps);
+    if (s->decay_steps <= 0) keel_usage_error("the LR decay span must be > 0 samples");
+    if (s->warmup_steps >= s->decay_steps)
+        keel_usage_error("LR warmup (%lld samples) must be shorter than the decay span (%lld samples)",
+                         (long long)s->warmup_steps, (long long)s->decay_steps);
+    s->num_steps = 0;
+}
+
+static inline double lr_schedule_get(const LRSchedule* s) {
+    if (s->warmup_steps > 0 && s->num_steps <= s->warmup_steps)
+        return s->max_lr * (double)s->num_steps / (double)s->warmup_steps;
+    if (s->style == LR_DECAY_CONSTANT) return s->max_lr;
+    if (s->num_steps > s->decay_steps) return s->min_lr;
+    double ratio = (double)(s->num_steps - s->warmup_steps) / (double)(s->decay_steps - s->warmup_steps);
+    double coeff = s->style == LR_DECAY_LINEAR ? 1.0 - ratio : 0.5 * (std::cos(M_PI * ratio) + 1.0);
+    return s->min_lr + coeff * (s->max_lr - s->min_lr);
+}
+
+static inline void lr_schedule_step(LRSchedule* s, int64_t increment) { s->num_steps += increment; }
+
+// Resume (KNOBS.md §3.5): num_steps always comes from the checkpoint. The five hyper-parameters
+// come from the command line if --override-lr-scheduler, from the checkpoint if
+// --use-checkpoint-lr-scheduler, and must otherwise agree or the run aborts.
+static inline double lr_check_and_set(double cls, double ckpt, const char* name, const Config* c) {
+    if (c->override_lr_scheduler) {
+        printf(" > overriding %s value to %g\n", name, cls);
+        return cls;
+    }
+    if (!c->use_checkpoint_lr_scheduler && cls != ckpt)
+        keel_die_code(KEEL_EXIT_USAGE,
+                      "pass --override-lr-scheduler to use the command line's value, or --use-checkpoint-lr-scheduler to keep the checkpoint's",
+                      "AnnealingLR: class input value %.17g and checkpoint value %.17g for %s do not match", cls, ckpt, name);
+    printf(" > using checkpoint value %g for %s\n", ckpt, name);
+    return ckpt;
+}
+
+static inline void lr_schedule_resume(LRSchedule* s, const LRSchedule* ckpt, const Config* c) {
+    s->max_lr = lr_check_and_set(s->max_lr, ckpt->max_lr, "learning rate", c);
+    s->min_lr = lr_check_and_set(s->min_lr, ckpt->min_lr, "minimum learning rate", c);
+    s->warmup_steps = (int64_t)lr_check_and_set((double)s->warmup_steps, (double)ckpt->warmup_steps, "warmup iterations", c);
+    s->decay_steps = (int64_t)lr_check_and_set((double)s->decay_steps, (double)ckpt->decay_steps, "total number of iterations", c);
+    s->style = (int)lr_check_and_set((double)s->style, (double)ckpt->style, "decay style", c);
+    s->num_steps = ckpt->num_steps;
+}

@@ -1,0 +1,308 @@
+// train_gpt.cu — keel's trainer: main(), the training loop, model orchestration.
+//
+// Backend-agnostic (DESIGN §1): no CUDA syntax here. g++ builds it as train_gpt_cpu, nvcc as
+// train_gpt; llmc/backend.h picks the op set. Everything a run does is in this file's loop:
+//
+//   per iteration:  for each micro-batch: read samples → forward → backward (gradients accumulate)
+//                   → global norm → skip if non-finite → clip → AdamW → LR schedule step
+//                   → counters, JSONL record, Megatron log line
+//   around it:      --eval-interval validation, --sample-interval text samples, --save-interval
+//                   checkpoints, --exit-interval, and at the end: validation, save, --export-llmc.
+//
+// Data: the run's k-th sample (k counted from 0 over the whole run) is the DataLoader's sample
+// number k, so iteration i reads samples [consumed, consumed + global_batch) in micro-batch order,
+// and a resumed run needs only consumed_samples to read exactly what the uninterrupted run would.
+#include <chrono>
+#include <string>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "llmc/checkpoint.h"
+#include "llmc/data.h"
+#include "llmc/flags.h"
+#include "llmc/log.h"
+#include "llmc/model.h"
+#include "llmc/optimizer.h"
+#include "llmc/schedule.h"
+#include "llmc/tokenizer.h"
+
+struct Trainer {
+    Config cfg;
+    GPTConfig gcfg;
+    GPT<float> model;
+    Optimizer opt;
+    TrainState st;
+    DataLoader train_data, valid_data;
+    bool have_valid = false;
+    Tokenizer tok;
+    bool have_tok = false;
+    Logger log;
+    int64_t train_iters = 0, grad_accum = 0;
+    std::vector<int> sample, inputs, targets;  // (T+1), (B,T), (B,T) on the host
+};
+
+static double now_ms() {
+    using namespace std::chrono;
+    return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
+}
+
+static int num_threads() {
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+// Fills inputs/targets (B,T) from the loader's sample numbers first .. first+B-1.
+static void trainer_read_batch(Trainer* tr, DataLoader* dl, int64_t first, int B, int T) {
+    for (int b = 0; b < B; b++) {
+        dataloader_read(dl, first + b, tr->sample.data());
+        for (int t = 0; t < T; t++) {
+            tr->inputs[b * T + t] = tr->sample[t];
+            tr->targets[b * T + t] = tr->sample[t + 1];
+        }
+    }
+}
+
+// One training iteration: accumulate gradients over the micro-batches, then one optimizer step.
+static IterationRecord trainer_iteration(Trainer* tr) {
+    const Config* c = &tr->cfg;
+    int B = (int)c->micro_batch_size, T = (int)c->seq_length;
+    int64_t gbs = c->global_batch_size;
+    double t0 = now_ms();
+    gpt_zero_grad(&tr->model);
+    double loss_sum = 0;
+    for (int64_t mb = 0; mb < tr->grad_accum; mb++) {
+        trainer_read_batch(tr, &tr->train_data, tr->st.consumed_samples + mb * B, B, T);
+        loss_sum += gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
+        gpt_backward(&tr->model, B, T, 1.0 / ((double)gbs * T));
+    }
+    double loss = loss_sum / (double)tr->grad_accum;
+    double lr = lr_schedule_get(&tr->st.schedule);
+    StepResult r = optimizer_step(&tr->opt, &tr->model, c, lr, loss);
+    if (!r.skipped) lr_schedule_step(&tr->st.schedule, gbs);
+    tr->st.iteration++;
+    tr->st.consumed_samples += gbs;
+    tr->st.consumed_tokens += gbs * T;
+    tr->st.optimizer_step = tr->opt.step;
+    if (r.skipped) tr->st.skipped_iterations++;
+    if (r.nonfinite) {
+        tr->st.nan_iterations++;
+        printf("iteration %lld: update skipped, non-finite %s (loss %g, grad norm %g)\n", (long long)tr->st.iteration,
+               std::isfinite(loss) ? "gradient" : "loss", loss, r.grad_norm);
+    }
+    double ms = now_ms() - t0;
+    IterationRecord rec;
+    rec.iteration = tr->st.iteration;
+    rec.consumed_samples = tr->st.consumed_samples;
+    rec.consumed_tokens = tr->st.consumed_tokens;
+    rec.elapsed_ms = ms;
+    rec.lr = lr;
+    rec.global_batch_size = gbs;
+    rec.lm_loss = loss;
+    rec.loss_scale = 1.0;
+    rec.grad_norm = r.grad_norm;
+    rec.num_zeros = r.num_zeros;
+    rec.seqlen = T;
+    rec.skipped = r.skipped;
+    rec.nan = r.nonfinite;
+    rec.samples_per_second = gbs / (ms / 1000.0);
+    rec.tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, 1);
+    return rec;
+}
+
+// Mean loss over the first eval_iters global batches of the validation set (the same samples at
+// every evaluation, so successive values compare).
+static double trainer_evaluate(Trainer* tr) {
+    const Config* c = &tr->cfg;
+    int B = (int)c->micro_batch_size, T = (int)c->seq_length;
+    int64_t batches = c->eval_iters * tr->grad_accum;
+    double sum = 0;
+    for (int64_t i = 0; i < batches; i++) {
+        trainer_read_batch(tr, &tr->valid_data, i * B, B, T);
+        sum += gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
+    }
+    return sum / (double)batches;
+}
+
+// Generates --sample-length tokens after <|endoftext|> by sampling the model's softmax (temperature
+// 1); the random draws are keyed by (seed, GENERATE, iteration, position), so a rerun prints the same.
+static void trainer_print_sample(Trainer* tr) {
+    const GPTConfig* g = &tr->gcfg;
+    int T = tr->model.T, V = g->vocab_size, Vp = g->padded_vocab_size;
+    std::vector<int> toks = {TOKENIZER_EOT};
+    std::vector<float> row(Vp);
+    for (int64_t pos = 0; pos < tr->cfg.sample_length; pos++) {
+        int n = (int)toks.size() < T ? (int)toks.size() : T;
+        const int* window = toks.data() + toks.size() - n;
+        gpt_forward(&tr->model, window, nullptr, 1, n);
+        backend_copy_to_host(row.data(), tr->model.acts.logits + (size_t)(n - 1) * Vp, Vp * sizeof(float));
+        double maxv = row[0], sum = 0;
+        for (int j = 1; j < V; j++) maxv = row[j] > maxv ? row[j] : maxv;
+        for (int j = 0; j < V; j++) sum += std::exp((double)row[j] - maxv);
+        double u = rng_uniform(tr->st.seed, RNG_GENERATE, (uint64_t)tr->st.iteration, (uint64_t)pos) * sum, acc = 0;
+        int next = V - 1;
+        for (int j = 0; j < V; j++) {
+            acc += std::exp((double)row[j] - maxv);
+            if (u < acc) { next = j; break; }
+        }
+        if (next == TOKENIZER_EOT) break;
+        toks.push_back(next);
+    }
+    std::string text;
+    tokenizer_decode(&tr->tok, toks.data() + 1, toks.size() - 1, text);
+    printf("---------------- sample at iteration %lld ----------------\n%s\n", (long long)tr->st.iteration, text.c_str());
+    printf("----------------------------------------------------------\n");
+    fflush(stdout);
+}
+
+static void trainer_save(Trainer* tr) {
+    printf("saving checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration, tr->cfg.save.c_str());
+    std::vector<float> params(tr->model.table.total), m(tr->opt.n), v(tr->opt.n);
+    backend_copy_to_host(params.data(), tr->model.params, params.size() * sizeof(float));
+    backend_copy_to_host(m.data(), tr->opt.m, m.size() * sizeof(float));
+    backend_copy_to_host(v.data(), tr->opt.v, v.size() * sizeof(float));
+    ckpt_save(tr->cfg.save, params.data(), m.data(), v.data(), tr->opt.n, &tr->st, &tr->gcfg, &tr->cfg);
+    printf("  successfully saved checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration,
+           ckpt_iter_dir(tr->cfg.save, tr->st.iteration).c_str());
+}
+
+// Resumes from --load if it holds a checkpoint (Megatron: none found → start from scratch).
+static bool trainer_resume(Trainer* tr) {
+    const std::string& dir = tr->cfg.load;
+    int64_t it = ckpt_latest(dir);
+    if (it < 0) {
+        printf("WARNING: could not find %s/latest_checkpointed_iteration.txt: starting from random\n", dir.c_str());
+        return false;
+    }
+    int64_t n = tr->model.table.total;
+    std::vector<float> params(n), m(n), v(n);
+    TrainState saved;
+    ckpt_load(dir, it, params.data(), m.data(), v.data(), n, &saved, &tr->gcfg, &tr->cfg);
+    backend_copy_to_device(tr->model.params, params.data(), n * sizeof(float));
+    backend_copy_to_device(tr->opt.m, m.data(), n * sizeof(float));
+    backend_copy_to_device(tr->opt.v, v.data(), n * sizeof(float));
+    tr->opt.step = saved.optimizer_step;
+    LRSchedule sched = tr->st.schedule;
+    lr_schedule_resume(&sched, &saved.schedule, &tr->cfg);
+    if (saved.seed != tr->st.seed)
+        printf(" > note: using the checkpoint's RNG key (seed %llu), not --seed %llu\n", (unsigned long long)saved.seed,
+               (unsigned long long)tr->st.seed);
+    tr->st = saved;
+    tr->st.schedule = sched;
+    printf("  successfully loaded checkpoint from %s at iteration %lld\n", dir.c_str(), (long long)it);
+    return true;
+}
+
+// Flags → validated config, model, optimizer, data; everything before the first iteration.
+static void trainer_setup(Trainer* tr, int argc, char** argv) {
+    Config* c = &tr->cfg;
+    if (!flags_parse(c, argc, argv)) {
+        flags_usage(stdout);
+        exit(0);
+    }
+    if (!c->load_llmc.empty() && c->max_position_embeddings == 0)
+        c->max_position_embeddings = llmc_read_header(c->load_llmc.c_str(), nullptr).maxT;  // GPT-2: 1024
+    config_validate(c, 1);
+    GPTConfig* g = &tr->gcfg;
+    g->max_seq_len = (int)c->max_position_embeddings;
+    g->vocab_size = (int)c->vocab_size;
+    g->padded_vocab_size = gpt_padded_vocab((int)c->vocab_size, (int)c->make_vocab_size_divisible_by);
+    g->num_layers = (int)c->num_layers;
+    g->num_heads = (int)c->num_attention_heads;
+    g->channels = (int)c->hidden_size;
+    tr->grad_accum = c->global_batch_size / c->micro_batch_size;
+    tr->train_iters = c->train_iters > 0 ? c->train_iters : c->train_samples / c->global_batch_size;
+    if (tr->train_iters == 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
+
+    printf("keel | backend: %s | threads: %d\n", backend_name(), num_threads());
+    flags_print(c);
+    int B = (int)c->micro_batch_size, T = (int)c->seq_length;
+    gpt_build(&tr->model, g, B, T);
+    optimizer_init(&tr->opt, tr->model.table.total);
+    printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
+           g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
+           (long long)gpt_num_params_real(&tr->model.table, g), (long long)tr->model.table.total);
+    printf("batch: micro-batch %d x %lld accumulation steps = global batch %lld samples of %d tokens | %lld iterations\n",
+           B, (long long)tr->grad_accum, (long long)c->global_batch_size, T, (long long)tr->train_iters);
+
+    tr->st = TrainState{};
+    tr->st.seed = (uint64_t)c->seed;
+    lr_schedule_init(&tr->st.schedule, c);
+    bool resumed = !c->load.empty() && trainer_resume(tr);
+    if (!resumed) {
+        if (!c->load_llmc.empty()) {
+            std::vector<float> params(tr->model.table.total);
+            llmc_load(c->load_llmc.c_str(), params.data(), &tr->model.table, g);
+            backend_copy_to_device(tr->model.params, params.data(), params.size() * sizeof(float));
+            printf("initialised the weights from llm.c model file %s\n", c->load_llmc.c_str());
+        } else {
+            std::vector<float> params(tr->model.table.total);
+            param_table_init(params.data(), &tr->model.table, g, c->init_method_std, tr->st.seed);
+            backend_copy_to_device(tr->model.params, params.data(), params.size() * sizeof(float));
+        }
+    }
+    dataloader_init(&tr->train_data, c->train_data_path.c_str(), T, g->vocab_size, tr->st.seed, true);
+    printf("train data: %zu shard(s), %lld samples per epoch\n", tr->train_data.shards.size(), (long long)tr->train_data.nsamples);
+    if (!c->valid_data_path.empty()) {
+        dataloader_init(&tr->valid_data, c->valid_data_path.c_str(), T, g->vocab_size, tr->st.seed, false);
+        tr->have_valid = true;
+        printf("valid data: %zu shard(s), %lld samples\n", tr->valid_data.shards.size(), (long long)tr->valid_data.nsamples);
+    }
+    if (c->sample_interval > 0) {
+        tokenizer_load(&tr->tok, c->vocab_file.c_str(), c->merge_file.c_str());
+        tr->have_tok = true;
+    }
+    tr->sample.resize(T + 1);
+    tr->inputs.resize((size_t)B * T);
+    tr->targets.resize((size_t)B * T);
+    logger_open(&tr->log, c->metrics_file, resumed, tr->train_iters);
+}
+
+int main(int argc, char** argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    Trainer* tr = new Trainer();
+    trainer_setup(tr, argc, argv);
+    const Config* c = &tr->cfg;
+    bool saved_now = false, evaluated_now = false;
+    if (tr->st.iteration >= tr->train_iters) printf("nothing to train: iteration %lld >= %lld\n", (long long)tr->st.iteration, (long long)tr->train_iters);
+    while (tr->st.iteration < tr->train_iters) {
+        IterationRecord rec = trainer_iteration(tr);
+        log_iteration(&tr->log, &rec, c->log_interval);
+        int64_t it = tr->st.iteration;
+        evaluated_now = saved_now = false;
+        if (tr->have_valid && c->eval_interval > 0 && it % c->eval_interval == 0) {
+            log_validation(&tr->log, it, trainer_evaluate(tr));
+            evaluated_now = true;
+        }
+        if (tr->have_tok && it % c->sample_interval == 0) trainer_print_sample(tr);
+        if (!c->save.empty() && c->save_interval > 0 && it % c->save_interval == 0) {
+            trainer_save(tr);
+            saved_now = true;
+        }
+        if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < tr->train_iters) {
+            if (!c->save.empty() && !saved_now) trainer_save(tr);
+            printf("exiting program at iteration %lld (--exit-interval %lld)\n", (long long)it, (long long)c->exit_interval);
+            logger_close(&tr->log);
+            return 0;
+        }
+    }
+    if (tr->have_valid && c->eval_interval > 0 && !evaluated_now) log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr));
+    if (!c->save.empty() && !saved_now) trainer_save(tr);
+    if (!c->export_llmc.empty()) {
+        std::vector<float> params(tr->model.table.total);
+        backend_copy_to_host(params.data(), tr->model.params, params.size() * sizeof(float));
+        llmc_export(c->export_llmc.c_str(), params.data(), &tr->model.table, &tr->gcfg);
+        printf("exported the weights as llm.c model file %s\n", c->export_llmc.c_str());
+    }
+    logger_close(&tr->log);
+    dataloader_free(&tr->train_data);
+    if (tr->have_valid) dataloader_free(&tr->valid_data);
+    optimizer_free(&tr->opt);
+    gpt_free(&tr->model);
+    delete tr;
+    return 0;
+}
