@@ -172,7 +172,7 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
 // Saves a checkpoint of iteration s->iteration under dir (created if needed) and publishes it.
 static inline void ckpt_save(const std::string& dir, const float* params, const float* m, const float* v, int64_t n,
                              const TrainState* s, const GPTConfig* g, const Config* c) {
-    mkdir(dir.c_str(), 0755);
+    mkdir_p(dir);
     std::string final_dir = ckpt_iter_dir(dir, s->iteration), tmp = final_dir + ".tmp", old = final_dir + ".old";
     rmtree(tmp);  // a crash of an earlier save may have left one
     FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());

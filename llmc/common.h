@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sys/stat.h>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,26 @@ static inline std::string file_read_all(const char* path) {
     FILE_CHECK(!ferror(f), "fread", path);
     fclose(f);
     return s;
+}
+
+// The shortest decimal text that reads back as the same double (like Python's repr).
+static inline std::string double_repr(double x) {
+    char buf[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, x);
+        if (strtod(buf, nullptr) == x) break;
+    }
+    return buf;
+}
+
+// mkdir -p: creates every missing directory of `path`.
+static inline void mkdir_p(const std::string& path) {
+    for (size_t i = 1; i <= path.size(); i++) {
+        if (i == path.size() || path[i] == '/') {
+            std::string part = path.substr(0, i);
+            if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) keel_die("mkdir '%s' failed: %s", part.c_str(), strerror(errno));
+        }
+    }
 }
 
 static inline bool file_exists(const char* path) {

@@ -35,6 +35,8 @@ struct Logger {
 
 static inline void logger_open(Logger* lg, const std::string& path, bool append, int64_t train_iters) {
     lg->jsonl = nullptr;
+    size_t slash = path.rfind('/');
+    if (slash != std::string::npos && slash > 0) mkdir_p(path.substr(0, slash));
     if (!path.empty()) lg->jsonl = fopen_check(path.c_str(), append ? "ab" : "wb");
     lg->train_iters = train_iters;
     lg->loss_sum = lg->time_ms = 0;

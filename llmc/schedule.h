@@ -70,16 +70,22 @@ static inline void lr_schedule_step(LRSchedule* s, int64_t increment) { s->num_s
 // Resume (KNOBS.md §3.5): num_steps always comes from the checkpoint. The five hyper-parameters
 // come from the command line if --override-lr-scheduler, from the checkpoint if
 // --use-checkpoint-lr-scheduler, and must otherwise agree or the run aborts.
-static inline double lr_check_and_set(double cls, double ckpt, const char* name, const Config* c) {
+// `show` prints a value the way the user wrote it (numbers shortest-exact, styles by name).
+static inline std::string lr_show(double v, bool is_style) {
+    return is_style ? LR_DECAY_NAMES[(int)v] : double_repr(v);
+}
+
+static inline double lr_check_and_set(double cls, double ckpt, const char* name, const Config* c, bool is_style = false) {
     if (c->override_lr_scheduler) {
-        printf(" > overriding %s value to %g\n", name, cls);
+        printf(" > overriding %s value to %s\n", name, lr_show(cls, is_style).c_str());
         return cls;
     }
     if (!c->use_checkpoint_lr_scheduler && cls != ckpt)
         keel_die_code(KEEL_EXIT_USAGE,
                       "pass --override-lr-scheduler to use the command line's value, or --use-checkpoint-lr-scheduler to keep the checkpoint's",
-                      "AnnealingLR: class input value %.17g and checkpoint value %.17g for %s do not match", cls, ckpt, name);
-    printf(" > using checkpoint value %g for %s\n", ckpt, name);
+                      "AnnealingLR: class input value %s and checkpoint value %s for %s do not match",
+                      lr_show(cls, is_style).c_str(), lr_show(ckpt, is_style).c_str(), name);
+    printf(" > using checkpoint value %s for %s\n", lr_show(ckpt, is_style).c_str(), name);
     return ckpt;
 }
 
@@ -88,6 +94,6 @@ static inline void lr_schedule_resume(LRSchedule* s, const LRSchedule* ckpt, con
     s->min_lr = lr_check_and_set(s->min_lr, ckpt->min_lr, "minimum learning rate", c);
     s->warmup_steps = (int64_t)lr_check_and_set((double)s->warmup_steps, (double)ckpt->warmup_steps, "warmup iterations", c);
     s->decay_steps = (int64_t)lr_check_and_set((double)s->decay_steps, (double)ckpt->decay_steps, "total number of iterations", c);
-    s->style = (int)lr_check_and_set((double)s->style, (double)ckpt->style, "decay style", c);
+    s->style = (int)lr_check_and_set((double)s->style, (double)ckpt->style, "decay style", c, true);
     s->num_steps = ckpt->num_steps;
 }

@@ -6,8 +6,9 @@
 //   tokenizer_encode(tok, text, len, out)  appends the ids of text[0..len) to out.
 //   tokenizer_decode(tok, ids, n, out)     appends the raw bytes of ids to out; an id outside
 //       [0, vocab) dies naming the id.
-//   Ids equal those of OpenAI's encoder.py / tiktoken "gpt2" and, on valid UTF-8, of the npm package
-//   gpt-3-encoder (the test's reference) — up to one bug in that package, see "Merge ranks" below.
+//   On valid UTF-8 the ids equal those of the npm package gpt-3-encoder (the reference of
+//   test/test_tokenizer.sh), a JS port of OpenAI's encoder.py. Python's regex engine calls a few more
+//   characters whitespace (U+001C..U+001F, U+0085); on those keel follows JS.
 //
 // Method (the textbook version, in three steps):
 //   1. Pre-tokenize: split the text into pieces exactly as the JS regex
@@ -29,7 +30,7 @@
 // decode(encode(x)) == x for ANY byte string. Node decodes stdin to U+FFFD instead, so keel and the
 // JS reference agree on valid UTF-8 only.
 //
-// "<|endoftext|>" inside the text is ordinary text (7 pieces), as in the JS encoder: only a caller
+// "<|endoftext|>" inside the text is ordinary text (7 tokens), as in the JS encoder: only a caller
 // puts id TOKENIZER_EOT (50256) between documents (dev/tokenize_gpt2 --documents does).
 //
 // Merge ranks are keyed by the pair of ids, as in encoder.py. (gpt-3-encoder keys them by the JS
