@@ -141,7 +141,7 @@ static inline std::string flag_value_string(const Config* c, const Flag* f) {
     char buf[64];
     switch (f->type) {
         case FT_INT: snprintf(buf, sizeof buf, "%lld", (long long)*flag_field<int64_t>(c, f)); return buf;
-        case FT_FLOAT: snprintf(buf, sizeof buf, "%.17g", *flag_field<double>(c, f)); return buf;
+        case FT_FLOAT: return double_repr(*flag_field<double>(c, f));  // shortest text that reads back exactly
         case FT_BOOL: return *flag_field<bool>(c, f) ? "true" : "false";
         case FT_STR: return *flag_field<std::string>(c, f);
     }

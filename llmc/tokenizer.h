@@ -48,7 +48,7 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
-#include <queue>
+#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -300,8 +300,11 @@ static inline void tokenizer_load_merges(Tokenizer* tok, const char* path, const
     if (rank == 0) keel_die("merges file '%s': holds no merges", path);
 }
 
+// Serial numbers for loaded tokenizers. An inline variable is one object in the whole program, so
+// serials stay unique even when several translation units each have their own (static) caches.
+inline std::atomic<uint64_t> tokenizer_load_count{0};
+
 static inline void tokenizer_load(Tokenizer* tok, const char* encoder_json_path, const char* vocab_bpe_path) {
-    static std::atomic<uint64_t> loads{0};
     int cp_of_byte[256], byte_of_cp[324];
     tokenizer_byte_alphabet(cp_of_byte);
     std::fill(byte_of_cp, byte_of_cp + 324, -1);
@@ -310,7 +313,7 @@ static inline void tokenizer_load(Tokenizer* tok, const char* encoder_json_path,
     tok->merges.clear();
     tokenizer_load_vocab(tok, encoder_json_path, byte_of_cp, id_of_bytes);
     tokenizer_load_merges(tok, vocab_bpe_path, byte_of_cp, id_of_bytes);
-    tok->serial = ++loads;
+    tok->serial = ++tokenizer_load_count;
 }
 
 static inline int tokenizer_vocab_size(const Tokenizer* tok) { return tok->vocab_size; }
@@ -412,6 +415,7 @@ static inline void tokenizer_push_pair(const Tokenizer* tok, std::vector<Tokeniz
 // creates a pair of the same rank (the merged token is longer than either half) and vocab.bpe only
 // uses a token after the line that creates it.
 static inline void tokenizer_bpe(const Tokenizer* tok, const unsigned char* s, size_t n, std::vector<int>& out) {
+    if (n > (size_t)INT32_MAX) keel_die("tokenizer: one piece of %zu bytes is too long (positions are int)", n);
     std::vector<int> id(n), next(n);  // next: index of the following live symbol, -1 at the end
     std::vector<int> prev(n);
     for (size_t k = 0; k < n; k++) {
@@ -425,7 +429,9 @@ static inline void tokenizer_bpe(const Tokenizer* tok, const unsigned char* s, s
         std::pop_heap(heap.begin(), heap.end(), std::greater<TokenizerCandidate>());
         TokenizerCandidate c = heap.back();
         heap.pop_back();
-        int r = next[c.pos];  // a dead symbol is never anyone's left (ids only grow), so id checks suffice
+        // Stale candidates fail the id checks: a merged-away symbol has id -1 and a live one's id only
+        // ever changes to a longer token, never back.
+        int r = next[c.pos];
         if (id[c.pos] != c.left || r < 0 || id[r] != c.right) continue;
         id[c.pos] = tok->merges.at(((uint64_t)c.left << 32) | (uint32_t)c.right).merged;
         id[r] = -1;

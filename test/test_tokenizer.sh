@@ -85,6 +85,17 @@ check_cli() {
   expect_fail 1 "missing.txt" ./tokenize_gpt2 --documents data/brown/docs/val/ca20.txt missing.txt
   echo '{"a": 0, "b" 1}' > "$TMP/bad.json"
   expect_fail 1 "$TMP/bad.json" ./tokenize_gpt2 --encoder "$TMP/bad.json"
+  printf '{"\\ude00": 0}' > "$TMP/lone.json"
+  expect_fail 1 "lone low surrogate" ./tokenize_gpt2 --encoder "$TMP/lone.json"
+  printf '{"\\ud83d\\ude00": 0}' > "$TMP/astral.json"  # a valid pair, but not a byte-alphabet token
+  expect_fail 1 $'"\xf0\x9f\x98\x80" is not spelled' ./tokenize_gpt2 --encoder "$TMP/astral.json"
+  # The same vocabulary with every non-ASCII character and "/" escaped, pretty-printed: same ids.
+  node -e 'const fs = require("fs"), [src, dst] = process.argv.slice(1);
+    const esc = (c) => "\\u" + c.charCodeAt(0).toString(16).toUpperCase().padStart(4, "0");
+    fs.writeFileSync(dst, JSON.stringify(JSON.parse(fs.readFileSync(src)), null, 1)
+      .replace(/[\u0080-\uffff]/g, esc).replace(/\//g, "\\/"));' data/gpt2/encoder.json "$TMP/escaped.json"
+  cmp -s <(./tokenize_gpt2 --encoder "$TMP/escaped.json" < data/brown/val.txt) <(./tokenize_gpt2 < data/brown/val.txt) ||
+    fail "an escaped, pretty-printed encoder.json gives other ids"
   echo "15496 50257 995" > "$TMP/bad_id"
   STDIN="$TMP/bad_id" expect_fail 1 "id 50257" ./tokenize_gpt2 --decode
   echo "15496 12x" > "$TMP/junk_id"

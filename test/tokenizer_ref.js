@@ -37,6 +37,28 @@ const HARD_CASES = {
   empty: '',
 };
 
+// Every code point where node's class (letter, number, space, other) changes, and the one before it,
+// each in a context whose split depends on the class: checks keel's UTF-8 decoding and table search
+// at every range edge of llmc/unicode_tables.h.
+function unicode_boundaries() {
+  const cls = (ch) => (/\p{L}/u.test(ch) ? 'L' : /\p{N}/u.test(ch) ? 'N' : /\s/u.test(ch) ? 'S' : 'O');
+  const parts = [];
+  let prev = cls('\0');
+  for (let cp = 1; cp <= 0x10ffff; cp++) {
+    if (cp >= 0xd800 && cp <= 0xdfff) continue;  // not representable in valid UTF-8
+    const c = cls(String.fromCodePoint(cp));
+    if (c === prev) continue;
+    prev = c;
+    for (const x of [cp - 1, cp]) {
+      if (x >= 0xd800 && x <= 0xdfff) continue;
+      const ch = String.fromCodePoint(x);
+      parts.push(`a${ch}1!${ch}! ${ch}`);
+    }
+  }
+  return parts.join(' ');
+}
+HARD_CASES.unicode_boundaries = unicode_boundaries();
+
 // Byte strings that are not UTF-8: keel must still round-trip them exactly.
 const INVALID_CASES = {
   lone_continuation: Buffer.from([0x61, 0x80, 0x62]),

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `make bench`: ms/iteration, tokens/s and achieved GFLOP/s of the CPU trainer on fixed configs
+# (GPT-2 vocabulary, padded 50304). FLOPs per token = 6·N + 6·L·C·T (N = parameters including
+# the padded vocabulary, which the classifier multiplies). Iteration 1 is warm-up and not counted;
+# the figures are the mean of the timed iterations. Timing is printed, never asserted.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ITERS=${BENCH_ITERS:-4}
+[ -f data/brown/brown_train.bin ] || make --no-print-directory data
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+printf '%-10s %-22s %12s %10s %10s\n' config shape ms/iter tok/s GFLOP/s
+bench() { # name L C NH T B
+  local name=$1 L=$2 C=$3 NH=$4 T=$5 B=$6
+  ./train_gpt_cpu --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length "$T" \
+    --micro-batch-size "$B" --train-iters "$ITERS" --lr 1e-4 --train-data-path data/brown/brown_train.bin \
+    --log-interval 1000 --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 || { echo "$name: run failed"; tail -3 "$tmp/$name.log"; return; }
+  local P
+  P=$(grep -o '([0-9]* with vocabulary padding)' "$tmp/$name.log" | grep -o '[0-9]*')
+  awk -v P="$P" -v L="$L" -v C="$C" -v T="$T" -v B="$B" -v name="$name" '
+    match($0, /"elapsed_ms": [0-9.e+-]+/) { ms = substr($0, RSTART + 14, RLENGTH - 14); if (NR > 1) { sum += ms; n++ } }
+    END { avg = sum / n; tps = B * T / (avg / 1000); fl = (6 * P + 6 * L * C * T) * tps / 1e9;
+          printf "%-10s %-22s %12.1f %10.1f %10.2f\n", name, sprintf("L%d C%d T%d B%d", L, C, T, B), avg, tps, fl }' "$tmp/$name.jsonl"
+}
+bench tiny  4  128 4  64  4
+bench small 6  256 8  128 4
+bench 124M  12 768 12 64  4
+echo "threads: ${OMP_NUM_THREADS:-$(nproc)} | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
