@@ -201,7 +201,7 @@ static bool trainer_resume(Trainer* tr) {
 static void trainer_setup(Trainer* tr, int argc, char** argv) {
     Config* c = &tr->cfg;
     if (!flags_parse(c, argc, argv)) {
-        flags_usage(stdout);
+        flags_usage(stdout, argv[0]);
         exit(0);
     }
     if (!c->load_llmc.empty() && c->max_position_embeddings == 0)
@@ -219,6 +219,9 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     if (tr->train_iters == 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
 
     printf("keel | backend: %s | threads: %d\n", backend_name(), num_threads());
+#ifdef KEEL_CUDA
+    cuda_report();
+#endif
     flags_print(c);
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
     gpt_build(&tr->model, g, B, T);
@@ -233,6 +236,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->st.seed = (uint64_t)c->seed;
     lr_schedule_init(&tr->st.schedule, c);
     bool resumed = !c->load.empty() && trainer_resume(tr);
+    if (resumed && !c->load_llmc.empty())
+        printf(" > note: resumed from the checkpoint, so --load-llmc %s is not used\n", c->load_llmc.c_str());
     if (!resumed) {
         if (!c->load_llmc.empty()) {
             std::vector<float> params(tr->model.table.total);
@@ -250,15 +255,24 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     if (!c->valid_data_path.empty()) {
         dataloader_init(&tr->valid_data, c->valid_data_path.c_str(), T, g->vocab_size, tr->st.seed, false);
         tr->have_valid = true;
+        int64_t want = c->eval_iters * c->global_batch_size;
+        if (want > tr->valid_data.nsamples)
+            keel_usage_error("--eval-iters %lld x global batch %lld = %lld validation samples, but the validation set holds %lld",
+                             (long long)c->eval_iters, (long long)c->global_batch_size, (long long)want,
+                             (long long)tr->valid_data.nsamples);
         printf("valid data: %zu shard(s), %lld samples\n", tr->valid_data.shards.size(), (long long)tr->valid_data.nsamples);
     }
     if (c->sample_interval > 0) {
         tokenizer_load(&tr->tok, c->vocab_file.c_str(), c->merge_file.c_str());
+        if (tokenizer_vocab_size(&tr->tok) != g->vocab_size)
+            keel_usage_error("--sample-interval decodes with the GPT-2 tokenizer (%d ids) but --vocab-size is %d",
+                             tokenizer_vocab_size(&tr->tok), g->vocab_size);
         tr->have_tok = true;
     }
     tr->sample.resize(T + 1);
     tr->inputs.resize((size_t)B * T);
     tr->targets.resize((size_t)B * T);
+    if (resumed) logger_truncate_after(c->metrics_file, tr->st.iteration);
     logger_open(&tr->log, c->metrics_file, resumed, tr->train_iters);
 }
 
@@ -267,8 +281,10 @@ int main(int argc, char** argv) {
     Trainer* tr = new Trainer();
     trainer_setup(tr, argc, argv);
     const Config* c = &tr->cfg;
-    bool saved_now = false, evaluated_now = false;
-    if (tr->st.iteration >= tr->train_iters) printf("nothing to train: iteration %lld >= %lld\n", (long long)tr->st.iteration, (long long)tr->train_iters);
+    // Nothing to train (a finished run started again): no extra validation record, no re-save.
+    bool nothing = tr->st.iteration >= tr->train_iters;
+    bool saved_now = nothing, evaluated_now = nothing;
+    if (nothing) printf("nothing to train: iteration %lld >= --train-iters %lld\n", (long long)tr->st.iteration, (long long)tr->train_iters);
     while (tr->st.iteration < tr->train_iters) {
         IterationRecord rec = trainer_iteration(tr);
         log_iteration(&tr->log, &rec, c->log_interval);

@@ -17,6 +17,10 @@
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/residual.h"
 
+#ifdef KEEL_CUDA
+#include "llmc/cuda/device.cuh"
+#endif
+
 static inline const char* backend_name() {
 #ifdef KEEL_CUDA
     return "cpu kernels inside the CUDA build (the CUDA op set has not landed yet)";

@@ -13,7 +13,7 @@
 // Atomic publish: everything is written into DIR/iter_N.tmp/, each file fsync'd, the directory
 // renamed to DIR/iter_N/, then latest_checkpointed_iteration.txt replaced by write-temp, fsync,
 // rename. A crash at any instant leaves `latest` naming a complete checkpoint. KEEL_FAULT_SAVE
-// (model | rename | latest) kills the process at that point of a save, for the crash tests.
+// (model | rename | swap | latest) kills the process at that point of a save, for the crash tests.
 #pragma once
 #include <dirent.h>
 #include <fcntl.h>
@@ -141,7 +141,7 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
     char buf[512];
     auto kv = [&](const char* k, const std::string& v) { t += k; t += " = "; t += v; t += "\n"; };
     auto i64 = [&](const char* k, long long v) { snprintf(buf, sizeof buf, "%lld", v); kv(k, buf); };
-    auto dbl = [&](const char* k, double v) { snprintf(buf, sizeof buf, "%.17g", v); kv(k, buf); };
+    auto dbl = [&](const char* k, double v) { kv(k, double_repr(v)); };
     kv("format", "keel-checkpoint-1");
     i64("iteration", s->iteration);
     i64("consumed_samples", s->consumed_samples);
@@ -151,8 +151,8 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
     i64("optimizer_step", s->optimizer_step);
     dbl("lr.max_lr", s->schedule.max_lr);
     dbl("lr.min_lr", s->schedule.min_lr);
-    i64("lr.warmup_steps", s->schedule.warmup_steps);
-    i64("lr.decay_steps", s->schedule.decay_steps);
+    dbl("lr.warmup_steps", s->schedule.warmup_steps);
+    dbl("lr.decay_steps", s->schedule.decay_steps);
     kv("lr.decay_style", LR_DECAY_NAMES[s->schedule.style]);
     i64("lr.num_steps", s->schedule.num_steps);
     i64("rng.seed", (long long)s->seed);
@@ -186,13 +186,14 @@ static inline void ckpt_save(const std::string& dir, const float* params, const 
     FILE* f = fopen_check((tmp + "/state.txt").c_str(), "wb");
     fwrite_check(state.data(), 1, state.size(), f, (tmp + "/state.txt").c_str());
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", (tmp + "/state.txt").c_str());
-    fclose(f);
+    FILE_CHECK(fclose(f) == 0, "fclose", (tmp + "/state.txt").c_str());
     fsync_path(tmp.c_str());
     ckpt_fault("rename");
     struct stat st;
     if (stat(final_dir.c_str(), &st) == 0) {  // re-saving an iteration: keep the old one until the swap
         rmtree(old);
         FILE_CHECK(rename(final_dir.c_str(), old.c_str()) == 0, "rename", final_dir.c_str());
+        ckpt_fault("swap");
     }
     FILE_CHECK(rename(tmp.c_str(), final_dir.c_str()) == 0, "rename", tmp.c_str());
     fsync_path(dir.c_str());
@@ -201,7 +202,7 @@ static inline void ckpt_save(const std::string& dir, const float* params, const 
     f = fopen_check(latest_tmp.c_str(), "wb");
     fprintf(f, "%lld\n", (long long)s->iteration);
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", latest_tmp.c_str());
-    fclose(f);
+    FILE_CHECK(fclose(f) == 0, "fclose", latest_tmp.c_str());
     FILE_CHECK(rename(latest_tmp.c_str(), latest.c_str()) == 0, "rename", latest_tmp.c_str());
     fsync_path(dir.c_str());
     rmtree(old);
@@ -290,8 +291,8 @@ static inline void ckpt_load(const std::string& dir, int64_t iteration, float* p
     s->optimizer_step = ckpt_get_i64(kv, "optimizer_step", spath);
     s->schedule.max_lr = ckpt_get_f64(kv, "lr.max_lr", spath);
     s->schedule.min_lr = ckpt_get_f64(kv, "lr.min_lr", spath);
-    s->schedule.warmup_steps = ckpt_get_i64(kv, "lr.warmup_steps", spath);
-    s->schedule.decay_steps = ckpt_get_i64(kv, "lr.decay_steps", spath);
+    s->schedule.warmup_steps = ckpt_get_f64(kv, "lr.warmup_steps", spath);
+    s->schedule.decay_steps = ckpt_get_f64(kv, "lr.decay_steps", spath);
     s->schedule.style = lr_decay_style_parse(ckpt_get(kv, "lr.decay_style", spath));
     s->schedule.num_steps = ckpt_get_i64(kv, "lr.num_steps", spath);
     s->seed = (uint64_t)ckpt_get_i64(kv, "rng.seed", spath);
@@ -325,6 +326,16 @@ static inline LlmcHeader llmc_read_header(const char* path, FILE** out_file) {
     LlmcHeader r = {h[2], h[3], h[4], h[5], h[6], h[7]};
     if (r.maxT <= 0 || r.V <= 0 || r.L <= 0 || r.NH <= 0 || r.C <= 0 || r.Vp < r.V)
         keel_die("llm.c model file '%s': implausible shape in the header", path);
+    // The whole file must be header + the tensors the shape implies: a corrupt header is refused
+    // here, before anything is allocated from its numbers.
+    int64_t C = r.C, L = r.L;
+    int64_t expect = 1024 + 4 * (r.Vp * C + (int64_t)r.maxT * C + L * (12 * C * C + 13 * C) + 2 * C);
+    fseek(f, 0, SEEK_END);
+    int64_t bytes = ftell(f);
+    fseek(f, 1024, SEEK_SET);
+    if (bytes != expect)
+        keel_die("llm.c model file '%s': %lld bytes, but its header's shape needs %lld (truncated or corrupt)", path,
+                 (long long)bytes, (long long)expect);
     if (out_file) *out_file = f; else fclose(f);
     return r;
 }
@@ -362,6 +373,9 @@ static inline void llmc_export(const char* path, const float* params, const Para
     fwrite_check(h, 4, 256, f, tmp.c_str());
     fwrite_check(params, 4, (size_t)pt->total, f, tmp.c_str());
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", tmp.c_str());
-    fclose(f);
+    FILE_CHECK(fclose(f) == 0, "fclose", tmp.c_str());
     FILE_CHECK(rename(tmp.c_str(), path) == 0, "rename", tmp.c_str());
+    std::string parent = path;
+    size_t slash = parent.rfind('/');
+    fsync_path(slash == std::string::npos ? "." : parent.substr(0, slash ? slash : 1).c_str());
 }

@@ -14,6 +14,7 @@
 #pragma once
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -53,8 +54,11 @@ struct Config {
 enum FlagType { FT_INT, FT_FLOAT, FT_STR, FT_BOOL };
 enum FlagKind { FK_STATE, FK_RUN };
 
+enum : int64_t { NO_MIN = INT64_MIN, NO_MAX = INT64_MAX };
+
 struct Flag {
     const char* name;     // without the leading "--"
+    int64_t min, max;     // bounds of an FT_INT value (NO_MIN / NO_MAX: none), checked by config_validate
     FlagType type;
     size_t offset;        // offsetof(Config, field)
     FlagKind kind;
@@ -62,65 +66,65 @@ struct Flag {
     const char* help;
 };
 
-#define KEEL_FLAG(name, type, field, kind, choices, help) {name, type, offsetof(Config, field), kind, choices, help}
+#define KEEL_FLAG(name, min, max, type, field, kind, choices, help) {name, min, max, type, offsetof(Config, field), kind, choices, help}
 static const Flag FLAGS[] = {
     // model shape
-    KEEL_FLAG("num-layers", FT_INT, num_layers, FK_STATE, nullptr, "transformer layers L"),
-    KEEL_FLAG("hidden-size", FT_INT, hidden_size, FK_STATE, nullptr, "channels C"),
-    KEEL_FLAG("num-attention-heads", FT_INT, num_attention_heads, FK_STATE, nullptr, "attention heads NH (must divide C)"),
-    KEEL_FLAG("seq-length", FT_INT, seq_length, FK_STATE, nullptr, "tokens per sample T"),
-    KEEL_FLAG("max-position-embeddings", FT_INT, max_position_embeddings, FK_STATE, nullptr,
+    KEEL_FLAG("num-layers", 1, INT32_MAX, FT_INT, num_layers, FK_STATE, nullptr, "transformer layers L"),
+    KEEL_FLAG("hidden-size", 1, INT32_MAX, FT_INT, hidden_size, FK_STATE, nullptr, "channels C"),
+    KEEL_FLAG("num-attention-heads", 1, INT32_MAX, FT_INT, num_attention_heads, FK_STATE, nullptr, "attention heads NH (must divide C)"),
+    KEEL_FLAG("seq-length", 1, INT32_MAX, FT_INT, seq_length, FK_STATE, nullptr, "tokens per sample T"),
+    KEEL_FLAG("max-position-embeddings", 0, INT32_MAX, FT_INT, max_position_embeddings, FK_STATE, nullptr,
               "rows of the position embedding (0: = seq-length)"),
-    KEEL_FLAG("vocab-size", FT_INT, vocab_size, FK_STATE, nullptr, "real vocabulary size (GPT-2: 50257)"),
-    KEEL_FLAG("make-vocab-size-divisible-by", FT_INT, make_vocab_size_divisible_by, FK_STATE, nullptr,
+    KEEL_FLAG("vocab-size", 1, INT32_MAX, FT_INT, vocab_size, FK_STATE, nullptr, "real vocabulary size (GPT-2: 50257)"),
+    KEEL_FLAG("make-vocab-size-divisible-by", 1, INT32_MAX, FT_INT, make_vocab_size_divisible_by, FK_STATE, nullptr,
               "pad the vocabulary to a multiple of this"),
-    KEEL_FLAG("init-method-std", FT_FLOAT, init_method_std, FK_STATE, nullptr,
+    KEEL_FLAG("init-method-std", NO_MIN, NO_MAX, FT_FLOAT, init_method_std, FK_STATE, nullptr,
               "sigma of the normal init; output projections use sigma/sqrt(2L)"),
     // batch and duration
-    KEEL_FLAG("micro-batch-size", FT_INT, micro_batch_size, FK_STATE, nullptr, "samples per micro-batch per data-parallel rank"),
-    KEEL_FLAG("global-batch-size", FT_INT, global_batch_size, FK_STATE, nullptr,
+    KEEL_FLAG("micro-batch-size", 1, INT32_MAX, FT_INT, micro_batch_size, FK_STATE, nullptr, "samples per micro-batch per data-parallel rank"),
+    KEEL_FLAG("global-batch-size", 0, NO_MAX, FT_INT, global_batch_size, FK_STATE, nullptr,
               "samples per iteration (0: micro-batch x DP); the rest is gradient accumulation"),
-    KEEL_FLAG("train-iters", FT_INT, train_iters, FK_STATE, nullptr, "iterations to train (or --train-samples)"),
-    KEEL_FLAG("train-samples", FT_INT, train_samples, FK_STATE, nullptr, "samples to train (or --train-iters)"),
-    KEEL_FLAG("exit-interval", FT_INT, exit_interval, FK_RUN, nullptr,
+    KEEL_FLAG("train-iters", 0, NO_MAX, FT_INT, train_iters, FK_STATE, nullptr, "iterations to train (or --train-samples)"),
+    KEEL_FLAG("train-samples", 0, NO_MAX, FT_INT, train_samples, FK_STATE, nullptr, "samples to train (or --train-iters)"),
+    KEEL_FLAG("exit-interval", 0, NO_MAX, FT_INT, exit_interval, FK_RUN, nullptr,
               "stop after an iteration that is a multiple of this (saving first if --save); 0: off"),
     // optimizer and schedule
-    KEEL_FLAG("lr", FT_FLOAT, lr, FK_STATE, nullptr, "peak learning rate (required)"),
-    KEEL_FLAG("min-lr", FT_FLOAT, min_lr, FK_STATE, nullptr, "learning rate at the end of the decay"),
-    KEEL_FLAG("lr-decay-style", FT_STR, lr_decay_style, FK_STATE, "constant|linear|cosine", "decay after warmup"),
-    KEEL_FLAG("lr-warmup-iters", FT_INT, lr_warmup_iters, FK_STATE, nullptr, "warmup in iterations (iteration-based runs)"),
-    KEEL_FLAG("lr-warmup-samples", FT_INT, lr_warmup_samples, FK_STATE, nullptr, "warmup in samples (sample-based runs)"),
-    KEEL_FLAG("lr-warmup-fraction", FT_FLOAT, lr_warmup_fraction, FK_STATE, nullptr, "warmup as a fraction of the decay span"),
-    KEEL_FLAG("lr-decay-iters", FT_INT, lr_decay_iters, FK_STATE, nullptr, "decay span in iterations (0: --train-iters)"),
-    KEEL_FLAG("lr-decay-samples", FT_INT, lr_decay_samples, FK_STATE, nullptr, "decay span in samples (0: --train-samples)"),
-    KEEL_FLAG("override-lr-scheduler", FT_BOOL, override_lr_scheduler, FK_RUN, nullptr,
+    KEEL_FLAG("lr", NO_MIN, NO_MAX, FT_FLOAT, lr, FK_STATE, nullptr, "peak learning rate (required)"),
+    KEEL_FLAG("min-lr", NO_MIN, NO_MAX, FT_FLOAT, min_lr, FK_STATE, nullptr, "learning rate at the end of the decay"),
+    KEEL_FLAG("lr-decay-style", NO_MIN, NO_MAX, FT_STR, lr_decay_style, FK_STATE, "constant|linear|cosine", "decay after warmup"),
+    KEEL_FLAG("lr-warmup-iters", 0, NO_MAX, FT_INT, lr_warmup_iters, FK_STATE, nullptr, "warmup in iterations (iteration-based runs)"),
+    KEEL_FLAG("lr-warmup-samples", 0, NO_MAX, FT_INT, lr_warmup_samples, FK_STATE, nullptr, "warmup in samples (sample-based runs)"),
+    KEEL_FLAG("lr-warmup-fraction", NO_MIN, NO_MAX, FT_FLOAT, lr_warmup_fraction, FK_STATE, nullptr, "warmup as a fraction of the decay span"),
+    KEEL_FLAG("lr-decay-iters", 0, NO_MAX, FT_INT, lr_decay_iters, FK_STATE, nullptr, "decay span in iterations (0: --train-iters)"),
+    KEEL_FLAG("lr-decay-samples", 0, NO_MAX, FT_INT, lr_decay_samples, FK_STATE, nullptr, "decay span in samples (0: --train-samples)"),
+    KEEL_FLAG("override-lr-scheduler", NO_MIN, NO_MAX, FT_BOOL, override_lr_scheduler, FK_RUN, nullptr,
               "on --load, take the schedule from the command line"),
-    KEEL_FLAG("use-checkpoint-lr-scheduler", FT_BOOL, use_checkpoint_lr_scheduler, FK_RUN, nullptr,
+    KEEL_FLAG("use-checkpoint-lr-scheduler", NO_MIN, NO_MAX, FT_BOOL, use_checkpoint_lr_scheduler, FK_RUN, nullptr,
               "on --load, take the schedule from the checkpoint"),
-    KEEL_FLAG("adam-beta1", FT_FLOAT, adam_beta1, FK_STATE, nullptr, "Adam beta1"),
-    KEEL_FLAG("adam-beta2", FT_FLOAT, adam_beta2, FK_STATE, nullptr, "Adam beta2 (BigScience: 0.95)"),
-    KEEL_FLAG("adam-eps", FT_FLOAT, adam_eps, FK_STATE, nullptr, "Adam epsilon"),
-    KEEL_FLAG("weight-decay", FT_FLOAT, weight_decay, FK_STATE, nullptr, "decoupled weight decay (not on biases, LayerNorms)"),
-    KEEL_FLAG("clip-grad", FT_FLOAT, clip_grad, FK_STATE, nullptr, "global-norm clipping threshold (0: off)"),
-    KEEL_FLAG("seed", FT_INT, seed, FK_STATE, nullptr, "key of every random number (init, data order, sampling)"),
+    KEEL_FLAG("adam-beta1", NO_MIN, NO_MAX, FT_FLOAT, adam_beta1, FK_STATE, nullptr, "Adam beta1"),
+    KEEL_FLAG("adam-beta2", NO_MIN, NO_MAX, FT_FLOAT, adam_beta2, FK_STATE, nullptr, "Adam beta2 (BigScience: 0.95)"),
+    KEEL_FLAG("adam-eps", NO_MIN, NO_MAX, FT_FLOAT, adam_eps, FK_STATE, nullptr, "Adam epsilon"),
+    KEEL_FLAG("weight-decay", NO_MIN, NO_MAX, FT_FLOAT, weight_decay, FK_STATE, nullptr, "decoupled weight decay (not on biases, LayerNorms)"),
+    KEEL_FLAG("clip-grad", NO_MIN, NO_MAX, FT_FLOAT, clip_grad, FK_STATE, nullptr, "global-norm clipping threshold (0: off)"),
+    KEEL_FLAG("seed", 0, NO_MAX, FT_INT, seed, FK_STATE, nullptr, "key of every random number (init, data order, sampling)"),
     // data
-    KEEL_FLAG("train-data-path", FT_STR, train_data_path, FK_RUN, nullptr, "training shards: path, glob or comma list (required)"),
-    KEEL_FLAG("valid-data-path", FT_STR, valid_data_path, FK_RUN, nullptr, "validation shards (needed for --eval-interval)"),
-    KEEL_FLAG("vocab-file", FT_STR, vocab_file, FK_RUN, nullptr, "GPT-2 encoder.json (for text samples)"),
-    KEEL_FLAG("merge-file", FT_STR, merge_file, FK_RUN, nullptr, "GPT-2 vocab.bpe merges (for text samples)"),
+    KEEL_FLAG("train-data-path", NO_MIN, NO_MAX, FT_STR, train_data_path, FK_RUN, nullptr, "training shards: path, glob or comma list (required)"),
+    KEEL_FLAG("valid-data-path", NO_MIN, NO_MAX, FT_STR, valid_data_path, FK_RUN, nullptr, "validation shards (needed for --eval-interval)"),
+    KEEL_FLAG("vocab-file", NO_MIN, NO_MAX, FT_STR, vocab_file, FK_RUN, nullptr, "GPT-2 encoder.json (for text samples)"),
+    KEEL_FLAG("merge-file", NO_MIN, NO_MAX, FT_STR, merge_file, FK_RUN, nullptr, "GPT-2 vocab.bpe merges (for text samples)"),
     // checkpoints
-    KEEL_FLAG("save", FT_STR, save, FK_RUN, nullptr, "checkpoint directory to write"),
-    KEEL_FLAG("save-interval", FT_INT, save_interval, FK_RUN, nullptr, "save every N iterations (and at the end); 0: only at the end"),
-    KEEL_FLAG("load", FT_STR, load, FK_RUN, nullptr, "checkpoint directory to resume from (latest iteration)"),
-    KEEL_FLAG("load-llmc", FT_STR, load_llmc, FK_RUN, nullptr, "initialise the weights from an llm.c GPT-2 model file"),
-    KEEL_FLAG("export-llmc", FT_STR, export_llmc, FK_RUN, nullptr, "write the final weights as an llm.c GPT-2 model file"),
+    KEEL_FLAG("save", NO_MIN, NO_MAX, FT_STR, save, FK_RUN, nullptr, "checkpoint directory to write"),
+    KEEL_FLAG("save-interval", 0, NO_MAX, FT_INT, save_interval, FK_RUN, nullptr, "save every N iterations (and at the end); 0: only at the end"),
+    KEEL_FLAG("load", NO_MIN, NO_MAX, FT_STR, load, FK_RUN, nullptr, "checkpoint directory to resume from (latest iteration)"),
+    KEEL_FLAG("load-llmc", NO_MIN, NO_MAX, FT_STR, load_llmc, FK_RUN, nullptr, "initialise the weights from an llm.c GPT-2 model file"),
+    KEEL_FLAG("export-llmc", NO_MIN, NO_MAX, FT_STR, export_llmc, FK_RUN, nullptr, "write the final weights as an llm.c GPT-2 model file"),
     // logging and evaluation
-    KEEL_FLAG("log-interval", FT_INT, log_interval, FK_RUN, nullptr, "print the log line every N iterations"),
-    KEEL_FLAG("eval-interval", FT_INT, eval_interval, FK_RUN, nullptr, "validate every N iterations (and at the end); 0: off"),
-    KEEL_FLAG("eval-iters", FT_INT, eval_iters, FK_RUN, nullptr, "validation batches per evaluation"),
-    KEEL_FLAG("sample-interval", FT_INT, sample_interval, FK_RUN, nullptr, "print a generated text sample every N iterations; 0: off"),
-    KEEL_FLAG("sample-length", FT_INT, sample_length, FK_RUN, nullptr, "tokens per generated sample"),
-    KEEL_FLAG("metrics-file", FT_STR, metrics_file, FK_RUN, nullptr, "JSONL metrics, one object per iteration"),
+    KEEL_FLAG("log-interval", 1, NO_MAX, FT_INT, log_interval, FK_RUN, nullptr, "print the log line every N iterations"),
+    KEEL_FLAG("eval-interval", 0, NO_MAX, FT_INT, eval_interval, FK_RUN, nullptr, "validate every N iterations (and at the end); 0: off"),
+    KEEL_FLAG("eval-iters", 1, NO_MAX, FT_INT, eval_iters, FK_RUN, nullptr, "validation batches per evaluation"),
+    KEEL_FLAG("sample-interval", 0, NO_MAX, FT_INT, sample_interval, FK_RUN, nullptr, "print a generated text sample every N iterations; 0: off"),
+    KEEL_FLAG("sample-length", 0, INT32_MAX, FT_INT, sample_length, FK_RUN, nullptr, "tokens per generated sample"),
+    KEEL_FLAG("metrics-file", NO_MIN, NO_MAX, FT_STR, metrics_file, FK_RUN, nullptr, "JSONL metrics, one object per iteration"),
 };
 #undef KEEL_FLAG
 static const int NUM_FLAGS = (int)(sizeof(FLAGS) / sizeof(FLAGS[0]));
@@ -209,9 +213,9 @@ static inline void flags_read_file(const char* path, std::vector<std::string>* o
     }
 }
 
-static inline void flags_usage(FILE* out) {
+static inline void flags_usage(FILE* out, const char* program) {
     Config defaults;
-    fprintf(out, "usage: train_gpt_cpu [flags] [@argsfile]   (Megatron-DeepSpeed flag names)\n\n");
+    fprintf(out, "usage: %s [flags] [@argsfile]   (Megatron-DeepSpeed flag names)\n\n", program);
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* f = &FLAGS[i];
         std::string def = flag_value_string(&defaults, f);
@@ -259,21 +263,16 @@ static inline bool flags_parse(Config* c, int argc, char** argv) {
 static inline void config_validate(Config* c, int dp_size) {
     if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
     if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp_size;
-    struct { const char* name; int64_t v; } positive[] = {
-        {"num-layers", c->num_layers}, {"hidden-size", c->hidden_size}, {"num-attention-heads", c->num_attention_heads},
-        {"seq-length", c->seq_length}, {"vocab-size", c->vocab_size}, {"micro-batch-size", c->micro_batch_size},
-        {"make-vocab-size-divisible-by", c->make_vocab_size_divisible_by}, {"log-interval", c->log_interval},
-        {"global-batch-size", c->global_batch_size}, {"eval-iters", c->eval_iters}};
-    for (auto& p : positive)
-        if (p.v <= 0) keel_usage_error("--%s must be > 0 (got %lld)", p.name, (long long)p.v);
-    struct { const char* name; int64_t v; } nonneg[] = {
-        {"train-iters", c->train_iters}, {"train-samples", c->train_samples}, {"exit-interval", c->exit_interval},
-        {"lr-warmup-iters", c->lr_warmup_iters}, {"lr-warmup-samples", c->lr_warmup_samples},
-        {"lr-decay-iters", c->lr_decay_iters}, {"lr-decay-samples", c->lr_decay_samples},
-        {"save-interval", c->save_interval}, {"eval-interval", c->eval_interval},
-        {"sample-interval", c->sample_interval}, {"sample-length", c->sample_length}, {"seed", c->seed}};
-    for (auto& p : nonneg)
-        if (p.v < 0) keel_usage_error("--%s must be >= 0 (got %lld)", p.name, (long long)p.v);
+    // Bounds from the table: counts that must be positive or non-negative, shapes that must fit an int.
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        const Flag* f = &FLAGS[i];
+        if (f->type != FT_INT) continue;
+        int64_t v = *flag_field<int64_t>(c, f);
+        if (f->min != NO_MIN && v < f->min) keel_usage_error("--%s must be >= %lld (got %lld)", f->name, (long long)f->min, (long long)v);
+        if (f->max != NO_MAX && v > f->max) keel_usage_error("--%s must be <= %lld (got %lld)", f->name, (long long)f->max, (long long)v);
+    }
+    if (c->micro_batch_size * c->seq_length > INT32_MAX / 4)
+        keel_usage_error("--micro-batch-size x --seq-length = %lld positions is too large", (long long)(c->micro_batch_size * c->seq_length));
     if (c->hidden_size % c->num_attention_heads != 0)
         keel_usage_error("--hidden-size %lld is not divisible by --num-attention-heads %lld", (long long)c->hidden_size,
                          (long long)c->num_attention_heads);

@@ -1,7 +1,8 @@
 // log.h — the Megatron-DeepSpeed log line, the JSONL metrics file, the validation line (DESIGN §9).
 //
 // Every iteration produces one IterationRecord. It goes to the JSONL file at once (one object per
-// line, floats as %.9g so two runs compare bit for bit) and into the interval accumulator that
+// line, every number in the shortest text that reads back to the same bits, so two runs compare bit
+// for bit) and into the interval accumulator that
 // prints the Megatron line every --log-interval iterations:
 //   elapsed  = interval wall time / (advanced + skipped iterations)
 //   lm loss  = mean over the interval's non-skipped iterations
@@ -43,6 +44,26 @@ static inline void logger_open(Logger* lg, const std::string& path, bool append,
     lg->advanced = lg->skipped = lg->nan = 0;
 }
 
+// A resumed run continues the metrics file after the checkpoint's iteration: records of later
+// iterations (logged by a run that died before its next save) are dropped, via temp + rename.
+static inline void logger_truncate_after(const std::string& path, int64_t iteration) {
+    if (path.empty() || !file_exists(path.c_str())) return;
+    std::string text = file_read_all(path.c_str()), kept;
+    for (size_t pos = 0; pos < text.size();) {
+        size_t nl = text.find('\n', pos);
+        if (nl == std::string::npos) break;  // a torn last line is dropped too
+        std::string line = text.substr(pos, nl + 1 - pos);
+        pos = nl + 1;
+        long long it = -1;
+        if (sscanf(line.c_str(), "{\"iteration\": %lld", &it) == 1 && it <= iteration) kept += line;
+    }
+    std::string tmp = path + ".tmp";
+    FILE* f = fopen_check(tmp.c_str(), "wb");
+    fwrite_check(kept.data(), 1, kept.size(), f, tmp.c_str());
+    FILE_CHECK(fclose(f) == 0, "fclose", tmp.c_str());
+    FILE_CHECK(rename(tmp.c_str(), path.c_str()) == 0, "rename", tmp.c_str());
+}
+
 static inline void logger_close(Logger* lg) {
     if (lg->jsonl) fclose(lg->jsonl);
     lg->jsonl = nullptr;
@@ -51,9 +72,7 @@ static inline void logger_close(Logger* lg) {
 // JSON has no NaN/Inf: non-finite values are written as null (the `nan` field says why).
 static inline std::string json_num(double x) {
     if (!std::isfinite(x)) return "null";
-    char buf[40];
-    snprintf(buf, sizeof buf, "%.9g", x);
-    return buf;
+    return double_repr(x);  // shortest text that reads back as the same double: compare runs bit for bit
 }
 
 // TFLOP/s per device by the BigScience formula; flops of one iteration over its seconds.
@@ -101,7 +120,10 @@ static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t l
     snprintf(buf, sizeof buf, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
              (long long)lg->skipped, (long long)lg->nan);
     line += buf;
-    snprintf(buf, sizeof buf, " samples per second: %.3f | TFLOPs: %.2f |", r->samples_per_second, r->tflops);
+    // samples/s and TFLOPs from the interval's mean time, like `elapsed` (KNOBS.md §13.1)
+    double scale = r->elapsed_ms > 0 && elapsed_s > 0 ? r->elapsed_ms / 1000.0 / elapsed_s : 0;
+    snprintf(buf, sizeof buf, " samples per second: %.3f | TFLOPs: %.2f |", elapsed_s > 0 ? r->global_batch_size / elapsed_s : 0.0,
+             r->tflops * scale);
     line += buf;
     printf("%s\n", line.c_str());
     fflush(stdout);

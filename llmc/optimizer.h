@@ -55,8 +55,9 @@ static inline StepResult optimizer_step(Optimizer* o, GPT<float>* model, const C
         if (coeff < 1.0) grad_scale(model->grads, o->n, (float)coeff);
     }
     o->step++;
-    float bc1 = 1.0f - (float)std::pow(c->adam_beta1, (double)o->step);
-    float bc2 = 1.0f - (float)std::pow(c->adam_beta2, (double)o->step);
+    // 1 - β^t in double, then rounded once (in float it cancels: 1.3e-5 relative error at t=1, β=0.999)
+    float bc1 = (float)(1.0 - std::pow(c->adam_beta1, (double)o->step));
+    float bc2 = (float)(1.0 - std::pow(c->adam_beta2, (double)o->step));
     for (int id = 0; id < NUM_PARAMS; id++) {
         const ParamTensor* t = &model->table.t[id];
         int64_t off = t->offset_canonical;

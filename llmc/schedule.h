@@ -25,7 +25,7 @@ static const char* const LR_DECAY_NAMES[] = {"constant", "linear", "cosine"};
 
 struct LRSchedule {
     double max_lr, min_lr;
-    int64_t warmup_steps, decay_steps;  // in samples
+    double warmup_steps, decay_steps;   // in samples; a warmup fraction may leave warmup fractional, as in Megatron
     int style;                          // LrDecayStyle
     int64_t num_steps;                  // samples of the successful updates so far
 };
@@ -41,17 +41,17 @@ static inline void lr_schedule_init(LRSchedule* s, const Config* c) {
     s->min_lr = c->min_lr;
     s->style = lr_decay_style_parse(c->lr_decay_style);
     if (c->train_iters > 0) {
-        s->decay_steps = (c->lr_decay_iters > 0 ? c->lr_decay_iters : c->train_iters) * c->global_batch_size;
-        s->warmup_steps = c->lr_warmup_iters * c->global_batch_size;
+        s->decay_steps = (double)((c->lr_decay_iters > 0 ? c->lr_decay_iters : c->train_iters) * c->global_batch_size);
+        s->warmup_steps = (double)(c->lr_warmup_iters * c->global_batch_size);
     } else {
-        s->decay_steps = c->lr_decay_samples > 0 ? c->lr_decay_samples : c->train_samples;
-        s->warmup_steps = c->lr_warmup_samples;
+        s->decay_steps = (double)(c->lr_decay_samples > 0 ? c->lr_decay_samples : c->train_samples);
+        s->warmup_steps = (double)c->lr_warmup_samples;
     }
-    if (!std::isnan(c->lr_warmup_fraction)) s->warmup_steps = (int64_t)(c->lr_warmup_fraction * (double)s->decay_steps);
+    if (!std::isnan(c->lr_warmup_fraction)) s->warmup_steps = c->lr_warmup_fraction * s->decay_steps;
     if (s->decay_steps <= 0) keel_usage_error("the LR decay span must be > 0 samples");
     if (s->warmup_steps >= s->decay_steps)
-        keel_usage_error("LR warmup (%lld samples) must be shorter than the decay span (%lld samples)",
-                         (long long)s->warmup_steps, (long long)s->decay_steps);
+        keel_usage_error("LR warmup (%g samples) must be shorter than the decay span (%g samples)", s->warmup_steps,
+                         s->decay_steps);
     s->num_steps = 0;
 }
 
@@ -60,7 +60,7 @@ static inline double lr_schedule_get(const LRSchedule* s) {
         return s->max_lr * (double)s->num_steps / (double)s->warmup_steps;
     if (s->style == LR_DECAY_CONSTANT) return s->max_lr;
     if (s->num_steps > s->decay_steps) return s->min_lr;
-    double ratio = (double)(s->num_steps - s->warmup_steps) / (double)(s->decay_steps - s->warmup_steps);
+    double ratio = ((double)s->num_steps - s->warmup_steps) / (s->decay_steps - s->warmup_steps);
     double coeff = s->style == LR_DECAY_LINEAR ? 1.0 - ratio : 0.5 * (std::cos(M_PI * ratio) + 1.0);
     return s->min_lr + coeff * (s->max_lr - s->min_lr);
 }
@@ -92,8 +92,8 @@ static inline double lr_check_and_set(double cls, double ckpt, const char* name,
 static inline void lr_schedule_resume(LRSchedule* s, const LRSchedule* ckpt, const Config* c) {
     s->max_lr = lr_check_and_set(s->max_lr, ckpt->max_lr, "learning rate", c);
     s->min_lr = lr_check_and_set(s->min_lr, ckpt->min_lr, "minimum learning rate", c);
-    s->warmup_steps = (int64_t)lr_check_and_set((double)s->warmup_steps, (double)ckpt->warmup_steps, "warmup iterations", c);
-    s->decay_steps = (int64_t)lr_check_and_set((double)s->decay_steps, (double)ckpt->decay_steps, "total number of iterations", c);
+    s->warmup_steps = lr_check_and_set(s->warmup_steps, ckpt->warmup_steps, "warmup iterations", c);
+    s->decay_steps = lr_check_and_set(s->decay_steps, ckpt->decay_steps, "total number of iterations", c);
     s->style = (int)lr_check_and_set((double)s->style, (double)ckpt->style, "decay style", c, true);
     s->num_steps = ckpt->num_steps;
 }

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p out/brown_cpu
-./train_gpt_cpu @scripts/brown_cpu.args --load out/brown_cpu/checkpoints "$@" 2>&1 | tee out/brown_cpu/train.log
+./train_gpt_cpu @scripts/brown_cpu.args --load out/brown_cpu/checkpoints "$@" 2>&1 | tee -a out/brown_cpu/train.log
 echo
 echo "checkpoints: out/brown_cpu/checkpoints (latest: iteration $(cat out/brown_cpu/checkpoints/latest_checkpointed_iteration.txt))"
 echo "metrics:     out/brown_cpu/metrics.jsonl    log: out/brown_cpu/train.log"

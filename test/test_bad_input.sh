@@ -13,8 +13,14 @@ expect_fail 2 "--lr: 'nan' is not a finite number" $K "${TINY[@]}" --train-iters
 expect_fail 2 "--seed: '99999999999999999999' is not an integer" $K "${TINY[@]}" --train-iters 1 --seed 99999999999999999999
 expect_fail 2 "--lr-decay-style: 'exp' is not one of" $K "${TINY[@]}" --train-iters 1 --lr-decay-style exp
 expect_fail 2 "--override-lr-scheduler: 'maybe' is not true or false" $K "${TINY[@]}" --train-iters 1 --override-lr-scheduler=maybe
+expect_fail 2 "--lr: '1e999' is not a finite number" $K "${TINY[@]}" --train-iters 1 --lr 1e999
+expect_fail 2 "--lr: 'inf' is not a finite number" $K "${TINY[@]}" --train-iters 1 --lr inf
+expect_fail 2 "--lr: '' is not a finite number" $K "${TINY[@]}" --train-iters 1 --lr=
+expect_fail 2 "--train-iters must be >= 0" $K "${TINY[@]}" --train-iters -1
+expect_fail 2 "--micro-batch-size must be <= 2147483647" $K "${TINY[@]}" --train-iters 1 --micro-batch-size 4294967297
+expect_fail 2 "--adam-beta2 must be in" $K "${TINY[@]}" --train-iters 4 --adam-beta2 1.0
 expect_fail 2 "unexpected argument 'stray'" $K "${TINY[@]}" --train-iters 1 stray
-expect_fail 2 "--micro-batch-size must be > 0" $K "${TINY[@]}" --train-iters 1 --micro-batch-size 0
+expect_fail 2 "--micro-batch-size must be >= 1 \(got 0\)" $K "${TINY[@]}" --train-iters 1 --micro-batch-size 0
 expect_fail 2 "exactly one of --train-iters and --train-samples" $K "${TINY[@]}" --train-iters 2 --train-samples 8
 expect_fail 2 "exactly one of --train-iters and --train-samples" $K "${TINY[@]}"
 expect_fail 2 "--global-batch-size 5 is not divisible" $K "${TINY[@]}" --train-iters 1 --global-batch-size 5
@@ -53,7 +59,16 @@ cp -r "$TMP/ck" "$TMP/state"
 sed -i 's/^consumed_samples = 16/consumed_samples = 17/' "$TMP/state/iter_0000004/state.txt"
 expect_fail 1 "state.txt': checksum mismatch" $K "${TINY[@]}" --train-iters 4 --load "$TMP/state"
 echo "x" >"$TMP/ck2" && mkdir -p "$TMP/badlatest" && echo "four" >"$TMP/badlatest/latest_checkpointed_iteration.txt"
+mkdir -p "$TMP/gone" && echo 7 >"$TMP/gone/latest_checkpointed_iteration.txt"
+expect_fail 1 "gone/iter_0000007/state.txt': missing" $K "${TINY[@]}" --train-iters 4 --load "$TMP/gone"
 expect_fail 1 "does not hold one iteration number" $K "${TINY[@]}" --train-iters 4 --load "$TMP/badlatest"
 # -- llm.c model files
+# an llm.c header whose padded vocabulary (2e9) implies a huge file: refused before allocating
+node -e "
+const b = Buffer.alloc(1024 + 64);
+[20240326, 3, 16, 50257, 2, 2, 32, 2000000000].forEach((v, i) => b.writeInt32LE(v, 4 * i));
+require('fs').writeFileSync(process.argv[1], b);" "$TMP/fake_llmc.bin"
+expect_fail 1 "bytes, but its header's shape needs" $K "${TINY[@]}" --train-iters 4 --load-llmc "$TMP/fake_llmc.bin"
+expect_fail 2 "validation set holds" $K "${TINY[@]}" --train-iters 4 --eval-iters 100000
 expect_fail 1 "llm.c model file '$TMP/bad.bin': truncated header" $K "${TINY[@]}" --train-iters 4 --load-llmc "$TMP/bad.bin"
 finish

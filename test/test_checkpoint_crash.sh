@@ -18,4 +18,20 @@ for stage in model rename latest; do
   done
   [ ! -e "$d/iter_0000006.tmp" ] && ok "$stage: stale temp directory cleaned" || fail "$stage: temp dir left behind"
 done
+# Re-saving an iteration that already exists swaps directories (old → iter_N.old, new → iter_N):
+# killed between the two renames, `latest` still names a loadable checkpoint, and the next save
+# cleans up. The `latest` stage above left iter_0000006 complete with latest = 3; reproduce that.
+d="$TMP/swap"
+$KEEL "${TINY[@]}" --train-iters 6 --exit-interval 3 --save "$d" >"$d.1.log" 2>&1 || fail "swap: first part"
+KEEL_FAULT_SAVE=latest $KEEL "${TINY[@]}" --train-iters 6 --load "$d" --save "$d" >"$d.2.log" 2>&1
+[ -d "$d/iter_0000006" ] || fail "swap: setup did not leave iter_0000006"
+KEEL_FAULT_SAVE=swap $KEEL "${TINY[@]}" --train-iters 6 --load "$d" --save "$d" >"$d.3.log" 2>&1
+[ $? -eq 137 ] && ok "swap: killed between the renames" || fail "swap: expected SIGKILL"
+[ -d "$d/iter_0000006.old" ] && [ ! -d "$d/iter_0000006" ] && ok "swap: old directory set aside" || fail "swap: unexpected layout"
+$KEEL "${TINY[@]}" --train-iters 6 --load "$d" --save "$d" >"$d.4.log" 2>&1 || fail "swap: resume"
+grep -q "successfully loaded checkpoint from $d at iteration 3" "$d.4.log" || fail "swap: did not resume from 3"
+for f in model.bin optimizer.bin state.txt; do
+  cmp -s "$TMP/ref/iter_0000006/$f" "$d/iter_0000006/$f" || fail "swap: $f differs from the uninterrupted run"
+done
+[ ! -e "$d/iter_0000006.old" ] && ok "swap: set-aside directory removed after the save" || fail "swap: .old left"
 finish

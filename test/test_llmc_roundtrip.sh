@@ -20,4 +20,19 @@ $KEEL "${A[@]}" --lr 0 --weight-decay 0 --train-iters 1 --load-llmc "$TMP/c.bin"
 cmp -s "$TMP/a.bin" "$TMP/d.bin" && ok "50304 -> 50257 -> 50304 padding round trip is byte-identical" || fail "repad round trip differs"
 # a shape mismatch is refused with the file's shape in the message
 expect_fail 2 "is maxT=16 V=50257 L=2 NH=2 C=32" $KEEL "${A[@]}" --lr 0 --train-iters 1 --num-layers 3 --load-llmc "$TMP/a.bin"
+# Layout against llm.c's own order, built independently here (not through keel's table): tensor k
+# of llm.c's list is filled with (k+1)/64; keel loads it, trains one step at lr 0 and saves; its
+# canonical model.bin must hold exactly the llm.c tensors in llm.c's order.
+node -e "
+const [maxT, V, L, NH, C, Vp] = [16, 50257, 2, 2, 32, 50304];
+const sizes = [Vp*C, maxT*C, L*C, L*C, L*3*C*C, L*3*C, L*C*C, L*C, L*C, L*C, L*4*C*C, L*4*C, L*4*C*C, L*C, C, C];
+const total = sizes.reduce((a, b) => a + b, 0);
+const b = Buffer.alloc(1024 + 4 * total);
+[20240326, 3, maxT, V, L, NH, C, Vp].forEach((v, i) => b.writeInt32LE(v, 4 * i));
+let off = 1024;
+sizes.forEach((n, k) => { for (let i = 0; i < n; i++, off += 4) b.writeFloatLE(k == 0 && i >= V*C ? 0 : (k + 1) / 64, off); });
+require('fs').writeFileSync(process.argv[1], b);" "$TMP/llmc_order.bin"
+$KEEL "${A[@]}" --lr 0 --weight-decay 0 --train-iters 1 --load-llmc "$TMP/llmc_order.bin" --save "$TMP/ord" >"$TMP/5.log" 2>&1 || { fail "load llm.c-ordered file"; tail -3 "$TMP/5.log"; }
+cmp -s <(tail -c +1025 "$TMP/llmc_order.bin") <(tail -c +65 "$TMP/ord/iter_0000001/model.bin") \
+  && ok "an independently laid-out llm.c file lands tensor by tensor in keel's canonical buffer" || fail "llm.c layout differs from keel's canonical layout"
 finish

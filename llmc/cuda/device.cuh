@@ -1,0 +1,28 @@
+// cuda/device.cuh — what the CUDA build links against, reported at start-up.
+//
+// Until the CUDA op set lands (kernels, cuBLASLt matmuls, bf16), train_gpt runs the CPU kernels on
+// the host. This file is the first piece of the CUDA backend: it queries the CUDA runtime,
+// cuBLASLt, NCCL and MPI, so the start-up line shows which versions the binary really linked and
+// how many GPUs it sees — and so the link is real, not dropped by the linker.
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstdio>
+
+static inline void cuda_report(void) {
+    int devices = 0, runtime = 0, nccl = 0;
+    cudaError_t err = cudaGetDeviceCount(&devices);
+    cudaRuntimeGetVersion(&runtime);
+    ncclGetVersion(&nccl);
+    size_t lt = cublasLtGetVersion();
+    char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0;
+    MPI_Get_library_version(mpi, &len);
+    for (int i = 0; i < len; i++)
+        if (mpi[i] == '\n' || mpi[i] == ',') { mpi[i] = '\0'; break; }
+    printf("cuda: runtime %d, %d device(s)%s%s | cuBLASLt %zu | NCCL %d | %s\n", runtime, err == cudaSuccess ? devices : 0,
+           err == cudaSuccess ? "" : " — ", err == cudaSuccess ? "" : cudaGetErrorString(err), lt, nccl, mpi);
+}
