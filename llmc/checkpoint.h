@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <map>
 #include <string>
 
@@ -40,6 +41,26 @@ struct TrainState {
     LRSchedule schedule;
     uint64_t seed;  // the RNG key: all randomness is counter-based on it (llmc/rand.h)
 };
+
+// The one list of TrainState fields in state.txt: writer and reader both walk it (STYLE 4).
+// The decay style is written by name, beside this table.
+struct StateField { const char* key; size_t offset; bool is_double; };
+#define KEEL_STATE(key, member, is_double) {key, offsetof(TrainState, member), is_double}
+static const StateField STATE_FIELDS[] = {
+    KEEL_STATE("iteration", iteration, false),
+    KEEL_STATE("consumed_samples", consumed_samples, false),
+    KEEL_STATE("consumed_tokens", consumed_tokens, false),
+    KEEL_STATE("skipped_iterations", skipped_iterations, false),
+    KEEL_STATE("nan_iterations", nan_iterations, false),
+    KEEL_STATE("optimizer_step", optimizer_step, false),
+    KEEL_STATE("lr.max_lr", schedule.max_lr, true),
+    KEEL_STATE("lr.min_lr", schedule.min_lr, true),
+    KEEL_STATE("lr.warmup_steps", schedule.warmup_steps, true),
+    KEEL_STATE("lr.decay_steps", schedule.decay_steps, true),
+    KEEL_STATE("lr.num_steps", schedule.num_steps, false),
+    KEEL_STATE("rng.seed", seed, false),  // uint64 stored through its int64 bits
+};
+#undef KEEL_STATE
 
 // 64-bit checksum: FNV-style over 8-byte words with a final mix (detects torn and flipped data).
 static inline uint64_t checksum64(const void* data, size_t n) {
@@ -142,20 +163,13 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
     auto kv = [&](const char* k, const std::string& v) { t += k; t += " = "; t += v; t += "\n"; };
     auto i64 = [&](const char* k, long long v) { snprintf(buf, sizeof buf, "%lld", v); kv(k, buf); };
     auto dbl = [&](const char* k, double v) { kv(k, double_repr(v)); };
+    static_assert(sizeof(long long) == sizeof(int64_t) && sizeof(uint64_t) == sizeof(int64_t), "state fields are 64-bit");
     kv("format", "keel-checkpoint-1");
-    i64("iteration", s->iteration);
-    i64("consumed_samples", s->consumed_samples);
-    i64("consumed_tokens", s->consumed_tokens);
-    i64("skipped_iterations", s->skipped_iterations);
-    i64("nan_iterations", s->nan_iterations);
-    i64("optimizer_step", s->optimizer_step);
-    dbl("lr.max_lr", s->schedule.max_lr);
-    dbl("lr.min_lr", s->schedule.min_lr);
-    dbl("lr.warmup_steps", s->schedule.warmup_steps);
-    dbl("lr.decay_steps", s->schedule.decay_steps);
+    for (const StateField& f : STATE_FIELDS) {
+        const char* p = (const char*)s + f.offset;
+        if (f.is_double) dbl(f.key, *(const double*)p); else i64(f.key, *(const long long*)p);
+    }
     kv("lr.decay_style", LR_DECAY_NAMES[s->schedule.style]);
-    i64("lr.num_steps", s->schedule.num_steps);
-    i64("rng.seed", (long long)s->seed);
     i64("model.num_layers", g->num_layers);
     i64("model.channels", g->channels);
     i64("model.num_heads", g->num_heads);
@@ -250,10 +264,19 @@ static inline const std::string& ckpt_get(const std::map<std::string, std::strin
     return it->second;
 }
 static inline long long ckpt_get_i64(const std::map<std::string, std::string>& kv, const char* key, const std::string& path) {
-    return strtoll(ckpt_get(kv, key, path).c_str(), nullptr, 10);
+    const std::string& v = ckpt_get(kv, key, path);
+    char* end = nullptr;
+    errno = 0;
+    long long x = strtoll(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || errno == ERANGE) keel_die("checkpoint file '%s': '%s' is not an integer for %s", path.c_str(), v.c_str(), key);
+    return x;
 }
 static inline double ckpt_get_f64(const std::map<std::string, std::string>& kv, const char* key, const std::string& path) {
-    return strtod(ckpt_get(kv, key, path).c_str(), nullptr);
+    const std::string& v = ckpt_get(kv, key, path);
+    char* end = nullptr;
+    double x = strtod(v.c_str(), &end);
+    if (v.empty() || *end != '\0' || !std::isfinite(x)) keel_die("checkpoint file '%s': '%s' is not a number for %s", path.c_str(), v.c_str(), key);
+    return x;
 }
 
 // Loads iteration `iteration` of dir: verifies every file, refuses a different model shape, fills
@@ -282,20 +305,12 @@ static inline void ckpt_load(const std::string& dir, int64_t iteration, float* p
     ckpt_read_file(idir + "/optimizer.bin", mv.data(), (uint64_t)n * 2, CKPT_KIND_OPTIMIZER);
     memcpy(m, mv.data(), (size_t)n * sizeof(float));
     memcpy(v, mv.data() + n, (size_t)n * sizeof(float));
-    s->iteration = ckpt_get_i64(kv, "iteration", spath);
-    if (s->iteration != iteration) keel_die("checkpoint file '%s': says iteration %lld, expected %lld", spath.c_str(), (long long)s->iteration, (long long)iteration);
-    s->consumed_samples = ckpt_get_i64(kv, "consumed_samples", spath);
-    s->consumed_tokens = ckpt_get_i64(kv, "consumed_tokens", spath);
-    s->skipped_iterations = ckpt_get_i64(kv, "skipped_iterations", spath);
-    s->nan_iterations = ckpt_get_i64(kv, "nan_iterations", spath);
-    s->optimizer_step = ckpt_get_i64(kv, "optimizer_step", spath);
-    s->schedule.max_lr = ckpt_get_f64(kv, "lr.max_lr", spath);
-    s->schedule.min_lr = ckpt_get_f64(kv, "lr.min_lr", spath);
-    s->schedule.warmup_steps = ckpt_get_f64(kv, "lr.warmup_steps", spath);
-    s->schedule.decay_steps = ckpt_get_f64(kv, "lr.decay_steps", spath);
+    for (const StateField& f : STATE_FIELDS) {
+        char* p = (char*)s + f.offset;
+        if (f.is_double) *(double*)p = ckpt_get_f64(kv, f.key, spath); else *(long long*)p = ckpt_get_i64(kv, f.key, spath);
+    }
     s->schedule.style = lr_decay_style_parse(ckpt_get(kv, "lr.decay_style", spath));
-    s->schedule.num_steps = ckpt_get_i64(kv, "lr.num_steps", spath);
-    s->seed = (uint64_t)ckpt_get_i64(kv, "rng.seed", spath);
+    if (s->iteration != iteration) keel_die("checkpoint file '%s': says iteration %lld, expected %lld", spath.c_str(), (long long)s->iteration, (long long)iteration);
     // Trajectory flags that changed since the checkpoint: allowed, but said out loud.
     for (int i = 0; i < NUM_FLAGS; i++) {
         if (FLAGS[i].kind != FK_STATE) continue;
