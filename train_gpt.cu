@@ -180,7 +180,7 @@ static bool trainer_resume(Trainer* tr) {
     }
     int64_t n = tr->model.table.total;
     std::vector<float> params(n), m(n), v(n);
-    TrainState saved;
+    TrainState saved{};
     ckpt_load(dir, it, params.data(), m.data(), v.data(), n, &saved, &tr->gcfg, &tr->cfg);
     backend_copy_to_device(tr->model.params, params.data(), n * sizeof(float));
     backend_copy_to_device(tr->opt.m, m.data(), n * sizeof(float));

@@ -29,23 +29,46 @@ struct Config {
     int64_t make_vocab_size_divisible_by = 128;
     int64_t vocab_size = 50257;
     double init_method_std = 0.02;
+    std::string init_method = "std";               // std | small_init | mt_nlg (KNOBS §1.4)
+    // architecture and numerics knobs (KNOBS §2, §10, §11, §12); all off by default
+    bool embed_layernorm = false, stable_embedding = false;
+    std::string position_embedding_type = "learned", position_embedding_init = "normal";
+    std::string activation = "gelu", attention_scaling = "standard";
+    bool apply_query_key_layer_scaling = false, normformer = false;
+    double hidden_dropout = 0.0, attention_dropout = 0.0, embed_dropout = NAN;  // NaN: = hidden dropout
     // batch and duration
     int64_t micro_batch_size = 4, global_batch_size = 0;  // 0: micro-batch × data-parallel size
-    int64_t train_iters = 0, train_samples = 0, exit_interval = 0;
+    int64_t train_iters = 0, train_samples = 0, train_tokens = 0, exit_interval = 0;
+    std::string rampup_batch_size;                 // "START INCR SAMPLES" (KNOBS §4)
+    // curriculum learning by sequence length (KNOBS §5)
+    bool curriculum_learning = false;
+    int64_t cl_min_seqlen = 0, cl_max_seqlen = 0, cl_difficulty_step = 8, cl_total_steps = 0;
+    std::string cl_schedule = "fixed_linear", cl_discrete_seqlens, cl_discrete_steps;
+    double cl_root_degree = 0.0;
+    std::string skip_train_iteration_range;        // "A-B C-D ..." (KNOBS §6, NVM semantics)
     // optimizer and schedule
     double lr = NAN, min_lr = 0.0;
     std::string lr_decay_style = "linear";
-    int64_t lr_warmup_iters = 0, lr_warmup_samples = 0, lr_decay_iters = 0, lr_decay_samples = 0;
+    int64_t lr_warmup_iters = 0, lr_warmup_samples = 0, lr_decay_iters = 0, lr_decay_samples = 0, lr_decay_tokens = 0;
     double lr_warmup_fraction = NAN;
     bool override_lr_scheduler = false, use_checkpoint_lr_scheduler = false;
     double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8, weight_decay = 0.01, clip_grad = 1.0;
     int64_t seed = 1234;
+    // update-skipping rules (KNOBS §8.4) and the gradient reduction (§8.5)
+    double skip_update_grad_norm_above = 0.0, skip_update_loss_zscore = 0.0, skip_update_norm_zscore = 0.0;
+    int64_t skip_update_window = 100;
+    double gradient_predivide_factor = 1.0;
+    // precision and loss scaling (KNOBS §7.1)
+    bool fp16 = false, bf16 = false;
+    double loss_scale = 0.0, initial_loss_scale = 4294967296.0, min_loss_scale = 1.0;
+    int64_t loss_scale_window = 1000, hysteresis = 2;
     // data
     std::string train_data_path, valid_data_path;
     std::string vocab_file = "data/gpt2/encoder.json", merge_file = "data/gpt2/vocab.bpe";
     // checkpoints
     std::string save, load, load_llmc, export_llmc;
     int64_t save_interval = 0;
+    bool no_load_optim = false, no_load_rng = false, finetune = false;  // recovery recipes (KNOBS §3.5)
     // logging and evaluation
     int64_t log_interval = 1, eval_interval = 0, eval_iters = 10, sample_interval = 0, sample_length = 64;
     std::string metrics_file;
@@ -55,9 +78,11 @@ enum FlagType { FT_INT, FT_FLOAT, FT_STR, FT_BOOL };
 enum FlagKind { FK_STATE, FK_RUN };
 
 enum : int64_t { NO_MIN = INT64_MIN, NO_MAX = INT64_MAX };
+enum { NARGS_MANY = -1 };
 
 struct Flag {
     const char* name;     // without the leading "--"
+    int nargs;            // values taken: 1, or N > 1 exactly, or NARGS_MANY (one or more); kept space-joined
     int64_t min, max;     // bounds of an FT_INT value (NO_MIN / NO_MAX: none), checked by config_validate
     FlagType type;
     size_t offset;        // offsetof(Config, field)
@@ -66,7 +91,8 @@ struct Flag {
     const char* help;
 };
 
-#define KEEL_FLAG(name, min, max, type, field, kind, choices, help) {name, min, max, type, offsetof(Config, field), kind, choices, help}
+#define KEEL_FLAG(name, min, max, type, field, kind, choices, help) {name, 1, min, max, type, offsetof(Config, field), kind, choices, help}
+#define KEEL_FLAGN(name, nargs, field, kind, help) {name, nargs, NO_MIN, NO_MAX, FT_STR, offsetof(Config, field), kind, nullptr, help}
 static const Flag FLAGS[] = {
     // model shape
     KEEL_FLAG("num-layers", 1, INT32_MAX, FT_INT, num_layers, FK_STATE, nullptr, "transformer layers L"),
@@ -80,12 +106,51 @@ static const Flag FLAGS[] = {
               "pad the vocabulary to a multiple of this"),
     KEEL_FLAG("init-method-std", NO_MIN, NO_MAX, FT_FLOAT, init_method_std, FK_STATE, nullptr,
               "sigma of the normal init; output projections use sigma/sqrt(2L)"),
+    KEEL_FLAG("init-method", NO_MIN, NO_MAX, FT_STR, init_method, FK_STATE, "std|small_init|mt_nlg",
+              "sigma from --init-method-std, or sqrt(2/(5h)) (small_init), or sqrt(1/(3h)) (mt_nlg)"),
+    // architecture and numerics knobs
+    KEEL_FLAG("embed-layernorm", NO_MIN, NO_MAX, FT_BOOL, embed_layernorm, FK_STATE, nullptr,
+              "LayerNorm on the word embedding, before positions and dropout (BigScience 104B/176B)"),
+    KEEL_FLAG("stable-embedding", NO_MIN, NO_MAX, FT_BOOL, stable_embedding, FK_STATE, nullptr,
+              "bitsandbytes StableEmbedding: xavier-uniform word embedding + the embedding LayerNorm"),
+    KEEL_FLAG("position-embedding-type", NO_MIN, NO_MAX, FT_STR, position_embedding_type, FK_STATE, "learned|absolute|alibi",
+              "learned (= absolute) position table, or ALiBi attention biases (BLOOM)"),
+    KEEL_FLAG("position-embedding-init", NO_MIN, NO_MAX, FT_STR, position_embedding_init, FK_STATE, "normal|sinusoidal",
+              "init of the learned position table (OPT 11.xx: sinusoidal)"),
+    KEEL_FLAG("activation", NO_MIN, NO_MAX, FT_STR, activation, FK_STATE, "gelu|relu", "MLP activation (gelu: tanh approximation; OPT: relu)"),
+    KEEL_FLAG("attention-scaling", NO_MIN, NO_MAX, FT_STR, attention_scaling, FK_STATE, "standard|qk-inward",
+              "scale scores after QK^T, or q and k each by d^-1/4 before it (OPT, Megatron-DeepSpeed PR 118)"),
+    KEEL_FLAG("apply-query-key-layer-scaling", NO_MIN, NO_MAX, FT_BOOL, apply_query_key_layer_scaling, FK_STATE, nullptr,
+              "scores computed at 1/layer scale, multiplied back inside an fp32 softmax (Megatron)"),
+    KEEL_FLAG("normformer", NO_MIN, NO_MAX, FT_BOOL, normformer, FK_STATE, nullptr,
+              "NormFormer: per-head scale, post-attention LayerNorm, LayerNorm after the MLP activation (OPT 11.xx)"),
+    KEEL_FLAG("hidden-dropout", NO_MIN, NO_MAX, FT_FLOAT, hidden_dropout, FK_STATE, nullptr,
+              "dropout on the attention and MLP outputs before the residual add"),
+    KEEL_FLAG("attention-dropout", NO_MIN, NO_MAX, FT_FLOAT, attention_dropout, FK_STATE, nullptr, "dropout on the attention probabilities"),
+    KEEL_FLAG("embed-dropout", NO_MIN, NO_MAX, FT_FLOAT, embed_dropout, FK_STATE, nullptr,
+              "dropout on the embedding output (unset: = --hidden-dropout, as Megatron; OPT: 0)"),
     // batch and duration
     KEEL_FLAG("micro-batch-size", 1, INT32_MAX, FT_INT, micro_batch_size, FK_STATE, nullptr, "samples per micro-batch per data-parallel rank"),
     KEEL_FLAG("global-batch-size", 0, NO_MAX, FT_INT, global_batch_size, FK_STATE, nullptr,
               "samples per iteration (0: micro-batch x DP); the rest is gradient accumulation"),
     KEEL_FLAG("train-iters", 0, NO_MAX, FT_INT, train_iters, FK_STATE, nullptr, "iterations to train (or --train-samples)"),
     KEEL_FLAG("train-samples", 0, NO_MAX, FT_INT, train_samples, FK_STATE, nullptr, "samples to train (or --train-iters)"),
+    KEEL_FLAG("train-tokens", 0, NO_MAX, FT_INT, train_tokens, FK_STATE, nullptr,
+              "also stop once this many tokens are consumed (a real stop condition); 0: off"),
+    KEEL_FLAGN("rampup-batch-size", 3, rampup_batch_size, FK_STATE,
+               "START INCR SAMPLES: global batch grows from START by INCR over SAMPLES samples (sample-based runs)"),
+    KEEL_FLAG("curriculum-learning", NO_MIN, NO_MAX, FT_BOOL, curriculum_learning, FK_STATE, nullptr,
+              "sequence-length curriculum: train on truncated samples, growing to full length"),
+    KEEL_FLAG("cl-min-seqlen", 0, INT32_MAX, FT_INT, cl_min_seqlen, FK_STATE, nullptr, "curriculum start length"),
+    KEEL_FLAG("cl-max-seqlen", 0, INT32_MAX, FT_INT, cl_max_seqlen, FK_STATE, nullptr, "curriculum end length (0: --seq-length)"),
+    KEEL_FLAG("cl-difficulty-step", 1, INT32_MAX, FT_INT, cl_difficulty_step, FK_STATE, nullptr, "curriculum lengths are multiples of this"),
+    KEEL_FLAG("cl-total-steps", 0, NO_MAX, FT_INT, cl_total_steps, FK_STATE, nullptr, "iterations until the full length (fixed_linear/root)"),
+    KEEL_FLAG("cl-schedule", NO_MIN, NO_MAX, FT_STR, cl_schedule, FK_STATE, "fixed_linear|fixed_root|fixed_discrete", "curriculum schedule"),
+    KEEL_FLAG("cl-root-degree", NO_MIN, NO_MAX, FT_FLOAT, cl_root_degree, FK_STATE, nullptr, "root degree r of fixed_root"),
+    KEEL_FLAGN("cl-discrete-seqlens", NARGS_MANY, cl_discrete_seqlens, FK_STATE, "fixed_discrete: lengths d0 .. dn"),
+    KEEL_FLAGN("cl-discrete-steps", NARGS_MANY, cl_discrete_steps, FK_STATE, "fixed_discrete: last iteration of each length but the final one"),
+    KEEL_FLAGN("skip-train-iteration-range", NARGS_MANY, skip_train_iteration_range, FK_STATE,
+               "A-B [C-D ...]: consume these iterations' batches without training on them (1-based, inclusive)"),
     KEEL_FLAG("exit-interval", 0, NO_MAX, FT_INT, exit_interval, FK_RUN, nullptr,
               "stop after an iteration that is a multiple of this (saving first if --save); 0: off"),
     // optimizer and schedule
@@ -97,6 +162,8 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("lr-warmup-fraction", NO_MIN, NO_MAX, FT_FLOAT, lr_warmup_fraction, FK_STATE, nullptr, "warmup as a fraction of the decay span"),
     KEEL_FLAG("lr-decay-iters", 0, NO_MAX, FT_INT, lr_decay_iters, FK_STATE, nullptr, "decay span in iterations (0: --train-iters)"),
     KEEL_FLAG("lr-decay-samples", 0, NO_MAX, FT_INT, lr_decay_samples, FK_STATE, nullptr, "decay span in samples (0: --train-samples)"),
+    KEEL_FLAG("lr-decay-tokens", 0, NO_MAX, FT_INT, lr_decay_tokens, FK_STATE, nullptr,
+              "decay over consumed tokens instead (warmup stays in samples); 0: off"),
     KEEL_FLAG("override-lr-scheduler", NO_MIN, NO_MAX, FT_BOOL, override_lr_scheduler, FK_RUN, nullptr,
               "on --load, take the schedule from the command line"),
     KEEL_FLAG("use-checkpoint-lr-scheduler", NO_MIN, NO_MAX, FT_BOOL, use_checkpoint_lr_scheduler, FK_RUN, nullptr,
@@ -106,7 +173,26 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("adam-eps", NO_MIN, NO_MAX, FT_FLOAT, adam_eps, FK_STATE, nullptr, "Adam epsilon"),
     KEEL_FLAG("weight-decay", NO_MIN, NO_MAX, FT_FLOAT, weight_decay, FK_STATE, nullptr, "decoupled weight decay (not on biases, LayerNorms)"),
     KEEL_FLAG("clip-grad", NO_MIN, NO_MAX, FT_FLOAT, clip_grad, FK_STATE, nullptr, "global-norm clipping threshold (0: off)"),
-    KEEL_FLAG("seed", 0, NO_MAX, FT_INT, seed, FK_STATE, nullptr, "key of every random number (init, data order, sampling)"),
+    KEEL_FLAG("seed", 0, NO_MAX, FT_INT, seed, FK_STATE, nullptr, "key of every random number (init, data order, dropout, sampling)"),
+    KEEL_FLAG("skip-update-grad-norm-above", NO_MIN, NO_MAX, FT_FLOAT, skip_update_grad_norm_above, FK_STATE, nullptr,
+              "reject the batch (no update, no schedule step) if the grad norm exceeds this (OPT); 0: off"),
+    KEEL_FLAG("skip-update-loss-zscore", NO_MIN, NO_MAX, FT_FLOAT, skip_update_loss_zscore, FK_STATE, nullptr,
+              "skip the update if the loss is this many standard deviations above the recent window; 0: off"),
+    KEEL_FLAG("skip-update-norm-zscore", NO_MIN, NO_MAX, FT_FLOAT, skip_update_norm_zscore, FK_STATE, nullptr,
+              "skip the update if the grad norm is this many standard deviations above the recent window; 0: off"),
+    KEEL_FLAG("skip-update-window", 2, NO_MAX, FT_INT, skip_update_window, FK_STATE, nullptr,
+              "iterations in the z-score window (updated iterations only)"),
+    KEEL_FLAG("gradient-predivide-factor", NO_MIN, NO_MAX, FT_FLOAT, gradient_predivide_factor, FK_STATE, nullptr,
+              "divide gradients by F before the data-parallel sum and by DP/F after"),
+    // precision and loss scaling
+    KEEL_FLAG("fp16", NO_MIN, NO_MAX, FT_BOOL, fp16, FK_STATE, nullptr,
+              "fp16 gradients with dynamic loss scaling (CPU: emulated by rounding gradients to binary16)"),
+    KEEL_FLAG("bf16", NO_MIN, NO_MAX, FT_BOOL, bf16, FK_STATE, nullptr, "bf16 mixed precision (CUDA trainer)"),
+    KEEL_FLAG("loss-scale", NO_MIN, NO_MAX, FT_FLOAT, loss_scale, FK_STATE, nullptr, "static loss scale; 0: dynamic under --fp16, none otherwise"),
+    KEEL_FLAG("initial-loss-scale", NO_MIN, NO_MAX, FT_FLOAT, initial_loss_scale, FK_STATE, nullptr, "dynamic scaler: starting scale"),
+    KEEL_FLAG("min-loss-scale", NO_MIN, NO_MAX, FT_FLOAT, min_loss_scale, FK_STATE, nullptr, "dynamic scaler: floor"),
+    KEEL_FLAG("loss-scale-window", 1, NO_MAX, FT_INT, loss_scale_window, FK_STATE, nullptr, "dynamic scaler: clean iterations before doubling"),
+    KEEL_FLAG("hysteresis", 1, NO_MAX, FT_INT, hysteresis, FK_STATE, nullptr, "dynamic scaler: overflows tolerated before halving"),
     // data
     KEEL_FLAG("train-data-path", NO_MIN, NO_MAX, FT_STR, train_data_path, FK_RUN, nullptr, "training shards: path, glob or comma list (required)"),
     KEEL_FLAG("valid-data-path", NO_MIN, NO_MAX, FT_STR, valid_data_path, FK_RUN, nullptr, "validation shards (needed for --eval-interval)"),
@@ -116,6 +202,12 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("save", NO_MIN, NO_MAX, FT_STR, save, FK_RUN, nullptr, "checkpoint directory to write"),
     KEEL_FLAG("save-interval", 0, NO_MAX, FT_INT, save_interval, FK_RUN, nullptr, "save every N iterations (and at the end); 0: only at the end"),
     KEEL_FLAG("load", NO_MIN, NO_MAX, FT_STR, load, FK_RUN, nullptr, "checkpoint directory to resume from (latest iteration)"),
+    KEEL_FLAG("no-load-optim", NO_MIN, NO_MAX, FT_BOOL, no_load_optim, FK_RUN, nullptr,
+              "on --load, start Adam (moments, step) and the loss scaler fresh (the optimizer-reset recipe)"),
+    KEEL_FLAG("no-load-rng", NO_MIN, NO_MAX, FT_BOOL, no_load_rng, FK_RUN, nullptr,
+              "on --load, key dropout and sampling by --seed instead of the checkpoint's key"),
+    KEEL_FLAG("finetune", NO_MIN, NO_MAX, FT_BOOL, finetune, FK_RUN, nullptr,
+              "on --load, take only the weights: iteration, counters, optimizer, schedule and RNG start fresh"),
     KEEL_FLAG("load-llmc", NO_MIN, NO_MAX, FT_STR, load_llmc, FK_RUN, nullptr, "initialise the weights from an llm.c GPT-2 model file"),
     KEEL_FLAG("export-llmc", NO_MIN, NO_MAX, FT_STR, export_llmc, FK_RUN, nullptr, "write the final weights as an llm.c GPT-2 model file"),
     // logging and evaluation
@@ -127,6 +219,7 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("metrics-file", NO_MIN, NO_MAX, FT_STR, metrics_file, FK_RUN, nullptr, "JSONL metrics, one object per iteration"),
 };
 #undef KEEL_FLAG
+#undef KEEL_FLAGN
 static const int NUM_FLAGS = (int)(sizeof(FLAGS) / sizeof(FLAGS[0]));
 
 template <typename T> static inline T* flag_field(Config* c, const Flag* f) { return (T*)((char*)c + f->offset); }
@@ -219,7 +312,8 @@ static inline void flags_usage(FILE* out, const char* program) {
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* f = &FLAGS[i];
         std::string def = flag_value_string(&defaults, f);
-        const char* meta = f->type == FT_INT ? " N" : f->type == FT_FLOAT ? " X" : f->type == FT_STR ? " S" : "";
+        const char* meta = f->nargs == NARGS_MANY ? " S [S ...]" : f->nargs == 3 ? " A B C"
+                         : f->type == FT_INT ? " N" : f->type == FT_FLOAT ? " X" : f->type == FT_STR ? " S" : "";
         char head[80];
         snprintf(head, sizeof head, "--%s%s", f->name, meta);
         fprintf(out, "  %-36s %s", head, f->help);
@@ -250,13 +344,42 @@ static inline bool flags_parse(Config* c, int argc, char** argv) {
             flag_set(c, f, has_value ? value : "true");
             continue;
         }
-        if (!has_value) {
+        if (!has_value && f->nargs != 1) {  // multi-value: the following words up to the next --flag
+            int got = 0;
+            while (i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0 && (f->nargs == NARGS_MANY || got < f->nargs)) {
+                value += (got++ ? " " : "") + args[++i];
+            }
+            if (got == 0 || (f->nargs > 1 && got != f->nargs))
+                keel_usage_error("--%s takes %s value(s), got %d", f->name, f->nargs > 1 ? std::to_string(f->nargs).c_str() : "one or more", got);
+        } else if (!has_value) {
             if (i + 1 >= args.size()) keel_usage_error("--%s needs a value", f->name);
             value = args[++i];
         }
         flag_set(c, f, value);
     }
     return true;
+}
+
+// The instability knobs: ranges and combinations (the schedule knobs' own arithmetic is checked
+// where they are built, in llmc/schedule.h).
+static inline void config_validate_knobs(Config* c) {
+    struct { const char* name; double v; } probs[] = {
+        {"hidden-dropout", c->hidden_dropout}, {"attention-dropout", c->attention_dropout}, {"embed-dropout", c->embed_dropout}};
+    for (auto& p : probs)
+        if (!std::isnan(p.v) && (p.v < 0 || p.v >= 1)) keel_usage_error("--%s must be in [0, 1) (got %g)", p.name, p.v);
+    if (c->position_embedding_type == "absolute") c->position_embedding_type = "learned";  // Megatron's name
+    if (c->position_embedding_type == "alibi" && c->position_embedding_init != "normal")
+        keel_usage_error("--position-embedding-init applies to learned positions, not --position-embedding-type alibi");
+    if (c->skip_update_grad_norm_above < 0 || c->skip_update_loss_zscore < 0 || c->skip_update_norm_zscore < 0)
+        keel_usage_error("--skip-update-grad-norm-above/--skip-update-loss-zscore/--skip-update-norm-zscore must be >= 0 (0: off)");
+    if (c->gradient_predivide_factor <= 0) keel_usage_error("--gradient-predivide-factor must be > 0");
+    if (c->fp16 && c->bf16) keel_usage_error("--fp16 and --bf16 are mutually exclusive");
+    if (c->loss_scale < 0) keel_usage_error("--loss-scale must be >= 0 (0: dynamic under --fp16)");
+    if (c->initial_loss_scale <= 0 || c->min_loss_scale <= 0 || c->min_loss_scale > c->initial_loss_scale)
+        keel_usage_error("need 0 < --min-loss-scale (%g) <= --initial-loss-scale (%g)", c->min_loss_scale, c->initial_loss_scale);
+    if (c->finetune && c->load.empty()) keel_usage_error("--finetune needs --load DIR (the weights to start from)");
+    if ((c->no_load_optim || c->no_load_rng) && c->load.empty())
+        keel_usage_error("--no-load-optim/--no-load-rng need --load DIR");
 }
 
 // Rejects contradictory or impossible combinations (exit 2, one line naming the flags).
@@ -305,6 +428,7 @@ static inline void config_validate(Config* c, int dp_size) {
     if (c->weight_decay < 0) keel_usage_error("--weight-decay must be >= 0");
     if (c->clip_grad < 0) keel_usage_error("--clip-grad must be >= 0 (0 turns clipping off)");
     if (c->init_method_std <= 0) keel_usage_error("--init-method-std must be > 0");
+    config_validate_knobs(c);
     if (c->train_data_path.empty()) keel_usage_error("--train-data-path is required");
     if (c->eval_interval > 0 && c->valid_data_path.empty())
         keel_usage_error("--eval-interval needs --valid-data-path");
