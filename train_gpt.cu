@@ -22,6 +22,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/data.h"
 #include "llmc/flags.h"
+#include "llmc/init.h"
 #include "llmc/log.h"
 #include "llmc/model.h"
 #include "llmc/optimizer.h"
@@ -40,6 +41,7 @@ struct Trainer {
     bool have_tok = false;
     Logger log;
     int64_t train_iters = 0, grad_accum = 0;
+    double init_sigma = 0;   // σ of the normal init (--init-method / --init-method-std)
     std::vector<int> sample, inputs, targets;  // (T+1), (B,T), (B,T) on the host
 };
 
@@ -76,14 +78,16 @@ static IterationRecord trainer_iteration(Trainer* tr) {
     gpt_zero_grad(&tr->model);
     double loss_sum = 0;
     for (int64_t mb = 0; mb < tr->grad_accum; mb++) {
-        trainer_read_batch(tr, &tr->train_data, tr->st.consumed_samples + mb * B, B, T);
+        int64_t first = tr->st.consumed_samples + mb * B;
+        trainer_read_batch(tr, &tr->train_data, first, B, T);
+        gpt_set_dropout(&tr->model, true, tr->st.seed, first);
         loss_sum += gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
         gpt_backward(&tr->model, B, T, 1.0 / ((double)gbs * T));
     }
     double loss = loss_sum / (double)tr->grad_accum;
     double lr = lr_schedule_get(&tr->st.schedule);
     StepResult r = optimizer_step(&tr->opt, &tr->model, c, lr, loss);
-    if (!r.skipped) lr_schedule_step(&tr->st.schedule, gbs);
+    if (!r.skipped) lr_schedule_step(&tr->st.schedule, gbs, tr->st.consumed_tokens);
     tr->st.iteration++;
     tr->st.consumed_samples += gbs;
     tr->st.consumed_tokens += gbs * T;
@@ -121,6 +125,7 @@ static double trainer_evaluate(Trainer* tr) {
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
     int64_t batches = c->eval_iters * tr->grad_accum;
     double sum = 0;
+    gpt_set_dropout(&tr->model, false, 0, 0);
     for (int64_t i = 0; i < batches; i++) {
         trainer_read_batch(tr, &tr->valid_data, i * B, B, T);
         sum += gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
@@ -135,6 +140,7 @@ static void trainer_print_sample(Trainer* tr) {
     int T = tr->model.T, V = g->vocab_size, Vp = g->padded_vocab_size;
     std::vector<int> toks = {TOKENIZER_EOT};
     std::vector<float> row(Vp);
+    gpt_set_dropout(&tr->model, false, 0, 0);
     for (int64_t pos = 0; pos < tr->cfg.sample_length; pos++) {
         int n = (int)toks.size() < T ? (int)toks.size() : T;
         const int* window = toks.data() + toks.size() - n;
@@ -214,6 +220,17 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     g->num_layers = (int)c->num_layers;
     g->num_heads = (int)c->num_attention_heads;
     g->channels = (int)c->hidden_size;
+    g->embed_layernorm = c->embed_layernorm || c->stable_embedding;
+    g->stable_embedding = c->stable_embedding;
+    g->alibi = c->position_embedding_type == "alibi";
+    g->sinusoidal_positions = c->position_embedding_init == "sinusoidal";
+    g->activation = c->activation == "relu" ? ACT_RELU : ACT_GELU;
+    g->attention_scaling = c->attention_scaling == "qk-inward" ? ATTN_SCALING_QK_INWARD : ATTN_SCALING_STANDARD;
+    g->qk_layer_scaling = c->apply_query_key_layer_scaling;
+    g->normformer = c->normformer;
+    g->hidden_dropout = c->hidden_dropout;
+    g->attention_dropout = c->attention_dropout;
+    g->embed_dropout = std::isnan(c->embed_dropout) ? c->hidden_dropout : c->embed_dropout;  // Megatron: = hidden
     tr->grad_accum = c->global_batch_size / c->micro_batch_size;
     tr->train_iters = c->train_iters > 0 ? c->train_iters : c->train_samples / c->global_batch_size;
     if (tr->train_iters == 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
@@ -223,6 +240,10 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     cuda_report();
 #endif
     flags_print(c);
+    tr->init_sigma = init_sigma(c->init_method, c->init_method_std, c->hidden_size);
+    if (c->init_method != "std")
+        printf("init: --init-method %s gives sigma = %s (output projections: %s)\n", c->init_method.c_str(),
+               double_repr(tr->init_sigma).c_str(), double_repr(tr->init_sigma / std::sqrt(2.0 * c->num_layers)).c_str());
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
     gpt_build(&tr->model, g, B, T);
     optimizer_init(&tr->opt, tr->model.table.total);
@@ -241,12 +262,13 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     if (!resumed) {
         if (!c->load_llmc.empty()) {
             std::vector<float> params(tr->model.table.total);
+            param_table_init(params.data(), &tr->model.table, g, tr->init_sigma, tr->st.seed);  // a knob's own tensors
             llmc_load(c->load_llmc.c_str(), params.data(), &tr->model.table, g);
             backend_copy_to_device(tr->model.params, params.data(), params.size() * sizeof(float));
             printf("initialised the weights from llm.c model file %s\n", c->load_llmc.c_str());
         } else {
             std::vector<float> params(tr->model.table.total);
-            param_table_init(params.data(), &tr->model.table, g, c->init_method_std, tr->st.seed);
+            param_table_init(params.data(), &tr->model.table, g, tr->init_sigma, tr->st.seed);
             backend_copy_to_device(tr->model.params, params.data(), params.size() * sizeof(float));
         }
     }

@@ -11,10 +11,13 @@
 #include "llmc/common.h"
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/classifier.h"
+#include "llmc/cpu/dropout.h"
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/gelu.h"
+#include "llmc/cpu/headscale.h"
 #include "llmc/cpu/layernorm.h"
 #include "llmc/cpu/matmul.h"
+#include "llmc/cpu/relu.h"
 #include "llmc/cpu/residual.h"
 
 #ifdef KEEL_CUDA

@@ -176,6 +176,9 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
     i64("model.vocab_size", g->vocab_size);
     i64("model.padded_vocab_size", g->padded_vocab_size);
     i64("model.max_seq_len", g->max_seq_len);
+    i64("model.embed_layernorm", g->embed_layernorm);
+    i64("model.alibi", g->alibi);
+    i64("model.normformer", g->normformer);
     i64("model.num_parameters", nparams);
     for (int i = 0; i < NUM_FLAGS; i++)
         if (FLAGS[i].kind == FK_STATE) kv((std::string("flag.") + FLAGS[i].name).c_str(), flag_value_string(c, &FLAGS[i]));
@@ -292,7 +295,8 @@ static inline void ckpt_load(const std::string& dir, int64_t iteration, float* p
     struct { const char* key; long long have; } shape[] = {
         {"model.num_layers", g->num_layers}, {"model.channels", g->channels}, {"model.num_heads", g->num_heads},
         {"model.vocab_size", g->vocab_size}, {"model.padded_vocab_size", g->padded_vocab_size},
-        {"model.max_seq_len", g->max_seq_len}};
+        {"model.max_seq_len", g->max_seq_len}, {"model.embed_layernorm", g->embed_layernorm}, {"model.alibi", g->alibi},
+        {"model.normformer", g->normformer}};
     for (auto& sh : shape) {
         long long saved = ckpt_get_i64(kv, sh.key, spath);
         if (saved != sh.have)
@@ -362,9 +366,16 @@ static inline void llmc_load(const char* path, float* params, const ParamTable* 
         keel_die_code(KEEL_EXIT_USAGE, "pass the file's shape: --num-layers --hidden-size --num-attention-heads --max-position-embeddings --vocab-size",
                       "llm.c model file '%s' is maxT=%d V=%d L=%d NH=%d C=%d, this run is maxT=%d V=%d L=%d NH=%d C=%d", path,
                       h.maxT, h.V, h.L, h.NH, h.C, g->max_seq_len, g->vocab_size, g->num_layers, g->num_heads, g->channels);
-    for (int id = 0; id < NUM_PARAMS; id++) {
+    // GPT-2's tensors come from the file; a knob's own tensors (embedding LayerNorm, NormFormer)
+    // keep the values the caller initialised; the position table under ALiBi is read and dropped.
+    for (int id = 0; id < LLMC_NUM_PARAMS; id++) {
         const ParamTensor* t = &pt->t[id];
         float* dst = params + t->offset_canonical;
+        if (id == P_WPE && t->numel == 0) {
+            printf("WARNING: llm.c model file '%s': its position embedding is not used under --position-embedding-type alibi\n", path);
+            if (fseek(f, (long)((int64_t)h.maxT * h.C * 4), SEEK_CUR) != 0) keel_die("llm.c model file '%s': truncated in wpe", path);
+            continue;
+        }
         if (id == P_WTE) {  // row mapping across different paddings
             std::vector<float> rows((size_t)h.Vp * h.C);
             if (fread(rows.data(), 4, rows.size(), f) != rows.size()) keel_die("llm.c model file '%s': truncated in wte", path);
@@ -386,7 +397,8 @@ static inline void llmc_export(const char* path, const float* params, const Para
     std::string tmp = std::string(path) + ".tmp";
     FILE* f = fopen_check(tmp.c_str(), "wb");
     fwrite_check(h, 4, 256, f, tmp.c_str());
-    fwrite_check(params, 4, (size_t)pt->total, f, tmp.c_str());
+    for (int id = 0; id < LLMC_NUM_PARAMS; id++)
+        fwrite_check(params + pt->t[id].offset_canonical, 4, (size_t)pt->t[id].numel, f, tmp.c_str());
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", tmp.c_str());
     FILE_CHECK(fclose(f) == 0, "fclose", tmp.c_str());
     FILE_CHECK(rename(tmp.c_str(), path) == 0, "rename", tmp.c_str());

@@ -377,6 +377,11 @@ static inline void config_validate_knobs(Config* c) {
     if (c->loss_scale < 0) keel_usage_error("--loss-scale must be >= 0 (0: dynamic under --fp16)");
     if (c->initial_loss_scale <= 0 || c->min_loss_scale <= 0 || c->min_loss_scale > c->initial_loss_scale)
         keel_usage_error("need 0 < --min-loss-scale (%g) <= --initial-loss-scale (%g)", c->min_loss_scale, c->initial_loss_scale);
+    const char* arch = c->stable_embedding ? "--stable-embedding" : c->embed_layernorm ? "--embed-layernorm"
+                     : c->position_embedding_type == "alibi" ? "--position-embedding-type alibi"
+                     : c->normformer ? "--normformer" : c->activation == "relu" ? "--activation relu" : nullptr;
+    if (!c->export_llmc.empty() && arch)
+        keel_usage_error("--export-llmc: llm.c's GPT-2 cannot compute a model trained with %s", arch);
     if (c->finetune && c->load.empty()) keel_usage_error("--finetune needs --load DIR (the weights to start from)");
     if ((c->no_load_optim || c->no_load_rng) && c->load.empty())
         keel_usage_error("--no-load-optim/--no-load-rng need --load DIR");

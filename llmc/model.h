@@ -23,6 +23,8 @@
 #include "llmc/backend.h"
 #include "llmc/rand.h"
 
+enum Activation { ACT_GELU, ACT_RELU };
+
 struct GPTConfig {
     int max_seq_len;        // maxT: rows of the position embedding
     int vocab_size;         // V
@@ -30,19 +32,37 @@ struct GPTConfig {
     int num_layers;         // L
     int num_heads;          // NH
     int channels;           // C
+    // the knobs that change the network (KNOBS.md §2, §10, §11, §12); the defaults are GPT-2
+    bool embed_layernorm = false;       // LayerNorm on the word embedding (also on under stable_embedding)
+    bool stable_embedding = false;      // xavier-uniform word embedding (bitsandbytes StableEmbedding)
+    bool alibi = false;                 // ALiBi biases instead of the learned position table
+    bool sinusoidal_positions = false;  // learned position table initialised sinusoidally
+    int activation = ACT_GELU;          // Activation
+    int attention_scaling = ATTN_SCALING_STANDARD;
+    bool qk_layer_scaling = false;      // --apply-query-key-layer-scaling
+    bool normformer = false;
+    double hidden_dropout = 0, attention_dropout = 0, embed_dropout = 0;
 };
 
 static inline int gpt_padded_vocab(int V, int multiple) { return (V + multiple - 1) / multiple * multiple; }
 
+// The first LLMC_NUM_PARAMS tensors are GPT-2's, in llm.c's order; the knobs' tensors follow and
+// have zero rows (no elements) when their knob is off, so a plain model's buffer is llm.c's.
 enum ParamId {
     P_WTE, P_WPE, P_LN1W, P_LN1B, P_QKVW, P_QKVB, P_ATTPROJW, P_ATTPROJB,
-    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB, NUM_PARAMS
+    P_LN2W, P_LN2B, P_FCW, P_FCB, P_FCPROJW, P_FCPROJB, P_LNFW, P_LNFB,
+    P_LNEW, P_LNEB,                                          // --embed-layernorm / --stable-embedding
+    P_HEADSCALE, P_LNAW, P_LNAB, P_LNFCW, P_LNFCB,           // --normformer
+    NUM_PARAMS
 };
+enum { LLMC_NUM_PARAMS = P_LNFB + 1 };
 enum TPSplit { TP_NONE, TP_ROWS, TP_COLS };  // ROWS: output rows split (column-parallel linear)
 enum InitRule {
     INIT_NORMAL,         // N(0, σ)
     INIT_NORMAL_OUTPUT,  // N(0, σ/sqrt(2·L)), L the global layer count (KNOBS.md §1.2)
     INIT_NORMAL_VOCAB,   // N(0, σ) for the V real rows, 0 for the padding rows
+    INIT_XAVIER_VOCAB,   // U(-a, a), a = sqrt(6/(Vp + C)), real rows; 0 for padding (StableEmbedding, §2.2/§2.3)
+    INIT_SINUSOIDAL,     // [sin(pos·ω_k) | cos(pos·ω_k)], ω_k = exp(-k·ln(10000)/(C/2 - 1)) (§12.3)
     INIT_ZERO,
     INIT_ONE,
 };
@@ -51,7 +71,7 @@ struct ParamTensor {
     const char* name;
     bool per_layer;    // shape (L, rows, cols) if true, else (rows, cols)
     int64_t rows, cols;
-    bool decay;        // in the weight-decay group (matrices and embeddings, not biases or LayerNorms)
+    bool decay;        // in the weight-decay group (matrices and embeddings, not biases, LayerNorms or gains)
     TPSplit tp;
     InitRule init;
     int64_t numel;             // derived: (L ·) rows · cols
@@ -64,25 +84,36 @@ struct ParamTable {
 };
 
 static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
-    int64_t C = cfg->channels, Vp = cfg->padded_vocab_size, maxT = cfg->max_seq_len;
-    //        id           name        layer rows     cols decay  tp        init
+    int64_t C = cfg->channels, Vp = cfg->padded_vocab_size, maxT = cfg->max_seq_len, NH = cfg->num_heads;
+    int64_t pos_rows = cfg->alibi ? 0 : maxT;
+    int64_t eln = cfg->embed_layernorm || cfg->stable_embedding ? 1 : 0, nf = cfg->normformer ? 1 : 0;
+    InitRule wte_init = cfg->stable_embedding ? INIT_XAVIER_VOCAB : INIT_NORMAL_VOCAB;
+    InitRule wpe_init = cfg->sinusoidal_positions ? INIT_SINUSOIDAL : INIT_NORMAL;
+    //        id           name        layer rows      cols   decay  tp       init
     const ParamTensor rows[NUM_PARAMS] = {
-        {"wte",      false, Vp,    C,     true,  TP_ROWS, INIT_NORMAL_VOCAB, 0, 0},
-        {"wpe",      false, maxT,  C,     true,  TP_NONE, INIT_NORMAL, 0, 0},
-        {"ln1w",     true,  1,     C,     false, TP_NONE, INIT_ONE, 0, 0},
-        {"ln1b",     true,  1,     C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"qkvw",     true,  3 * C, C,     true,  TP_ROWS, INIT_NORMAL, 0, 0},
-        {"qkvb",     true,  1,     3 * C, false, TP_COLS, INIT_ZERO, 0, 0},
-        {"attprojw", true,  C,     C,     true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0},
-        {"attprojb", true,  1,     C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"ln2w",     true,  1,     C,     false, TP_NONE, INIT_ONE, 0, 0},
-        {"ln2b",     true,  1,     C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"fcw",      true,  4 * C, C,     true,  TP_ROWS, INIT_NORMAL, 0, 0},
-        {"fcb",      true,  1,     4 * C, false, TP_COLS, INIT_ZERO, 0, 0},
-        {"fcprojw",  true,  C,     4 * C, true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0},
-        {"fcprojb",  true,  1,     C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"lnfw",     false, 1,     C,     false, TP_NONE, INIT_ONE, 0, 0},
-        {"lnfb",     false, 1,     C,     false, TP_NONE, INIT_ZERO, 0, 0},
+        {"wte",       false, Vp,       C,     true,  TP_ROWS, wte_init, 0, 0},
+        {"wpe",       false, pos_rows, C,     true,  TP_NONE, wpe_init, 0, 0},
+        {"ln1w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0},
+        {"ln1b",      true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
+        {"qkvw",      true,  3 * C,    C,     true,  TP_ROWS, INIT_NORMAL, 0, 0},
+        {"qkvb",      true,  1,        3 * C, false, TP_COLS, INIT_ZERO, 0, 0},
+        {"attprojw",  true,  C,        C,     true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0},
+        {"attprojb",  true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
+        {"ln2w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0},
+        {"ln2b",      true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
+        {"fcw",       true,  4 * C,    C,     true,  TP_ROWS, INIT_NORMAL, 0, 0},
+        {"fcb",       true,  1,        4 * C, false, TP_COLS, INIT_ZERO, 0, 0},
+        {"fcprojw",   true,  C,        4 * C, true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0},
+        {"fcprojb",   true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
+        {"lnfw",      false, 1,        C,     false, TP_NONE, INIT_ONE, 0, 0},
+        {"lnfb",      false, 1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
+        {"lnew",      false, eln,      C,     false, TP_NONE, INIT_ONE, 0, 0},
+        {"lneb",      false, eln,      C,     false, TP_NONE, INIT_ZERO, 0, 0},
+        {"headscale", true,  nf,       NH,    false, TP_COLS, INIT_ONE, 0, 0},
+        {"lnaw",      true,  nf,       C,     false, TP_NONE, INIT_ONE, 0, 0},
+        {"lnab",      true,  nf,       C,     false, TP_NONE, INIT_ZERO, 0, 0},
+        {"lnfcw",     true,  nf,       4 * C, false, TP_COLS, INIT_ONE, 0, 0},
+        {"lnfcb",     true,  nf,       4 * C, false, TP_COLS, INIT_ZERO, 0, 0},
     };
     int64_t offset = 0;
     for (int i = 0; i < NUM_PARAMS; i++) {
@@ -94,54 +125,43 @@ static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
     pt->total = offset;
 }
 
-// A stable 64-bit key per tensor name: init keys do not shift when the table grows.
-static inline uint64_t param_name_key(const char* name) {
-    uint64_t h = 1469598103934665603ull;
-    for (; *name; name++) h = (h ^ (uint8_t)*name) * 1099511628211ull;
-    return h;
+// ALiBi slopes for n heads (KNOBS.md §12.4): for n a power of two, slope_i = 2^(-8(i+1)/n); otherwise
+// the slopes of the largest power of two p < n, then every other slope of the 2p series.
+static inline void alibi_slopes(int n, float* out) {
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    for (int i = 0; i < p; i++) out[i] = (float)std::exp2(-8.0 * (i + 1) / p);
+    for (int i = 0; i < n - p; i++) out[p + i] = (float)std::exp2(-8.0 * (2 * i + 1) / (2 * p));
 }
 
-// Fills the canonical buffer: element i of tensor t is a pure function of (seed, name(t), i).
-template <typename F>
-void param_table_init(F* params, const ParamTable* pt, const GPTConfig* cfg, double std, uint64_t seed) {
-    for (int id = 0; id < NUM_PARAMS; id++) {
-        const ParamTensor* t = &pt->t[id];
-        F* p = params + t->offset_canonical;
-        uint64_t key = param_name_key(t->name);
-        double sigma = t->init == INIT_NORMAL_OUTPUT ? std / std::sqrt(2.0 * cfg->num_layers) : std;
-#pragma omp parallel for
-        for (int64_t i = 0; i < t->numel; i++) {
-            double v = 0;
-            switch (t->init) {
-                case INIT_ZERO: v = 0; break;
-                case INIT_ONE: v = 1; break;
-                case INIT_NORMAL_VOCAB:
-                    v = (i / t->cols) < cfg->vocab_size ? sigma * rng_normal(seed, RNG_INIT, key, (uint64_t)i) : 0;
-                    break;
-                default: v = sigma * rng_normal(seed, RNG_INIT, key, (uint64_t)i); break;
-            }
-            p[i] = (F)v;
-        }
-    }
-}
-
-// Activations of one micro-batch; every buffer is sized for the allocated (B, T).
+// Activations of one micro-batch; every buffer is sized for the allocated (B, T). Buffers of a
+// knob that is off have no elements.
 template <typename F> struct Activations {
-    F* encoded;    // (B,T,C)
+    F* emb;        // (B,T,C)  word embedding before the embedding LayerNorm (--embed-layernorm)
+    F* lne_mean;   // (B,T)
+    F* lne_rstd;   // (B,T)
+    F* encoded;    // (B,T,C)  the residual stream entering layer 0 (after embedding dropout)
     F* ln1;        // (L,B,T,C)
     F* ln1_mean;   // (L,B,T)
     F* ln1_rstd;   // (L,B,T)
     F* qkv;        // (L,B,T,3C)
     F* atty;       // (L,B,T,C)
-    F* att;        // (L,B,NH,T,T)
-    F* attproj;    // (L,B,T,C)
+    F* att;        // (L,B,NH,T,T) softmax probabilities, before attention dropout
+    F* atty_hs;    // (L,B,T,C)  atty times the per-head scale (--normformer)
+    F* attproj;    // (L,B,T,C)  (the attention branch after dropout, unless --normformer)
+    F* lna;        // (L,B,T,C)  post-attention LayerNorm of attproj (--normformer), then dropout
+    F* lna_mean;   // (L,B,T)
+    F* lna_rstd;   // (L,B,T)
     F* residual2;  // (L,B,T,C)
     F* ln2;        // (L,B,T,C)
     F* ln2_mean;   // (L,B,T)
     F* ln2_rstd;   // (L,B,T)
     F* fch;        // (L,B,T,4C)
-    F* fch_gelu;   // (L,B,T,4C)
-    F* fcproj;     // (L,B,T,C)
+    F* fch_act;    // (L,B,T,4C) GeLU or ReLU of fch
+    F* lnfc;       // (L,B,T,4C) LayerNorm of fch_act (--normformer)
+    F* lnfc_mean;  // (L,B,T)
+    F* lnfc_rstd;  // (L,B,T)
+    F* fcproj;     // (L,B,T,C)  the MLP branch, after dropout
     F* residual3;  // (L,B,T,C)
     F* lnf;        // (B,T,C)
     F* lnf_mean;   // (B,T)
@@ -153,11 +173,21 @@ template <typename F> struct Activations {
 // Gradient scratch for one layer at a time, reused down the stack.
 template <typename F> struct GradScratch {
     F* residual;   // (B,T,C): the gradient flowing down the residual stream
+    F* branch;     // (B,T,C): gradient of a branch output before its dropout / LayerNorm
     F* ln;         // (B,T,C)
     F* atty;       // (B,T,C)
+    F* atty_hs;    // (B,T,C)
     F* qkv;        // (B,T,3C)
     F* fch;        // (B,T,4C)
-    F* fch_gelu;   // (B,T,4C)
+    F* fch_act;    // (B,T,4C)
+    F* lnfc;       // (B,T,4C)
+};
+
+// Dropout is on only for training forwards; the trainer says which samples the micro-batch holds.
+struct DropoutState {
+    bool train;            // false: evaluation and generation (no dropout)
+    uint64_t seed;         // the run's RNG key for dropout
+    int64_t first_sample;  // the run's sample number of micro-batch row 0
 };
 
 template <typename F> struct GPT {
@@ -173,6 +203,8 @@ template <typename F> struct GPT {
     int* inputs;              // (B,T) on the device
     int* targets;             // (B,T) on the device
     std::vector<F> losses_host;
+    std::vector<float> alibi; // (NH) slopes, empty without ALiBi
+    DropoutState dropout;
 };
 
 template <typename F> static inline void gpt_bind_views(GPT<F>* m) {
@@ -182,52 +214,143 @@ template <typename F> static inline void gpt_bind_views(GPT<F>* m) {
     }
 }
 
+template <typename F> static inline F* gpt_alloc(size_t n) { return n ? (F*)backend_malloc(n * sizeof(F)) : nullptr; }
+
 // Allocates parameters, gradients and activations for micro-batches of up to (B, T).
 template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int T) {
     m->config = *cfg;
     param_table_build(&m->table, cfg);
     size_t P = (size_t)m->table.total;
-    m->params = (F*)backend_malloc(P * sizeof(F));
-    m->grads = (F*)backend_malloc(P * sizeof(F));
+    m->params = gpt_alloc<F>(P);
+    m->grads = gpt_alloc<F>(P);
     backend_memset_zero(m->grads, P * sizeof(F));
     gpt_bind_views(m);
     m->B = B;
     m->T = T;
     size_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
     size_t BT = (size_t)B * T;
+    size_t eln = cfg->embed_layernorm || cfg->stable_embedding ? 1 : 0, nf = cfg->normformer ? 1 : 0;
     Activations<F>* a = &m->acts;
-    auto alloc = [](size_t n) { return (F*)backend_malloc(n * sizeof(F)); };
+    auto alloc = gpt_alloc<F>;
+    a->emb = alloc(eln * BT * C); a->lne_mean = alloc(eln * BT); a->lne_rstd = alloc(eln * BT);
     a->encoded = alloc(BT * C);
     a->ln1 = alloc(L * BT * C); a->ln1_mean = alloc(L * BT); a->ln1_rstd = alloc(L * BT);
     a->qkv = alloc(L * BT * 3 * C); a->atty = alloc(L * BT * C); a->att = alloc(L * B * NH * T * T);
-    a->attproj = alloc(L * BT * C); a->residual2 = alloc(L * BT * C);
+    a->atty_hs = alloc(nf * L * BT * C); a->attproj = alloc(L * BT * C);
+    a->lna = alloc(nf * L * BT * C); a->lna_mean = alloc(nf * L * BT); a->lna_rstd = alloc(nf * L * BT);
+    a->residual2 = alloc(L * BT * C);
     a->ln2 = alloc(L * BT * C); a->ln2_mean = alloc(L * BT); a->ln2_rstd = alloc(L * BT);
-    a->fch = alloc(L * BT * 4 * C); a->fch_gelu = alloc(L * BT * 4 * C);
+    a->fch = alloc(L * BT * 4 * C); a->fch_act = alloc(L * BT * 4 * C);
+    a->lnfc = alloc(nf * L * BT * 4 * C); a->lnfc_mean = alloc(nf * L * BT); a->lnfc_rstd = alloc(nf * L * BT);
     a->fcproj = alloc(L * BT * C); a->residual3 = alloc(L * BT * C);
     a->lnf = alloc(BT * C); a->lnf_mean = alloc(BT); a->lnf_rstd = alloc(BT);
     a->logits = alloc(BT * Vp); a->losses = alloc(BT);
     GradScratch<F>* d = &m->dacts;
-    d->residual = alloc(BT * C); d->ln = alloc(BT * C); d->atty = alloc(BT * C);
-    d->qkv = alloc(BT * 3 * C); d->fch = alloc(BT * 4 * C); d->fch_gelu = alloc(BT * 4 * C);
+    d->residual = alloc(BT * C); d->branch = alloc(BT * C); d->ln = alloc(BT * C); d->atty = alloc(BT * C);
+    d->atty_hs = alloc(nf * BT * C); d->qkv = alloc(BT * 3 * C); d->fch = alloc(BT * 4 * C);
+    d->fch_act = alloc(BT * 4 * C); d->lnfc = alloc(nf * BT * 4 * C);
     m->inputs = (int*)backend_malloc(BT * sizeof(int));
     m->targets = (int*)backend_malloc(BT * sizeof(int));
     m->losses_host.resize(BT);
+    if (cfg->alibi) {
+        m->alibi.resize(NH);
+        alibi_slopes((int)NH, m->alibi.data());
+    }
+    m->dropout = {false, 0, 0};
 }
 
 template <typename F> void gpt_free(GPT<F>* m) {
     Activations<F>* a = &m->acts;
-    F* bufs[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att, a->attproj, a->residual2,
-                 a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->fcproj, a->residual3, a->lnf,
-                 a->lnf_mean, a->lnf_rstd, a->logits, a->losses, m->dacts.residual, m->dacts.ln, m->dacts.atty,
-                 m->dacts.qkv, m->dacts.fch, m->dacts.fch_gelu, m->params, m->grads};
+    GradScratch<F>* d = &m->dacts;
+    F* bufs[] = {a->emb, a->lne_mean, a->lne_rstd, a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty,
+                 a->att, a->atty_hs, a->attproj, a->lna, a->lna_mean, a->lna_rstd, a->residual2, a->ln2, a->ln2_mean,
+                 a->ln2_rstd, a->fch, a->fch_act, a->lnfc, a->lnfc_mean, a->lnfc_rstd, a->fcproj, a->residual3,
+                 a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->losses, d->residual, d->branch, d->ln, d->atty,
+                 d->atty_hs, d->qkv, d->fch, d->fch_act, d->lnfc, m->params, m->grads};
     for (F* b : bufs) backend_free(b);
     backend_free(m->inputs);
     backend_free(m->targets);
 }
 
+// Turns dropout on for the next forward/backward of a training micro-batch whose row 0 is the
+// run's sample number first_sample (off: evaluation, generation).
+template <typename F> void gpt_set_dropout(GPT<F>* m, bool train, uint64_t seed, int64_t first_sample) {
+    m->dropout = {train, seed, first_sample};
+}
+
+template <typename F> static inline DropoutSite gpt_dropout_site(const GPT<F>* m, double p, int layer, int kind) {
+    DropoutSite d;
+    d.p = m->dropout.train ? p : 0.0;
+    d.seed = m->dropout.seed;
+    d.site = dropout_site(layer, kind);
+    d.first_sample = m->dropout.first_sample;
+    return d;
+}
+
+template <typename F> static inline AttentionOpts gpt_attention_opts(const GPT<F>* m, int layer) {
+    AttentionOpts o;
+    o.scaling = m->config.attention_scaling;
+    o.coeff = m->config.qk_layer_scaling ? (double)(layer + 1) : 1.0;  // 1-based layer number, as GPTModel
+    o.alibi = m->alibi.empty() ? nullptr : m->alibi.data();
+    o.dropout = gpt_dropout_site(m, m->config.attention_dropout, layer, DROPOUT_SITE_ATTN_PROBS);
+    return o;
+}
+
+template <typename F> static inline void gpt_activation_forward(const GPT<F>* m, F* out, const F* inp, size_t N) {
+    if (m->config.activation == ACT_RELU) relu_forward(out, inp, N); else gelu_forward(out, inp, N);
+}
+template <typename F> static inline void gpt_activation_backward(const GPT<F>* m, F* dinp, const F* dout, const F* inp, size_t N) {
+    if (m->config.activation == ACT_RELU) relu_backward(dinp, dout, inp, N); else gelu_backward(dinp, dout, inp, N);
+}
+
+// Embedding: word lookup [→ LayerNorm] [+ positions] [→ dropout] into acts.encoded (KNOBS.md §2.1:
+// the norm is on the word embedding only, positions are added after it, dropout comes last).
+template <typename F> static void gpt_embed_forward(GPT<F>* m, int B, int T) {
+    const GPTConfig* cfg = &m->config;
+    Activations<F>* a = &m->acts;
+    int C = cfg->channels;
+    const F* wpe = cfg->alibi ? nullptr : m->p[P_WPE];
+    if (m->table.t[P_LNEW].numel) {
+        encoder_forward(a->emb, m->inputs, m->p[P_WTE], (const F*)nullptr, B, T, C);
+        layernorm_forward(a->encoded, a->lne_mean, a->lne_rstd, a->emb, m->p[P_LNEW], m->p[P_LNEB], B * T, C);
+        if (wpe) position_forward(a->encoded, wpe, B, T, C);
+    } else {
+        encoder_forward(a->encoded, m->inputs, m->p[P_WTE], wpe, B, T, C);
+    }
+    DropoutSite d = gpt_dropout_site(m, cfg->embed_dropout, -1, DROPOUT_SITE_EMBED);
+    if (d.p > 0) dropout_forward(a->encoded, a->encoded, B, (size_t)T * C, &d);
+}
+
+// Backward of the embedding; d holds the gradient of acts.encoded and is used as scratch.
+template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int T) {
+    const GPTConfig* cfg = &m->config;
+    Activations<F>* a = &m->acts;
+    int C = cfg->channels;
+    size_t BTC = (size_t)B * T * C;
+    DropoutSite ds = gpt_dropout_site(m, cfg->embed_dropout, -1, DROPOUT_SITE_EMBED);
+    if (ds.p > 0) {
+        backend_memset_zero(m->dacts.branch, BTC * sizeof(F));
+        dropout_backward(m->dacts.branch, d, B, (size_t)T * C, &ds);
+        d = m->dacts.branch;
+    }
+    F* dwpe = cfg->alibi ? nullptr : m->g[P_WPE];
+    if (m->table.t[P_LNEW].numel) {
+        if (dwpe) position_backward(dwpe, d, B, T, C);
+        backend_memset_zero(m->dacts.ln, BTC * sizeof(F));
+        layernorm_backward(m->dacts.ln, m->g[P_LNEW], m->g[P_LNEB], d, a->emb, m->p[P_LNEW], a->lne_mean, a->lne_rstd, B * T, C);
+        encoder_backward(m->g[P_WTE], (F*)nullptr, m->dacts.ln, m->inputs, B, T, C);
+    } else {
+        encoder_backward(m->g[P_WTE], dwpe, d, m->inputs, B, T, C);
+    }
+}
+
 // Forward pass over tokens (B,T) with B·T within the allocated shape. With targets, computes the
 // per-position losses and returns their mean; without (generation), leaves logits and returns 0.
 // The activation layout keeps the allocated stride, so a shorter T (curriculum, sampling) works.
+//
+// One layer (pre-LN GPT-2; [..] only under its knob):
+//   x → LN1 → QKV → attention → [head scale] → out-proj → [LN_attn] → [dropout] → + x = r2
+//   r2 → LN2 → FC → GeLU/ReLU → [LN_fc] → proj → [dropout] → + r2 = r3
 template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, int B, int T) {
     const GPTConfig* cfg = &m->config;
     int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
@@ -238,24 +361,48 @@ template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, cons
     backend_copy_to_device(m->inputs, inputs_host, BT * sizeof(int));
     Activations<F>* a = &m->acts;
     F** p = m->p;
-    encoder_forward(a->encoded, m->inputs, p[P_WTE], p[P_WPE], B, T, C);
+    bool nf = cfg->normformer;
+    gpt_embed_forward(m, B, T);
     for (int l = 0; l < L; l++) {
         F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
-        size_t lc = l * BTmax * C, lr = l * BTmax;
+        size_t lc = l * BTmax * C, lr = l * BTmax, CC = (size_t)C * C;
         F* ln1 = a->ln1 + lc; F* qkv = a->qkv + 3 * lc; F* atty = a->atty + lc;
         F* att = a->att + (size_t)l * m->B * NH * m->T * m->T;
         F* attproj = a->attproj + lc; F* residual2 = a->residual2 + lc; F* ln2 = a->ln2 + lc;
-        F* fch = a->fch + 4 * lc; F* fch_gelu = a->fch_gelu + 4 * lc; F* fcproj = a->fcproj + lc;
+        F* fch = a->fch + 4 * lc; F* fch_act = a->fch_act + 4 * lc; F* fcproj = a->fcproj + lc;
         F* residual3 = a->residual3 + lc;
+        // attention branch
         layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
-        matmul_forward(qkv, ln1, p[P_QKVW] + (size_t)l * 3 * C * C, p[P_QKVB] + l * 3 * C, (int)BT, C, 3 * C);
-        attention_forward(atty, att, qkv, B, T, C, NH);
-        matmul_forward(attproj, atty, p[P_ATTPROJW] + (size_t)l * C * C, p[P_ATTPROJB] + l * C, (int)BT, C, C);
-        residual_forward(residual2, residual, attproj, BT * C);
+        matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CC, p[P_QKVB] + l * 3 * C, (int)BT, C, 3 * C);
+        AttentionOpts ao = gpt_attention_opts(m, l);
+        attention_forward(atty, att, qkv, B, T, C, NH, &ao);
+        F* attin = atty;
+        if (nf) {
+            attin = a->atty_hs + lc;
+            headscale_forward(attin, atty, p[P_HEADSCALE] + l * NH, (int)BT, C, NH);
+        }
+        matmul_forward(attproj, attin, p[P_ATTPROJW] + l * CC, p[P_ATTPROJB] + l * C, (int)BT, C, C);
+        F* branch = attproj;
+        if (nf) {
+            branch = a->lna + lc;
+            layernorm_forward(branch, a->lna_mean + lr, a->lna_rstd + lr, attproj, p[P_LNAW] + l * C, p[P_LNAB] + l * C, (int)BT, C);
+        }
+        DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, l, DROPOUT_SITE_ATTN_OUT);
+        if (d.p > 0) dropout_forward(branch, branch, B, (size_t)T * C, &d);
+        residual_forward(residual2, residual, branch, BT * C);
+        // MLP branch
         layernorm_forward(ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)BT, C);
-        matmul_forward(fch, ln2, p[P_FCW] + (size_t)l * 4 * C * C, p[P_FCB] + l * 4 * C, (int)BT, C, 4 * C);
-        gelu_forward(fch_gelu, fch, BT * 4 * C);
-        matmul_forward(fcproj, fch_gelu, p[P_FCPROJW] + (size_t)l * 4 * C * C, p[P_FCPROJB] + l * C, (int)BT, 4 * C, C);
+        matmul_forward(fch, ln2, p[P_FCW] + l * 4 * CC, p[P_FCB] + l * 4 * C, (int)BT, C, 4 * C);
+        gpt_activation_forward(m, fch_act, fch, BT * 4 * C);
+        F* fcin = fch_act;
+        if (nf) {
+            fcin = a->lnfc + 4 * lc;
+            layernorm_forward(fcin, a->lnfc_mean + lr, a->lnfc_rstd + lr, fch_act, p[P_LNFCW] + l * 4 * C, p[P_LNFCB] + l * 4 * C,
+                              (int)BT, 4 * C);
+        }
+        matmul_forward(fcproj, fcin, p[P_FCPROJW] + l * 4 * CC, p[P_FCPROJB] + l * C, (int)BT, 4 * C, C);
+        d = gpt_dropout_site(m, cfg->hidden_dropout, l, DROPOUT_SITE_MLP_OUT);
+        if (d.p > 0) dropout_forward(fcproj, fcproj, B, (size_t)T * C, &d);
         residual_forward(residual3, residual2, fcproj, BT * C);
     }
     F* last = a->residual3 + (L - 1) * BTmax * C;
@@ -272,6 +419,16 @@ template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, cons
     return sum / (double)BT;
 }
 
+// Backward of a branch's dropout: returns the gradient of the branch before its dropout (dout
+// itself when dropout is off).
+template <typename F> static F* gpt_dropout_backward(GPT<F>* m, F* dout, int B, int T, const DropoutSite* d) {
+    if (d->p <= 0) return dout;
+    size_t N = (size_t)B * T * m->config.channels;
+    backend_memset_zero(m->dacts.branch, N * sizeof(F));
+    dropout_backward(m->dacts.branch, dout, B, (size_t)T * m->config.channels, d);
+    return m->dacts.branch;
+}
+
 // Backward pass of the last gpt_forward (with targets); gradients are ADDED into m->grads, so
 // micro-batches accumulate. dloss is each position's weight in the loss being differentiated
 // (1 / positions in the global batch for the mean loss).
@@ -283,40 +440,63 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
     GradScratch<F>* d = &m->dacts;
     F** p = m->p;
     F** g = m->g;
+    bool nf = cfg->normformer;
+    auto zero = [](F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); };
     classifier_backward(a->logits, m->targets, (F)dloss, (int)BT, V, Vp);
-    backend_memset_zero(d->ln, BT * C * sizeof(F));
+    zero(d->ln, BT * C);
     matmul_backward(d->ln, g[P_WTE], (F*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, Vp);
-    backend_memset_zero(d->residual, BT * C * sizeof(F));
+    zero(d->residual, BT * C);
     F* last = a->residual3 + (L - 1) * BTmax * C;
     layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C);
     for (int l = L - 1; l >= 0; l--) {
         F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
-        size_t lc = l * BTmax * C, lr = l * BTmax;
-        size_t CC = (size_t)C * C;
-        backend_memset_zero(d->fch_gelu, BT * 4 * C * sizeof(F));
-        backend_memset_zero(d->fch, BT * 4 * C * sizeof(F));
-        backend_memset_zero(d->ln, BT * C * sizeof(F));
-        backend_memset_zero(d->atty, BT * C * sizeof(F));
-        backend_memset_zero(d->qkv, BT * 3 * C * sizeof(F));
-        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        matmul_backward(d->fch_gelu, g[P_FCPROJW] + l * 4 * CC, g[P_FCPROJB] + l * C, d->residual, a->fch_gelu + 4 * lc,
-                        p[P_FCPROJW] + l * 4 * CC, (int)BT, 4 * C, C);
-        gelu_backward(d->fch, d->fch_gelu, a->fch + 4 * lc, BT * 4 * C);
+        size_t lc = l * BTmax * C, lr = l * BTmax, CC = (size_t)C * C;
+        // MLP: residual3 = residual2 + dropout(proj([LN_fc](act(fc(ln2(residual2))))))
+        DropoutSite ds = gpt_dropout_site(m, cfg->hidden_dropout, l, DROPOUT_SITE_MLP_OUT);
+        F* dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
+        F* fcin = nf ? a->lnfc + 4 * lc : a->fch_act + 4 * lc;
+        F* dfcin = nf ? d->lnfc : d->fch_act;
+        zero(d->fch_act, BT * 4 * C);
+        if (nf) zero(d->lnfc, BT * 4 * C);
+        matmul_backward(dfcin, g[P_FCPROJW] + l * 4 * CC, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * 4 * CC,
+                        (int)BT, 4 * C, C);
+        if (nf)
+            layernorm_backward(d->fch_act, g[P_LNFCW] + l * 4 * C, g[P_LNFCB] + l * 4 * C, d->lnfc, a->fch_act + 4 * lc,
+                               p[P_LNFCW] + l * 4 * C, a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, 4 * C);
+        zero(d->fch, BT * 4 * C);
+        gpt_activation_backward(m, d->fch, d->fch_act, a->fch + 4 * lc, BT * 4 * C);
+        zero(d->ln, BT * C);
         matmul_backward(d->ln, g[P_FCW] + l * 4 * CC, g[P_FCB] + l * 4 * C, d->fch, a->ln2 + lc, p[P_FCW] + l * 4 * CC,
                         (int)BT, C, 4 * C);
         layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
                            p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C);
-        // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        backend_memset_zero(d->ln, BT * C * sizeof(F));
-        matmul_backward(d->atty, g[P_ATTPROJW] + l * CC, g[P_ATTPROJB] + l * C, d->residual, a->atty + lc,
-                        p[P_ATTPROJW] + l * CC, (int)BT, C, C);
-        attention_backward(d->qkv, d->atty, a->qkv + 3 * lc, a->att + (size_t)l * m->B * NH * m->T * m->T, B, T, C, NH);
+        // attention: residual2 = residual + dropout([LN_attn](proj([head scale](attention(qkv(ln1(residual)))))))
+        ds = gpt_dropout_site(m, cfg->hidden_dropout, l, DROPOUT_SITE_ATTN_OUT);
+        dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
+        if (nf) {  // d->ln is free here: the LayerNorm's input gradient goes there
+            zero(d->ln, BT * C);
+            layernorm_backward(d->ln, g[P_LNAW] + l * C, g[P_LNAB] + l * C, dbranch, a->attproj + lc, p[P_LNAW] + l * C,
+                               a->lna_mean + lr, a->lna_rstd + lr, (int)BT, C);
+            dbranch = d->ln;
+        }
+        F* attin = nf ? a->atty_hs + lc : a->atty + lc;
+        F* dattin = nf ? d->atty_hs : d->atty;
+        zero(d->atty, BT * C);
+        if (nf) zero(d->atty_hs, BT * C);
+        matmul_backward(dattin, g[P_ATTPROJW] + l * CC, g[P_ATTPROJB] + l * C, dbranch, attin, p[P_ATTPROJW] + l * CC,
+                        (int)BT, C, C);
+        if (nf)
+            headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + lc, p[P_HEADSCALE] + l * NH, (int)BT, C, NH);
+        zero(d->qkv, BT * 3 * C);
+        AttentionOpts ao = gpt_attention_opts(m, l);
+        attention_backward(d->qkv, d->atty, a->qkv + 3 * lc, a->att + (size_t)l * m->B * NH * m->T * m->T, B, T, C, NH, &ao);
+        zero(d->ln, BT * C);
         matmul_backward(d->ln, g[P_QKVW] + l * 3 * CC, g[P_QKVB] + l * 3 * C, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CC,
                         (int)BT, C, 3 * C);
         layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
                            a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C);
     }
-    encoder_backward(g[P_WTE], g[P_WPE], d->residual, m->inputs, B, T, C);
+    gpt_embed_backward(m, d->residual, B, T);
 }
 
 template <typename F> void gpt_zero_grad(GPT<F>* m) { backend_memset_zero(m->grads, (size_t)m->table.total * sizeof(F)); }

@@ -5,9 +5,12 @@
 // dout = w. For a sampled set of input elements x_i:  (Lp(x_i + h) - Lp(x_i - h)) / 2h  must
 // equal the analytic gradient. In double, h = 1e-6 leaves an error near 1e-9 relative, so the
 // tolerance (1e-6 relative to the gradient scale) catches any wrong term while never flaking.
+// The knobs that change the network (embedding LayerNorm, ALiBi, NormFormer, ReLU, qk-inward and
+// layer scaling, dropout with a fixed mask) are checked op by op and as whole models.
 #include <functional>
 #include <vector>
 
+#include "llmc/init.h"
 #include "llmc/model.h"
 
 static int failures = 0;
@@ -80,12 +83,56 @@ static void check_ops() {
         check("residual da", a, da, loss);
         check("residual db", b, db, loss);
     }
-    {   // attention
+    // attention: the plain op, then each numerics knob, then all of them with dropout on the probabilities
+    std::vector<float> slopes(NH);
+    alibi_slopes(NH, slopes.data());
+    struct { const char* name; int scaling; double coeff; bool alibi; double p; } variants[] = {
+        {"attention dqkv", ATTN_SCALING_STANDARD, 1, false, 0},
+        {"attention qk-inward dqkv", ATTN_SCALING_QK_INWARD, 1, false, 0},
+        {"attention layer-scaled dqkv", ATTN_SCALING_STANDARD, 3, false, 0},
+        {"attention alibi dqkv", ATTN_SCALING_STANDARD, 1, true, 0},
+        {"attention all+dropout dqkv", ATTN_SCALING_QK_INWARD, 2, true, 0.3},
+    };
+    for (auto& va : variants) {
+        AttentionOpts o;
+        o.scaling = va.scaling; o.coeff = va.coeff; o.alibi = va.alibi ? slopes.data() : nullptr;
+        o.dropout = {va.p, 11, dropout_site(0, DROPOUT_SITE_ATTN_PROBS), 5};
         std::vector<double> qkv = randvec(N * 3 * C), out(N * C), att(B * NH * T * T), pw = randvec(N * C), dqkv(N * 3 * C, 0);
-        auto loss = [&] { attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH); return dotw(out, pw); };
+        auto loss = [&] { attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH, &o); return dotw(out, pw); };
         loss();
-        attention_backward(dqkv.data(), pw.data(), qkv.data(), att.data(), B, T, C, NH);
-        check("attention dqkv", qkv, dqkv, loss, 90);
+        attention_backward(dqkv.data(), pw.data(), qkv.data(), att.data(), B, T, C, NH, &o);
+        check(va.name, qkv, dqkv, loss, 90);
+    }
+    {   // relu
+        std::vector<double> x = randvec(N * C, 2.0), out(N * C), pw = randvec(N * C), dx(N * C, 0);
+        auto loss = [&] { relu_forward(out.data(), x.data(), x.size()); return dotw(out, pw); };
+        relu_backward(dx.data(), pw.data(), x.data(), x.size());
+        check("relu dinp", x, dx, loss);
+    }
+    {   // NormFormer head scale
+        std::vector<double> x = randvec(N * C), sc = randvec(NH), out(N * C), pw = randvec(N * C), dx(N * C, 0), dsc(NH, 0);
+        auto loss = [&] { headscale_forward(out.data(), x.data(), sc.data(), N, C, NH); return dotw(out, pw); };
+        headscale_backward(dx.data(), dsc.data(), pw.data(), x.data(), sc.data(), N, C, NH);
+        check("headscale dinp", x, dx, loss);
+        check("headscale dscale", sc, dsc, loss);
+    }
+    {   // dropout with a fixed mask (the same key every call)
+        DropoutSite d = {0.4, 3, dropout_site(1, DROPOUT_SITE_MLP_OUT), 17};
+        std::vector<double> x = randvec(N * C), out(N * C), pw = randvec(N * C), dx(N * C, 0);
+        auto loss = [&] { dropout_forward(out.data(), x.data(), B, (size_t)T * C, &d); return dotw(out, pw); };
+        dropout_backward(dx.data(), pw.data(), B, (size_t)T * C, &d);
+        check("dropout dinp", x, dx, loss);
+        size_t dropped = 0;
+        loss();
+        for (double v : out) dropped += v == 0;
+        if (dropped == 0 || dropped == out.size()) { printf("FAIL dropout: %zu of %zu dropped\n", dropped, out.size()); failures++; }
+    }
+    {   // position add (the --embed-layernorm path)
+        const int maxT = 8;
+        std::vector<double> wpe = randvec(maxT * C), base = randvec(N * C), out(N * C), pw = randvec(N * C), dwpe(maxT * C, 0);
+        auto loss = [&] { out = base; position_forward(out.data(), wpe.data(), B, T, C); return dotw(out, pw); };
+        position_backward(dwpe.data(), pw.data(), B, T, C);
+        check("position dwpe", wpe, dwpe, loss, 200);
     }
     {   // encoder (a repeated token exercises the accumulation into a shared row)
         const int maxT = 8;
@@ -118,19 +165,19 @@ static void check_ops() {
     }
 }
 
-// The whole model: loss w.r.t. every parameter tensor of a tiny GPT, in double.
-static void check_model() {
-    GPTConfig cfg = {8, 37, gpt_padded_vocab(37, 16), 2, 2, 8};
+// The whole model: loss w.r.t. every parameter tensor of a tiny GPT, in double, for a knob set.
+static void check_model(const char* label, GPTConfig cfg, bool dropout) {
     const int B = 2, T = 6;
     GPT<double> m;
     gpt_build(&m, &cfg, B, T);
     param_table_init(m.params, &m.table, &cfg, 0.3, 7);
-    // LayerNorm and biases start at 1 / 0: perturb them so their gradients are generic.
+    // LayerNorm, gains and biases start at 1 / 0: perturb them so their gradients are generic.
     for (int id = 0; id < NUM_PARAMS; id++) {
         const ParamTensor* t = &m.table.t[id];
         if (t->init == INIT_ONE || t->init == INIT_ZERO)
             for (int64_t i = 0; i < t->numel; i++) m.p[id][i] += 0.2 * rng_normal(3, 5, id, i);
     }
+    gpt_set_dropout(&m, dropout, 99, 40);  // a fixed mask: the same key at every forward
     std::vector<int> in(B * T), tg(B * T);
     for (int i = 0; i < B * T; i++) { in[i] = (i * 7 + 3) % cfg.vocab_size; tg[i] = (i * 5 + 1) % cfg.vocab_size; }
     in[3] = in[1];  // a repeated token
@@ -139,22 +186,43 @@ static void check_model() {
     gpt_backward(&m, B, T, 1.0 / (B * T));
     for (int id = 0; id < NUM_PARAMS; id++) {
         const ParamTensor* t = &m.table.t[id];
+        if (t->numel == 0) continue;
         std::vector<double> x(m.p[id], m.p[id] + t->numel), g(m.g[id], m.g[id] + t->numel);
         auto loss = [&] {
             std::copy(x.begin(), x.end(), m.p[id]);
             return gpt_forward(&m, in.data(), tg.data(), B, T);
         };
-        char name[64];
-        snprintf(name, sizeof name, "model d%s", t->name);
+        char name[96];
+        snprintf(name, sizeof name, "%s d%s", label, t->name);
         check(name, x, g, loss, 30);
         std::copy(x.begin(), x.end(), m.p[id]);
     }
     gpt_free(&m);
 }
 
+static void check_models() {
+    GPTConfig base = {8, 37, gpt_padded_vocab(37, 16), 2, 2, 8};
+    check_model("model", base, false);
+    GPTConfig c = base; c.embed_layernorm = true;
+    check_model("embed-ln", c, false);
+    c = base; c.alibi = true;
+    check_model("alibi", c, false);
+    c = base; c.normformer = true;
+    check_model("normformer", c, false);
+    c = base; c.activation = ACT_RELU;
+    check_model("relu", c, false);
+    c = base; c.attention_scaling = ATTN_SCALING_QK_INWARD; c.qk_layer_scaling = true;
+    check_model("qk-inward+layer", c, false);
+    c = base; c.hidden_dropout = 0.2; c.attention_dropout = 0.25; c.embed_dropout = 0.3;
+    check_model("dropout", c, true);
+    c = base; c.embed_layernorm = c.alibi = c.normformer = c.qk_layer_scaling = true; c.activation = ACT_RELU;
+    c.attention_scaling = ATTN_SCALING_QK_INWARD; c.hidden_dropout = c.attention_dropout = c.embed_dropout = 0.2;
+    check_model("all knobs", c, true);
+}
+
 int main() {
     check_ops();
-    check_model();
+    check_models();
     printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;
 }

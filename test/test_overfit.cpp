@@ -1,6 +1,7 @@
 // test_overfit — the model, backward and AdamW together can memorise one batch: the loss on a
 // single fixed batch falls below 0.1 within a bounded number of steps (the trainer's own
 // gpt_forward / gpt_backward / optimizer_step, fp32).
+#include "llmc/init.h"
 #include "llmc/optimizer.h"
 
 int main() {

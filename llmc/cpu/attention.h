@@ -1,25 +1,74 @@
-// cpu/attention.h — causal multi-head self-attention (materialized softmax).
+// cpu/attention.h — causal multi-head self-attention (materialized softmax), with the numerics
+// knobs of KNOBS.md §10 and §12: ALiBi, qk-inward scaling, query-key layer scaling, attention dropout.
 // Legend: B batch, T time, C channels, NH heads, hs = C/NH head size.
 //   inp  = qkv (B,T,3C): q in [0,C), k in [C,2C), v in [2C,3C); head h uses channels [h·hs, (h+1)·hs)
-//   forward:  s[t,u] = q_t·k_u / sqrt(hs) for u ≤ t;  att[t,:] = softmax(s[t,:]) (0 for u > t)
-//             out[t, h·hs + i] = Σ_u att[t,u]·v_u[i]            saves att (B,NH,T,T) for the backward
-//   backward: datt[t,u] = dout_t·v_u;  dv_u += Σ_t att[t,u]·dout_t
+//   score: norm = sqrt(hs)·coeff (coeff = the 1-based layer number under
+//          --apply-query-key-layer-scaling, else 1), computed as the variant does it:
+//            standard:  raw = q·k,                 stored = raw / norm        (GEMM alpha after the product)
+//            qk-inward: raw = (q/√norm)·(k/√norm), stored = raw               (operands scaled first)
+//          ALiBi adds slope_h·u/coeff to `stored` (u the key position; Megatron's beta = 1/coeff);
+//          s[t,u] = stored · coeff is the softmax input. All variants are softmax(q·k/√hs + slope·u)
+//          in exact arithmetic; they differ in the magnitude of `raw` and `stored`, the values a
+//          half-precision kernel holds (this is what the knobs protect; test_attention_knobs).
+//   forward:  att[t,:] = softmax(s[t,:]) over u ≤ t (0 for u > t); saves att (B,NH,T,T), undropped
+//             out[t, h·hs + i] = Σ_u drop(att[t,u])·v_u[i],  drop(a) = keep ? a/(1-p) : 0
+//   backward: datt[t,u] = drop'(dout_t·v_u);  dv_u += Σ_t drop(att[t,u])·dout_t
 //             ds[t,u] = att[t,u]·(datt[t,u] - Σ_u' att[t,u']·datt[t,u'])
-//             dq_t += Σ_u ds[t,u]·k_u / sqrt(hs);  dk_u += Σ_t ds[t,u]·q_t / sqrt(hs)
+//             dq_t += Σ_u ds[t,u]·k_u·f;  dk_u += Σ_t ds[t,u]·q_t·f,  f = ∂s/∂(q·k) = 1/√hs
 // Numerics: softmax subtracts the row max before exp. The backward is parallel over (b, h) only:
 // dk and dv of a head receive contributions from every query position, and (b, h) is the
-// smallest unit that owns them, so each element is summed in ascending t by one thread.
+// smallest unit that owns them, so each element is summed in ascending t by one thread. Dropout
+// masks are regenerated in the backward from the counter-based RNG (cpu/dropout.h), keyed by
+// (head, t, u) so the mask does not depend on T's padding or the layout.
 #pragma once
 #include <cmath>
 #include <vector>
 
+#include "llmc/cpu/dropout.h"
+
+enum AttnScaling { ATTN_SCALING_STANDARD, ATTN_SCALING_QK_INWARD };
+
+struct AttentionOpts {
+    int scaling = ATTN_SCALING_STANDARD;  // AttnScaling
+    double coeff = 1.0;                   // layer-scaling coefficient (1: off)
+    const float* alibi = nullptr;         // (NH) ALiBi slopes, or null
+    DropoutSite dropout = {};             // on the probabilities; p = 0: off
+};
+
+static inline uint64_t attention_dropout_index(int h, int t, int u) {
+    return ((uint64_t)h << 42) | ((uint64_t)t << 21) | (uint64_t)u;
+}
+
+// The softmax input s for query q against key k of head h at key position u, computed the
+// variant's way; *raw and *stored (if not null) receive the intermediates described above.
+template <typename F>
+static inline F attention_score(const F* q, const F* k, int hs, int h, int u, const AttentionOpts* o, F* raw = nullptr,
+                                F* stored = nullptr) {
+    F coeff = (F)o->coeff;
+    F acc = 0, st;
+    if (o->scaling == ATTN_SCALING_QK_INWARD) {
+        F sq = (F)(1.0 / std::sqrt(std::sqrt((double)hs) * o->coeff));
+        for (int i = 0; i < hs; i++) acc += (q[i] * sq) * (k[i] * sq);
+        st = acc;
+    } else {
+        F alpha = o->coeff == 1.0 ? (F)1 / std::sqrt((F)hs) : (F)(1.0 / (std::sqrt((double)hs) * o->coeff));
+        for (int i = 0; i < hs; i++) acc += q[i] * k[i];
+        st = acc * alpha;
+    }
+    if (o->alibi) st += (F)o->alibi[h] * (F)u / coeff;
+    if (raw) *raw = acc;
+    if (stored) *stored = st;
+    return o->coeff == 1.0 ? st : st * coeff;
+}
+
 template <typename F>
 void attention_forward(F* out, F* att,                      // (B,T,C), (B,NH,T,T)
                        const F* inp,                         // (B,T,3C)
-                       int B, int T, int C, int NH) {
+                       int B, int T, int C, int NH, const AttentionOpts* o) {
     int hs = C / NH;
-    F scale = (F)1 / std::sqrt((F)hs);
     size_t C3 = 3 * (size_t)C;
+    bool drop = o->dropout.p > 0;
+    F dscale = drop ? (F)(1.0 / (1.0 - o->dropout.p)) : (F)1;
 #pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
@@ -29,9 +78,7 @@ void attention_forward(F* out, F* att,                      // (B,T,C), (B,NH,T,
                 F maxv = -INFINITY;
                 for (int u = 0; u <= t; u++) {
                     const F* k = inp + ((size_t)b * T + u) * C3 + C + h * hs;
-                    F s = 0;
-                    for (int i = 0; i < hs; i++) s += q[i] * k[i];
-                    s *= scale;
+                    F s = attention_score(q, k, hs, h, u, o);
                     a[u] = s;
                     if (s > maxv) maxv = s;
                 }
@@ -40,11 +87,13 @@ void attention_forward(F* out, F* att,                      // (B,T,C), (B,NH,T,
                 F inv = (F)1 / sum;
                 for (int u = 0; u <= t; u++) a[u] *= inv;
                 for (int u = t + 1; u < T; u++) a[u] = 0;
-                F* o = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) o[i] = 0;
+                F* out_t = out + ((size_t)b * T + t) * C + h * hs;
+                for (int i = 0; i < hs; i++) out_t[i] = 0;
                 for (int u = 0; u <= t; u++) {
+                    F w = a[u];
+                    if (drop) w = dropout_keep(&o->dropout, b, attention_dropout_index(h, t, u)) ? w * dscale : (F)0;
                     const F* v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) o[i] += a[u] * v[i];
+                    for (int i = 0; i < hs; i++) out_t[i] += w * v[i];
                 }
             }
 }
@@ -53,10 +102,12 @@ template <typename F>
 void attention_backward(F* dinp,                            // (B,T,3C) accumulated into
                         const F* dout,                       // (B,T,C)
                         const F* inp, const F* att,          // (B,T,3C), (B,NH,T,T)
-                        int B, int T, int C, int NH) {
+                        int B, int T, int C, int NH, const AttentionOpts* o) {
     int hs = C / NH;
-    F scale = (F)1 / std::sqrt((F)hs);
+    F scale = (F)1 / std::sqrt((F)hs);  // ∂s/∂(q·k): the layer coefficient and the operand scaling cancel
     size_t C3 = 3 * (size_t)C;
+    bool drop = o->dropout.p > 0;
+    F dscale = drop ? (F)(1.0 / (1.0 - o->dropout.p)) : (F)1;
 #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
@@ -70,10 +121,12 @@ void attention_backward(F* dinp,                            // (B,T,3C) accumula
                 for (int u = 0; u <= t; u++) {
                     const F* v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
                     F* dv = dinp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
-                    F s = 0;
-                    for (int i = 0; i < hs; i++) { s += d[i] * v[i]; dv[i] += a[u] * d[i]; }
-                    datt[u] = s;
-                    dot += a[u] * s;
+                    F m = 1;  // the dropout multiplier of this probability: 1, 1/(1-p) or 0
+                    if (drop) m = dropout_keep(&o->dropout, b, attention_dropout_index(h, t, u)) ? dscale : (F)0;
+                    F w = a[u] * m, s = 0;
+                    for (int i = 0; i < hs; i++) { s += d[i] * v[i]; dv[i] += w * d[i]; }
+                    datt[u] = s * m;
+                    dot += a[u] * datt[u];
                 }
                 for (int u = 0; u <= t; u++) ds[u] = a[u] * (datt[u] - dot) * scale;
                 for (int u = 0; u <= t; u++) {

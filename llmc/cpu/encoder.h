@@ -1,7 +1,9 @@
 // cpu/encoder.h — token + position embedding.
 // Legend: B batch, T time, C channels, Vp padded vocabulary, maxT position rows.
-//   forward:  out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+//   forward:  out[b,t,:] = wte[inp[b,t],:] (+ wpe[t,:] unless wpe is null: ALiBi has no table)
 //   backward: dwte[inp[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
+//   position_forward/backward: the position add alone, for --embed-layernorm, where the LayerNorm
+//   sits between the word lookup and the positions (KNOBS.md §2.1).
 // Numerics: the backward scatters into rows that several positions share (a repeated token), so
 // it is parallel over channel blocks and walks (b,t) in order inside each block: every element
 // sums its contributions in one fixed order whatever the thread count (no atomics, DESIGN §4).
@@ -10,19 +12,23 @@
 template <typename F>
 void encoder_forward(F* out,                               // (B,T,C)
                      const int* inp,                       // (B,T)
-                     const F* wte, const F* wpe,           // (Vp,C), (maxT,C)
+                     const F* wte, const F* wpe,           // (Vp,C), (maxT,C) or null
                      int B, int T, int C) {
 #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
         const F* we = wte + (size_t)inp[bt] * C;
-        const F* pe = wpe + (size_t)(bt % T) * C;
         F* o = out + (size_t)bt * C;
-        for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+        if (wpe) {
+            const F* pe = wpe + (size_t)(bt % T) * C;
+            for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+        } else {
+            for (int c = 0; c < C; c++) o[c] = we[c];
+        }
     }
 }
 
 template <typename F>
-void encoder_backward(F* dwte, F* dwpe,                    // (Vp,C), (maxT,C) accumulated into
+void encoder_backward(F* dwte, F* dwpe,                    // (Vp,C), (maxT,C) or null; accumulated into
                       const F* dout,                       // (B,T,C)
                       const int* inp, int B, int T, int C) {
     const int CB = 16;  // channel block: the unit of parallel work
@@ -32,8 +38,31 @@ void encoder_backward(F* dwte, F* dwpe,                    // (Vp,C), (maxT,C) a
         for (int bt = 0; bt < B * T; bt++) {
             const F* d = dout + (size_t)bt * C;
             F* we = dwte + (size_t)inp[bt] * C;
-            F* pe = dwpe + (size_t)(bt % T) * C;
-            for (int c = c0; c < c1; c++) { we[c] += d[c]; pe[c] += d[c]; }
+            for (int c = c0; c < c1; c++) we[c] += d[c];
+            if (dwpe) {
+                F* pe = dwpe + (size_t)(bt % T) * C;
+                for (int c = c0; c < c1; c++) pe[c] += d[c];
+            }
         }
+    }
+}
+
+template <typename F>
+void position_forward(F* out, const F* wpe, int B, int T, int C) {  // out (B,T,C) += wpe[t]
+#pragma omp parallel for
+    for (int bt = 0; bt < B * T; bt++) {
+        const F* pe = wpe + (size_t)(bt % T) * C;
+        F* o = out + (size_t)bt * C;
+        for (int c = 0; c < C; c++) o[c] += pe[c];
+    }
+}
+
+template <typename F>
+void position_backward(F* dwpe, const F* dout, int B, int T, int C) {  // dwpe (maxT,C) += Σ_b dout[b,t]
+#pragma omp parallel for
+    for (int tc = 0; tc < T * C; tc++) {
+        F sum = 0;
+        for (int b = 0; b < B; b++) sum += dout[(size_t)b * T * C + tc];
+        dwpe[tc] += sum;
     }
 }
