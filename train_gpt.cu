@@ -40,7 +40,11 @@ struct Trainer {
     Tokenizer tok;
     bool have_tok = false;
     Logger log;
-    int64_t train_iters = 0, grad_accum = 0;
+    int64_t train_iters = 0;
+    RampUp rampup;
+    Curriculum curriculum;
+    SkipRanges skips;
+    bool skipping = false;   // inside a stretch of skipped iterations (prints its line once)
     double init_sigma = 0;   // σ of the normal init (--init-method / --init-method-std)
     std::vector<int> sample, inputs, targets;  // (T+1), (B,T), (B,T) on the host
 };
@@ -69,53 +73,106 @@ static void trainer_read_batch(Trainer* tr, DataLoader* dl, int64_t first, int B
     }
 }
 
-// One training iteration: accumulate gradients over the micro-batches, then one optimizer step.
-static IterationRecord trainer_iteration(Trainer* tr) {
-    const Config* c = &tr->cfg;
-    int B = (int)c->micro_batch_size, T = (int)c->seq_length;
-    int64_t gbs = c->global_batch_size;
-    double t0 = now_ms();
-    gpt_zero_grad(&tr->model);
-    double loss_sum = 0;
-    for (int64_t mb = 0; mb < tr->grad_accum; mb++) {
-        int64_t first = tr->st.consumed_samples + mb * B;
-        trainer_read_batch(tr, &tr->train_data, first, B, T);
-        gpt_set_dropout(&tr->model, true, tr->st.seed, first);
-        loss_sum += gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
-        gpt_backward(&tr->model, B, T, 1.0 / ((double)gbs * T));
+// Test hook (like KEEL_FAULT_SAVE): KEEL_INJECT_INF="3,7" plants an inf in the gradients of those
+// iterations, before the loss scaler and the non-finite check see them.
+static bool trainer_inject_inf(int64_t iteration) {
+    const char* s = getenv("KEEL_INJECT_INF");
+    if (!s) return false;
+    for (const char* p = s; *p;) {
+        char* end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p) break;
+        if (v == iteration) return true;
+        p = *end == ',' ? end + 1 : end;
     }
-    double loss = loss_sum / (double)tr->grad_accum;
-    double lr = lr_schedule_get(&tr->st.schedule);
-    StepResult r = optimizer_step(&tr->opt, &tr->model, c, lr, loss);
-    if (!r.skipped) lr_schedule_step(&tr->st.schedule, gbs, tr->st.consumed_tokens);
-    tr->st.iteration++;
+    return false;
+}
+
+// An iteration inside --skip-train-iteration-range (KNOBS §6, NVM semantics): its global batch is
+// consumed unread, the iteration and the consumed-sample/token counters advance, nothing trains
+// (no forward, no update, no LR or scaler step). One line per contiguous stretch.
+static void trainer_skip_iteration(Trainer* tr, int64_t gbs, int T) {
+    int64_t it = tr->st.iteration + 1;
+    if (!tr->skipping) {
+        int64_t last = it;
+        while (last < tr->train_iters && skip_ranges_contains(&tr->skips, last + 1)) last++;
+        printf("skipping iterations %lld to %lld (--skip-train-iteration-range): their batches are consumed without training\n",
+               (long long)it, (long long)last);
+    }
+    tr->skipping = true;
+    tr->st.iteration = it;
     tr->st.consumed_samples += gbs;
     tr->st.consumed_tokens += gbs * T;
-    tr->st.optimizer_step = tr->opt.step;
-    if (r.skipped) tr->st.skipped_iterations++;
+}
+
+// One training iteration: accumulate gradients over the micro-batches, then one optimizer step.
+// Returns false for an iteration of a skip range (nothing to log).
+static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
+    const Config* c = &tr->cfg;
+    TrainState* st = &tr->st;
+    int64_t it = st->iteration + 1;                                // the iteration about to run, 1-based
+    int64_t gbs = rampup_global_batch(&tr->rampup, st->consumed_samples);
+    int B = (int)c->micro_batch_size, T = (int)curriculum_seqlen(&tr->curriculum, it);
+    if (skip_ranges_contains(&tr->skips, it)) {
+        trainer_skip_iteration(tr, gbs, T);
+        return false;
+    }
+    tr->skipping = false;
+    int64_t accum = gbs / B;
+    double t0 = now_ms();
+    gpt_zero_grad(&tr->model);
+    double scale = st->scaler.scale, loss_sum = 0;
+    for (int64_t mb = 0; mb < accum; mb++) {
+        int64_t first = st->consumed_samples + mb * B;
+        trainer_read_batch(tr, &tr->train_data, first, B, T);
+        gpt_set_dropout(&tr->model, true, st->dropout_seed, first);
+        loss_sum += gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
+        gpt_backward(&tr->model, B, T, scale / ((double)gbs * T));  // the loss scale rides on dloss
+    }
+    double loss = loss_sum / (double)accum;
+    float* grads = tr->model.grads;
+    int64_t n = tr->model.table.total;
+    grad_reduce(grads, n, c->gradient_predivide_factor, 1, [](float*, int64_t) {});  // one process: the sum is itself
+    if (trainer_inject_inf(it)) grads[0] = INFINITY;
+    bool found_inf = false;
+    if (st->scaler.enabled) {
+        if (c->fp16) grad_round_fp16(grads, (size_t)n);
+        found_inf = grad_unscale_check(grads, (size_t)n, 1.0 / scale);
+        LossScaler before = st->scaler;
+        std::string line = loss_scaler_describe(&before, &st->scaler, loss_scaler_update(&st->scaler, found_inf), it);
+        if (!line.empty()) printf("%s\n", line.c_str());
+    }
+    double lr = lr_schedule_get(&st->schedule);
+    StepResult r = optimizer_step(&tr->opt, &tr->model, &st->guard, c, it, lr, loss, found_inf);
+    if (!r.skipped) lr_schedule_step(&st->schedule, gbs, st->consumed_tokens);
+    st->iteration = it;
+    st->consumed_samples += gbs;
+    st->consumed_tokens += gbs * T;
+    st->optimizer_step = tr->opt.step;
+    if (r.skipped) st->skipped_iterations++;
     if (r.nonfinite) {
-        tr->st.nan_iterations++;
-        printf("iteration %lld: update skipped, non-finite %s (loss %g, grad norm %g)\n", (long long)tr->st.iteration,
-               std::isfinite(loss) ? "gradient" : "loss", loss, r.grad_norm);
+        st->nan_iterations++;
+        if (!st->scaler.enabled)  // the scaler printed its own line
+            printf("iteration %lld: update skipped, non-finite %s (loss %g, grad norm %g)\n", (long long)it,
+                   std::isfinite(loss) ? "gradient" : "loss", loss, r.grad_norm);
     }
     double ms = now_ms() - t0;
-    IterationRecord rec;
-    rec.iteration = tr->st.iteration;
-    rec.consumed_samples = tr->st.consumed_samples;
-    rec.consumed_tokens = tr->st.consumed_tokens;
-    rec.elapsed_ms = ms;
-    rec.lr = lr;
-    rec.global_batch_size = gbs;
-    rec.lm_loss = loss;
-    rec.loss_scale = 1.0;
-    rec.grad_norm = r.grad_norm;
-    rec.num_zeros = r.num_zeros;
-    rec.seqlen = T;
-    rec.skipped = r.skipped;
-    rec.nan = r.nonfinite;
-    rec.samples_per_second = gbs / (ms / 1000.0);
-    rec.tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, 1);
-    return rec;
+    rec->iteration = it;
+    rec->consumed_samples = st->consumed_samples;
+    rec->consumed_tokens = st->consumed_tokens;
+    rec->elapsed_ms = ms;
+    rec->lr = lr;
+    rec->global_batch_size = gbs;
+    rec->lm_loss = loss;
+    rec->loss_scale = st->scaler.scale;
+    rec->grad_norm = r.grad_norm;
+    rec->num_zeros = r.num_zeros;
+    rec->seqlen = T;
+    rec->skipped = r.skipped;
+    rec->nan = r.nonfinite;
+    rec->samples_per_second = gbs / (ms / 1000.0);
+    rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, 1);
+    return true;
 }
 
 // Mean loss over the first eval_iters global batches of the validation set (the same samples at
@@ -123,7 +180,7 @@ static IterationRecord trainer_iteration(Trainer* tr) {
 static double trainer_evaluate(Trainer* tr) {
     const Config* c = &tr->cfg;
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
-    int64_t batches = c->eval_iters * tr->grad_accum;
+    int64_t batches = c->eval_iters * (c->global_batch_size / B);
     double sum = 0;
     gpt_set_dropout(&tr->model, false, 0, 0);
     for (int64_t i = 0; i < batches; i++) {
@@ -149,7 +206,7 @@ static void trainer_print_sample(Trainer* tr) {
         double maxv = row[0], sum = 0;
         for (int j = 1; j < V; j++) maxv = row[j] > maxv ? row[j] : maxv;
         for (int j = 0; j < V; j++) sum += std::exp((double)row[j] - maxv);
-        double u = rng_uniform(tr->st.seed, RNG_GENERATE, (uint64_t)tr->st.iteration, (uint64_t)pos) * sum, acc = 0;
+        double u = rng_uniform(tr->st.dropout_seed, RNG_GENERATE, (uint64_t)tr->st.iteration, (uint64_t)pos) * sum, acc = 0;
         int next = V - 1;
         for (int j = 0; j < V; j++) {
             acc += std::exp((double)row[j] - maxv);
@@ -176,31 +233,66 @@ static void trainer_save(Trainer* tr) {
            ckpt_iter_dir(tr->cfg.save, tr->st.iteration).c_str());
 }
 
-// Resumes from --load if it holds a checkpoint (Megatron: none found → start from scratch).
-static bool trainer_resume(Trainer* tr) {
-    const std::string& dir = tr->cfg.load;
+enum ResumeKind { RESUME_NONE, RESUME_WEIGHTS, RESUME_FULL };
+
+// Loads --load if it holds a checkpoint (Megatron: none found → start from scratch). tr->st holds
+// the fresh state of this run's flags on entry. RESUME_FULL continues the checkpoint's trajectory
+// (the recovery flags may reset parts of it); RESUME_WEIGHTS (--finetune) keeps only the weights.
+static ResumeKind trainer_resume(Trainer* tr) {
+    const Config* c = &tr->cfg;
+    const std::string& dir = c->load;
     int64_t it = ckpt_latest(dir);
     if (it < 0) {
         printf("WARNING: could not find %s/latest_checkpointed_iteration.txt: starting from random\n", dir.c_str());
-        return false;
+        return RESUME_NONE;
     }
     int64_t n = tr->model.table.total;
     std::vector<float> params(n), m(n), v(n);
     TrainState saved{};
-    ckpt_load(dir, it, params.data(), m.data(), v.data(), n, &saved, &tr->gcfg, &tr->cfg);
+    ckpt_load(dir, it, params.data(), m.data(), v.data(), n, &saved, &tr->gcfg, c);
     backend_copy_to_device(tr->model.params, params.data(), n * sizeof(float));
+    if (c->finetune) {
+        printf(" > --finetune: took the weights of iteration %lld; counters, optimizer, schedule and RNG start fresh\n", (long long)it);
+        return RESUME_WEIGHTS;
+    }
+    const TrainState fresh = tr->st;
     backend_copy_to_device(tr->opt.m, m.data(), n * sizeof(float));
     backend_copy_to_device(tr->opt.v, v.data(), n * sizeof(float));
     tr->opt.step = saved.optimizer_step;
-    LRSchedule sched = tr->st.schedule;
-    lr_schedule_resume(&sched, &saved.schedule, &tr->cfg);
-    if (saved.seed != tr->st.seed)
-        printf(" > note: using the checkpoint's RNG key (seed %llu), not --seed %llu\n", (unsigned long long)saved.seed,
-               (unsigned long long)tr->st.seed);
+    LRSchedule sched = fresh.schedule;
+    lr_schedule_resume(&sched, &saved.schedule, c);
+    saved.schedule = sched;
+    // The scaler's settings come from the flags, its state from the checkpoint (if the mode matches).
+    LossScaler sc = fresh.scaler;
+    if (saved.scaler.enabled == sc.enabled && saved.scaler.dynamic == sc.dynamic) {
+        sc.scale = saved.scaler.scale;
+        sc.growth_tracker = saved.scaler.growth_tracker;
+        sc.hysteresis_tracker = saved.scaler.hysteresis_tracker;
+    } else {
+        printf(" > note: the loss-scaling mode changed since the checkpoint: the scaler starts at %s\n", double_repr(sc.scale).c_str());
+    }
+    saved.scaler = sc;
+    if (c->no_load_optim) {  // BigScience's optimizer-reset recipe (KNOBS §3.5)
+        optimizer_reset(&tr->opt);
+        saved.optimizer_step = 0;
+        saved.scaler = fresh.scaler;
+        printf(" > --no-load-optim: Adam moments, step count and loss scaler start fresh (the LR schedule is kept)\n");
+    }
+    for (RollingWindow* w : {&saved.guard.loss, &saved.guard.norm}) {  // keep the newest --skip-update-window values
+        int64_t cap = c->skip_update_window, extra = (int64_t)w->values.size() - cap;
+        if (extra > 0) w->values.erase(w->values.begin(), w->values.begin() + extra);
+        w->capacity = cap;
+    }
+    if (saved.seed != fresh.seed)
+        printf(" > note: the data order keeps the checkpoint's RNG key (seed %llu), not --seed %llu\n",
+               (unsigned long long)saved.seed, (unsigned long long)fresh.seed);
+    if (c->no_load_rng) {
+        saved.dropout_seed = fresh.dropout_seed;
+        printf(" > --no-load-rng: dropout and text samples are keyed by --seed %llu\n", (unsigned long long)fresh.dropout_seed);
+    }
     tr->st = saved;
-    tr->st.schedule = sched;
     printf("  successfully loaded checkpoint from %s at iteration %lld\n", dir.c_str(), (long long)it);
-    return true;
+    return RESUME_FULL;
 }
 
 // Flags → validated config, model, optimizer, data; everything before the first iteration.
@@ -231,9 +323,12 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     g->hidden_dropout = c->hidden_dropout;
     g->attention_dropout = c->attention_dropout;
     g->embed_dropout = std::isnan(c->embed_dropout) ? c->hidden_dropout : c->embed_dropout;  // Megatron: = hidden
-    tr->grad_accum = c->global_batch_size / c->micro_batch_size;
-    tr->train_iters = c->train_iters > 0 ? c->train_iters : c->train_samples / c->global_batch_size;
-    if (tr->train_iters == 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
+    rampup_init(&tr->rampup, c, 1);
+    curriculum_init(&tr->curriculum, c);
+    skip_ranges_parse(&tr->skips, c->skip_train_iteration_range);
+    if (c->bf16) keel_usage_error("--bf16: this build computes in fp32 (bf16 arrives with the CUDA op set); --fp16 emulates fp16 gradients");
+    tr->train_iters = c->train_iters > 0 ? c->train_iters : rampup_train_iters(&tr->rampup, c->train_samples);
+    if (tr->train_iters <= 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
 
     printf("keel | backend: %s | threads: %d\n", backend_name(), num_threads());
 #ifdef KEEL_CUDA
@@ -251,15 +346,26 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
            g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->model.table, g), (long long)tr->model.table.total);
     printf("batch: micro-batch %d x %lld accumulation steps = global batch %lld samples of %d tokens | %lld iterations\n",
-           B, (long long)tr->grad_accum, (long long)c->global_batch_size, T, (long long)tr->train_iters);
+           B, (long long)(c->global_batch_size / B), (long long)c->global_batch_size, T, (long long)tr->train_iters);
+    if (tr->rampup.enabled)
+        printf("batch ramp-up: global batch %lld + %lld every %s samples up to %lld, reached after %lld samples\n",
+               (long long)tr->rampup.start, (long long)tr->rampup.incr, double_repr(tr->rampup.samples_per_increment).c_str(),
+               (long long)tr->rampup.global_batch, (long long)tr->rampup.ramp_samples);
+    if (tr->curriculum.enabled)
+        printf("curriculum: sequence length %lld -> %lld (%s), validation at full length %d\n", (long long)tr->curriculum.min_d,
+               (long long)tr->curriculum.max_d, c->cl_schedule.c_str(), T);
+    if (!tr->skips.ranges.empty()) printf("skip ranges: iterations %s\n", skip_ranges_string(&tr->skips).c_str());
 
     tr->st = TrainState{};
-    tr->st.seed = (uint64_t)c->seed;
+    tr->st.seed = tr->st.dropout_seed = (uint64_t)c->seed;
     lr_schedule_init(&tr->st.schedule, c);
-    bool resumed = !c->load.empty() && trainer_resume(tr);
-    if (resumed && !c->load_llmc.empty())
-        printf(" > note: resumed from the checkpoint, so --load-llmc %s is not used\n", c->load_llmc.c_str());
-    if (!resumed) {
+    loss_scaler_init(&tr->st.scaler, c);
+    update_guard_init(&tr->st.guard, c);
+    ResumeKind kind = c->load.empty() ? RESUME_NONE : trainer_resume(tr);
+    bool resumed = kind == RESUME_FULL;
+    if (kind != RESUME_NONE && !c->load_llmc.empty())
+        printf(" > note: weights from the checkpoint, so --load-llmc %s is not used\n", c->load_llmc.c_str());
+    if (kind == RESUME_NONE) {
         if (!c->load_llmc.empty()) {
             std::vector<float> params(tr->model.table.total);
             param_table_init(params.data(), &tr->model.table, g, tr->init_sigma, tr->st.seed);  // a knob's own tensors
@@ -296,6 +402,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->targets.resize((size_t)B * T);
     if (resumed) logger_truncate_after(c->metrics_file, tr->st.iteration);
     logger_open(&tr->log, c->metrics_file, resumed, tr->train_iters);
+    tr->log.show_loss_scale = c->fp16;
+    tr->log.show_seqlen = tr->curriculum.enabled;
 }
 
 int main(int argc, char** argv) {
@@ -308,8 +416,13 @@ int main(int argc, char** argv) {
     bool saved_now = nothing, evaluated_now = nothing;
     if (nothing) printf("nothing to train: iteration %lld >= --train-iters %lld\n", (long long)tr->st.iteration, (long long)tr->train_iters);
     while (tr->st.iteration < tr->train_iters) {
-        IterationRecord rec = trainer_iteration(tr);
-        log_iteration(&tr->log, &rec, c->log_interval);
+        if (c->train_tokens > 0 && tr->st.consumed_tokens >= c->train_tokens) {
+            printf("stopping: %lld tokens consumed, --train-tokens %lld reached\n", (long long)tr->st.consumed_tokens,
+                   (long long)c->train_tokens);
+            break;
+        }
+        IterationRecord rec;
+        if (trainer_iteration(tr, &rec)) log_iteration(&tr->log, &rec, c->log_interval);
         int64_t it = tr->st.iteration;
         evaluated_now = saved_now = false;
         if (tr->have_valid && c->eval_interval > 0 && it % c->eval_interval == 0) {

@@ -28,6 +28,7 @@
 #include "llmc/common.h"
 #include "llmc/flags.h"
 #include "llmc/model.h"
+#include "llmc/optimizer.h"
 #include "llmc/schedule.h"
 
 enum { CKPT_FORMAT_VERSION = 1, CKPT_KIND_MODEL = 1, CKPT_KIND_OPTIMIZER = 2 };
@@ -39,7 +40,10 @@ struct TrainState {
     int64_t skipped_iterations, nan_iterations;  // totals over the run
     int64_t optimizer_step;
     LRSchedule schedule;
-    uint64_t seed;  // the RNG key: all randomness is counter-based on it (llmc/rand.h)
+    uint64_t seed;         // RNG key of the data order (and init): all randomness is counter-based (llmc/rand.h)
+    uint64_t dropout_seed; // RNG key of dropout masks and text samples (--no-load-rng replaces it)
+    LossScaler scaler;     // scale and trackers (the settings come from the flags)
+    UpdateGuard guard;     // the z-score windows, written beside the table as text
 };
 
 // The one list of TrainState fields in state.txt: writer and reader both walk it (STYLE 4).
@@ -58,7 +62,13 @@ static const StateField STATE_FIELDS[] = {
     KEEL_STATE("lr.warmup_steps", schedule.warmup_steps, true),
     KEEL_STATE("lr.decay_steps", schedule.decay_steps, true),
     KEEL_STATE("lr.num_steps", schedule.num_steps, false),
+    KEEL_STATE("lr.warmup_tokens", schedule.warmup_tokens, false),
+    KEEL_STATE("lr.num_tokens", schedule.num_tokens, false),
     KEEL_STATE("rng.seed", seed, false),  // uint64 stored through its int64 bits
+    KEEL_STATE("rng.dropout_seed", dropout_seed, false),
+    KEEL_STATE("scaler.scale", scaler.scale, true),
+    KEEL_STATE("scaler.growth_tracker", scaler.growth_tracker, false),
+    KEEL_STATE("scaler.hysteresis_tracker", scaler.hysteresis_tracker, false),
 };
 #undef KEEL_STATE
 
@@ -170,6 +180,9 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
         if (f.is_double) dbl(f.key, *(const double*)p); else i64(f.key, *(const long long*)p);
     }
     kv("lr.decay_style", LR_DECAY_NAMES[s->schedule.style]);
+    kv("scaler.mode", !s->scaler.enabled ? "off" : s->scaler.dynamic ? "dynamic" : "static");
+    kv("guard.loss_window", rolling_to_string(&s->guard.loss));
+    kv("guard.norm_window", rolling_to_string(&s->guard.norm));
     i64("model.num_layers", g->num_layers);
     i64("model.channels", g->channels);
     i64("model.num_heads", g->num_heads);
@@ -314,6 +327,16 @@ static inline void ckpt_load(const std::string& dir, int64_t iteration, float* p
         if (f.is_double) *(double*)p = ckpt_get_f64(kv, f.key, spath); else *(long long*)p = ckpt_get_i64(kv, f.key, spath);
     }
     s->schedule.style = lr_decay_style_parse(ckpt_get(kv, "lr.decay_style", spath));
+    s->scaler.enabled = s->scaler.dynamic = false;
+    const std::string& mode = ckpt_get(kv, "scaler.mode", spath);
+    if (mode == "static" || mode == "dynamic") s->scaler.enabled = true;
+    if (mode == "dynamic") s->scaler.dynamic = true;
+    if (!s->scaler.enabled && mode != "off") keel_die("checkpoint file '%s': unknown scaler.mode '%s'", spath.c_str(), mode.c_str());
+    // the windows are read whole; the caller trims them to this run's --skip-update-window
+    rolling_init(&s->guard.loss, INT64_MAX);
+    rolling_init(&s->guard.norm, INT64_MAX);
+    rolling_from_string(&s->guard.loss, ckpt_get(kv, "guard.loss_window", spath), "checkpoint guard.loss_window");
+    rolling_from_string(&s->guard.norm, ckpt_get(kv, "guard.norm_window", spath), "checkpoint guard.norm_window");
     if (s->iteration != iteration) keel_die("checkpoint file '%s': says iteration %lld, expected %lld", spath.c_str(), (long long)s->iteration, (long long)iteration);
     // Trajectory flags that changed since the checkpoint: allowed, but said out loud.
     for (int i = 0; i < NUM_FLAGS; i++) {

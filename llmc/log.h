@@ -32,6 +32,8 @@ struct Logger {
     // interval accumulators
     double loss_sum, time_ms;
     int64_t advanced, skipped, nan;
+    bool show_loss_scale;  // --fp16: "loss scale" in the line, as Megatron
+    bool show_seqlen;      // curriculum learning: "curriculum seqlen"
 };
 
 static inline void logger_open(Logger* lg, const std::string& path, bool append, int64_t train_iters) {
@@ -42,6 +44,7 @@ static inline void logger_open(Logger* lg, const std::string& path, bool append,
     lg->train_iters = train_iters;
     lg->loss_sum = lg->time_ms = 0;
     lg->advanced = lg->skipped = lg->nan = 0;
+    lg->show_loss_scale = lg->show_seqlen = false;
 }
 
 // A resumed run continues the metrics file after the checkpoint's iteration: records of later
@@ -115,8 +118,16 @@ static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t l
         snprintf(buf, sizeof buf, " lm loss: %.6E |", lg->loss_sum / lg->advanced);
         line += buf;
     }
+    if (lg->show_loss_scale) {
+        snprintf(buf, sizeof buf, " loss scale: %.1f |", r->loss_scale);
+        line += buf;
+    }
     snprintf(buf, sizeof buf, " grad norm: %.3f | num zeros: %.1f |", r->grad_norm, (double)r->num_zeros);
     line += buf;
+    if (lg->show_seqlen) {
+        snprintf(buf, sizeof buf, " curriculum seqlen: %5lld |", (long long)r->seqlen);
+        line += buf;
+    }
     snprintf(buf, sizeof buf, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
              (long long)lg->skipped, (long long)lg->nan);
     line += buf;

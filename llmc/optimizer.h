@@ -1,18 +1,28 @@
-// optimizer.h — one optimizer step on the flat buffers: global norm, non-finite check, global-norm
-// clipping, AdamW with decay groups from the parameter table (KNOBS.md §8).
+// optimizer.h — one optimizer step on the flat buffers: gradient reduction, global norm, the
+// update-skipping rules, global-norm clipping, AdamW with decay groups from the parameter table
+// (KNOBS.md §7, §8).
 //
-// Order, per iteration (Megatron native path, §7.1/§8.2):
-//   1. norm = sqrt(Σ g²) over every gradient (fixed reduction order); num_zeros counted alongside
-//   2. non-finite loss or norm → the update is skipped (counted as skipped and nan); the weights,
-//      the moments, the step count and the LR schedule stay as they were (DESIGN §10)
-//   3. clip: if --clip-grad > 0 and coeff = clip/(norm + 1e-6) < 1, every gradient is scaled by coeff
-//   4. t += 1; AdamW with bias corrections for t; weight decay only on tensors the table marks decay
-// The logged grad norm is the one from step 1 (before clipping).
+// Order, per iteration (Megatron native path, §7.1/§8.2), after the backward passes:
+//   0. reduce: g /= F (--gradient-predivide-factor), sum over data-parallel ranks, g *= F/DP (§8.5)
+//   1. loss scaling (when on, llmc/loss_scaler.h): [--fp16: round g to binary16], g /= scale, found_inf,
+//      update the scaler — the caller does this and passes found_inf
+//   2. norm = sqrt(Σ g²) over every gradient (fixed reduction order); num_zeros counted alongside
+//   3. the update is skipped (weights, moments, step count and LR schedule stay as they were) when:
+//        - the loss or a gradient is non-finite (found_inf or a non-finite norm)   counted as nan too
+//        - norm > --skip-update-grad-norm-above (OPT's "rejecting batch", here in every precision)
+//        - the loss, or the norm, is more than Z standard deviations above the mean of the last
+//          --skip-update-window applied updates (--skip-update-loss-zscore / --skip-update-norm-zscore)
+//      each prints one line saying why; all count as "number of skipped iterations"
+//   4. clip: if --clip-grad > 0 and coeff = clip/(norm + 1e-6) < 1, every gradient is scaled by coeff
+//   5. t += 1; AdamW with bias corrections for t; weight decay only on tensors the table marks decay
+// The logged grad norm is the one from step 2 (unscaled, before clipping).
 #pragma once
 #include <cmath>
+#include <string>
 
 #include "llmc/cpu/adamw.h"
 #include "llmc/flags.h"
+#include "llmc/loss_scaler.h"
 #include "llmc/model.h"
 
 struct Optimizer {
@@ -29,6 +39,11 @@ struct StepResult {
     bool nonfinite;     // the loss or a gradient was NaN/Inf
 };
 
+// The state of the z-score rules: the losses and norms of the last applied updates (checkpointed).
+struct UpdateGuard {
+    RollingWindow loss, norm;
+};
+
 static inline void optimizer_init(Optimizer* o, int64_t n) {
     o->n = n;
     o->step = 0;
@@ -38,18 +53,64 @@ static inline void optimizer_init(Optimizer* o, int64_t n) {
     backend_memset_zero(o->v, (size_t)n * sizeof(float));
 }
 
+static inline void optimizer_reset(Optimizer* o) {
+    o->step = 0;
+    backend_memset_zero(o->m, (size_t)o->n * sizeof(float));
+    backend_memset_zero(o->v, (size_t)o->n * sizeof(float));
+}
+
 static inline void optimizer_free(Optimizer* o) {
     backend_free(o->m);
     backend_free(o->v);
 }
 
-static inline StepResult optimizer_step(Optimizer* o, GPT<float>* model, const Config* c, double lr, double loss) {
+static inline void update_guard_init(UpdateGuard* g, const Config* c) {
+    rolling_init(&g->loss, c->skip_update_window);
+    rolling_init(&g->norm, c->skip_update_window);
+}
+
+// Step 0: the data-parallel mean of the gradients with the pre-divide split (KNOBS §8.5). `sum`
+// adds the buffers of all DP ranks in place (identity on one process). The net factor is 1/DP;
+// F only decides how much of it is applied before the sum (overflow/underflow control under fp16).
+template <typename SumFn> static inline void grad_reduce(float* g, int64_t n, double predivide, int dp, SumFn sum) {
+    if (predivide != 1.0) grad_scale(g, n, (float)(1.0 / predivide));
+    sum(g, n);
+    if (predivide != (double)dp) grad_scale(g, n, (float)(predivide / dp));
+}
+
+// Step 3: the rules that reject an update. Returns "" to go ahead, else the line to print.
+static inline std::string update_guard_check(const UpdateGuard* g, const Config* c, int64_t iteration, double loss, double norm) {
+    char buf[256];
+    if (c->skip_update_grad_norm_above > 0 && norm > c->skip_update_grad_norm_above) {
+        snprintf(buf, sizeof buf, "iteration %lld: update skipped, grad norm %.6g > --skip-update-grad-norm-above %g (batch rejected)",
+                 (long long)iteration, norm, c->skip_update_grad_norm_above);
+        return buf;
+    }
+    double z;
+    if (c->skip_update_loss_zscore > 0 && rolling_zscore(&g->loss, loss, &z) && z > c->skip_update_loss_zscore)
+        return rolling_describe_skip(&g->loss, iteration, "loss", loss, z, c->skip_update_loss_zscore);
+    if (c->skip_update_norm_zscore > 0 && rolling_zscore(&g->norm, norm, &z) && z > c->skip_update_norm_zscore)
+        return rolling_describe_skip(&g->norm, iteration, "grad norm", norm, z, c->skip_update_norm_zscore);
+    return "";
+}
+
+// Steps 2-5. found_inf: the loss scaler's verdict on the gradients (false when scaling is off).
+static inline StepResult optimizer_step(Optimizer* o, GPT<float>* model, UpdateGuard* guard, const Config* c, int64_t iteration,
+                                        double lr, double loss, bool found_inf) {
     StepResult r = {0, 0, false, false};
     r.grad_norm = std::sqrt(grad_sumsq(model->grads, o->n, &r.num_zeros));
-    if (!std::isfinite(r.grad_norm) || !std::isfinite(loss)) {
+    if (found_inf || !std::isfinite(r.grad_norm) || !std::isfinite(loss)) {
         r.skipped = r.nonfinite = true;
         return r;
     }
+    std::string why = update_guard_check(guard, c, iteration, loss, r.grad_norm);
+    if (!why.empty()) {
+        printf("%s\n", why.c_str());
+        r.skipped = true;
+        return r;
+    }
+    rolling_push(&guard->loss, loss);
+    rolling_push(&guard->norm, r.grad_norm);
     if (c->clip_grad > 0) {
         double coeff = c->clip_grad / (r.grad_norm + 1e-6);
         if (coeff < 1.0) grad_scale(model->grads, o->n, (float)coeff);

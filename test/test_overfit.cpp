@@ -19,6 +19,8 @@ int main() {
         in[i] = (int)rng_below(64, 5, 1, i);
         tg[i] = (int)rng_below(64, 5, 2, i);
     }
+    UpdateGuard guard;
+    update_guard_init(&guard, &c);
     double first = 0, loss = 0;
     int step = 0;
     for (; step < MAX_STEPS; step++) {
@@ -27,7 +29,7 @@ int main() {
         if (step == 0) first = loss;
         if (loss < 0.1) break;
         gpt_backward(&m, B, T, 1.0 / (B * T));
-        optimizer_step(&opt, &m, &c, c.lr, loss);
+        optimizer_step(&opt, &m, &guard, &c, 0, c.lr, loss, false);
         if (step % 25 == 0) printf("step %3d loss %.4f\n", step, loss);
     }
     printf("loss %.4f -> %.4f after %d steps\n", first, loss, step);
