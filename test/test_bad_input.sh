@@ -71,4 +71,17 @@ require('fs').writeFileSync(process.argv[1], b);" "$TMP/fake_llmc.bin"
 expect_fail 1 "bytes, but its header's shape needs" $K "${TINY[@]}" --train-iters 4 --load-llmc "$TMP/fake_llmc.bin"
 expect_fail 2 "validation set holds" $K "${TINY[@]}" --train-iters 4 --eval-iters 100000
 expect_fail 1 "llm.c model file '$TMP/bad.bin': truncated header" $K "${TINY[@]}" --train-iters 4 --load-llmc "$TMP/bad.bin"
+# instability knobs: ranges and contradictions
+expect_fail 2 "hidden-dropout" $KEEL "${TINY[@]}" --train-iters 3 --hidden-dropout 1.0
+expect_fail 2 "attention-dropout" $KEEL "${TINY[@]}" --train-iters 3 --attention-dropout -0.1
+expect_fail 2 "fp16 and --bf16" $KEEL "${TINY[@]}" --train-iters 3 --fp16 --bf16
+expect_fail 2 "bf16" $KEEL "${TINY[@]}" --train-iters 3 --bf16
+expect_fail 2 "min-loss-scale" $KEEL "${TINY[@]}" --train-iters 3 --fp16 --initial-loss-scale 1 --min-loss-scale 2
+expect_fail 2 "finetune needs --load" $KEEL "${TINY[@]}" --train-iters 3 --finetune
+expect_fail 2 "export-llmc.*normformer" $KEEL "${TINY[@]}" --train-iters 3 --normformer --export-llmc "$TMP/x.bin"
+expect_fail 2 "position-embedding-init" $KEEL "${TINY[@]}" --train-iters 3 --position-embedding-type alibi --position-embedding-init sinusoidal
+expect_fail 2 "activation.*not one of" $KEEL "${TINY[@]}" --train-iters 3 --activation swish
+expect_fail 2 "rampup-batch-size takes 3" $KEEL "${TINY[@]}" --train-samples 40 --rampup-batch-size 2 2
+expect_fail 2 "skip-train-iteration-range" $KEEL "${TINY[@]}" --train-iters 3 --skip-train-iteration-range 5-x
+expect_fail 2 "gradient-predivide-factor" $KEEL "${TINY[@]}" --train-iters 3 --gradient-predivide-factor 0
 finish
