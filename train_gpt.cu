@@ -412,9 +412,11 @@ int main(int argc, char** argv) {
     trainer_setup(tr, argc, argv);
     const Config* c = &tr->cfg;
     // Nothing to train (a finished run started again): no extra validation record, no re-save.
-    bool nothing = tr->st.iteration >= tr->train_iters;
+    bool nothing = tr->st.iteration >= tr->train_iters || (c->train_tokens > 0 && tr->st.consumed_tokens >= c->train_tokens);
     bool saved_now = nothing, evaluated_now = nothing;
-    if (nothing) printf("nothing to train: iteration %lld >= --train-iters %lld\n", (long long)tr->st.iteration, (long long)tr->train_iters);
+    if (nothing)
+        printf("nothing to train: iteration %lld of %lld, %lld tokens consumed\n", (long long)tr->st.iteration,
+               (long long)tr->train_iters, (long long)tr->st.consumed_tokens);
     while (tr->st.iteration < tr->train_iters) {
         if (c->train_tokens > 0 && tr->st.consumed_tokens >= c->train_tokens) {
             printf("stopping: %lld tokens consumed, --train-tokens %lld reached\n", (long long)tr->st.consumed_tokens,
