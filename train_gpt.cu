@@ -278,11 +278,8 @@ static ResumeKind trainer_resume(Trainer* tr) {
         saved.scaler = fresh.scaler;
         printf(" > --no-load-optim: Adam moments, step count and loss scaler start fresh (the LR schedule is kept)\n");
     }
-    for (RollingWindow* w : {&saved.guard.loss, &saved.guard.norm}) {  // keep the newest --skip-update-window values
-        int64_t cap = c->skip_update_window, extra = (int64_t)w->values.size() - cap;
-        if (extra > 0) w->values.erase(w->values.begin(), w->values.begin() + extra);
-        w->capacity = cap;
-    }
+    rolling_resize(&saved.guard.loss, c->skip_update_window);
+    rolling_resize(&saved.guard.norm, c->skip_update_window);
     if (saved.seed != fresh.seed)
         printf(" > note: the data order keeps the checkpoint's RNG key (seed %llu), not --seed %llu\n",
                (unsigned long long)saved.seed, (unsigned long long)fresh.seed);

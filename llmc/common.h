@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdarg>
 #include <cstdint>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -63,6 +64,10 @@ static inline std::string file_read_all(const char* path) {
 // The shortest decimal text that reads back as the same double (like Python's repr).
 static inline std::string double_repr(double x) {
     char buf[40];
+    if (x == std::floor(x) && std::fabs(x) < 1e15) {  // whole numbers read as written: 40, not 4e+01
+        snprintf(buf, sizeof buf, "%.0f", x);
+        return buf;
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, sizeof buf, "%.*g", prec, x);
         if (strtod(buf, nullptr) == x) break;

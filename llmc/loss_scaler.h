@@ -243,6 +243,13 @@ static inline std::string rolling_describe_skip(const RollingWindow* w, int64_t 
     return buf;
 }
 
+// A new capacity keeps the newest values (a resume may shorten --skip-update-window).
+static inline void rolling_resize(RollingWindow* w, int64_t capacity) {
+    int64_t extra = (int64_t)w->values.size() - capacity;
+    if (extra > 0) w->values.erase(w->values.begin(), w->values.begin() + extra);
+    w->capacity = capacity;
+}
+
 // Space-separated shortest round-trip text of the values, oldest first ("" when empty).
 static inline std::string rolling_to_string(const RollingWindow* w) {
     std::string s;

@@ -76,6 +76,8 @@ run zs "${BASE[@]}" --train-iters 16 --skip-update-loss-zscore 0.3 --skip-update
 run zs2 "${BASE[@]}" --train-iters 16 --skip-update-loss-zscore 0.3 --skip-update-window 3 --load "$TMP/zck"
 cat "$TMP/zs2.jsonl" >>"$TMP/zs.jsonl"
 cmp -s <(strip_timing "$TMP/zl.jsonl") <(strip_timing "$TMP/zs.jsonl") && ok "z-score windows survive a resume bit-exactly" || fail "z-score resume differs"
+# a resume may shorten the window: the newest values are kept
+run zs3 "${BASE[@]}" --train-iters 16 --skip-update-loss-zscore 0.3 --skip-update-window 2 --load "$TMP/zck"
 
 # ---- batch ramp-up (KNOBS §4) ---------------------------------------------------------------------
 # START 2, INCR 2, over 8 samples to GBS 6, micro-batch 2: 2 increments, one every 4 samples.
@@ -150,6 +152,9 @@ for k in "${!flags[@]}"; do
   want "$(params "m_$k")" "$((1635712 + ${delta[$k]}))" "$k: parameter count"
   [ "$(col "m_$k" lm_loss)" != "$plain_loss" ] && ok "$k: changes the losses" || fail "$k: losses identical to the plain model"
 done
+# "absolute" is Megatron's name for the learned table: the same model, the same bits
+run m_absolute "${BASE[@]}" --num-attention-heads 4 --train-iters 3 --position-embedding-type absolute
+want "$(col m_absolute lm_loss)" "$plain_loss" "--position-embedding-type absolute = learned"
 # layer scaling by 1, 2 is exact in binary: take 3 layers so layer 3's coefficient is not a power of two
 run m3_plain "${BASE[@]}" --num-attention-heads 4 --num-layers 3 --train-iters 3
 run m3_ls "${BASE[@]}" --num-attention-heads 4 --num-layers 3 --train-iters 3 --apply-query-key-layer-scaling

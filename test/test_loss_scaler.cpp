@@ -390,6 +390,8 @@ static void test_rolling() {
     // std sqrt(1.25) = 1.1180339887498949; z(5) = 2.5/1.1180339887498949 = sqrt(5) = 2.2360679774997897.
     expect_z("rolling: {2,1,3,4} z(5) = sqrt(5)", &w, 5.0, 2.2360679774997897, 1e-15);
     expect_z("rolling: {2,1,3,4} z(2.5) = 0", &w, 2.5, 0.0, 0.0);
+    rolling_resize(&w, 2);  // a shorter window keeps the newest values: {3,4}
+    check(w.capacity == 2 && w.values.size() == 2 && w.values[0] == 3 && w.values[1] == 4, "rolling: resize keeps the newest");
     RollingWindow c;
     rolling_init(&c, 3);
     for (int i = 0; i < 3; i++) rolling_push(&c, 7.0);
