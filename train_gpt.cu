@@ -167,6 +167,7 @@ static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
     rec->loss_scale = st->scaler.scale;
     rec->grad_norm = r.grad_norm;
     rec->num_zeros = r.num_zeros;
+    rec->pclip_units = r.pclip_units;
     rec->seqlen = T;
     rec->skipped = r.skipped;
     rec->nan = r.nonfinite;
@@ -224,11 +225,12 @@ static void trainer_print_sample(Trainer* tr) {
 
 static void trainer_save(Trainer* tr) {
     printf("saving checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration, tr->cfg.save.c_str());
-    std::vector<float> params(tr->model.table.total), m(tr->opt.n), v(tr->opt.n);
+    std::vector<float> params(tr->model.table.total);
+    std::vector<uint8_t> opt(tr->opt.state_bytes);
     backend_copy_to_host(params.data(), tr->model.params, params.size() * sizeof(float));
-    backend_copy_to_host(m.data(), tr->opt.m, m.size() * sizeof(float));
-    backend_copy_to_host(v.data(), tr->opt.v, v.size() * sizeof(float));
-    ckpt_save(tr->cfg.save, params.data(), m.data(), v.data(), tr->opt.n, &tr->st, &tr->gcfg, &tr->cfg);
+    backend_copy_to_host(opt.data(), tr->opt.state, opt.size());
+    ckpt_save(tr->cfg.save, params.data(), tr->opt.n, opt.data(), opt.size(), optimizer_layout(&tr->opt, &tr->model.table),
+              &tr->st, &tr->gcfg, &tr->cfg);
     printf("  successfully saved checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration,
            ckpt_iter_dir(tr->cfg.save, tr->st.iteration).c_str());
 }
@@ -247,18 +249,22 @@ static ResumeKind trainer_resume(Trainer* tr) {
         return RESUME_NONE;
     }
     int64_t n = tr->model.table.total;
-    std::vector<float> params(n), m(n), v(n);
+    std::vector<float> params(n);
     TrainState saved{};
-    ckpt_load(dir, it, params.data(), m.data(), v.data(), n, &saved, &tr->gcfg, c);
+    std::string idir, saved_layout;
+    ckpt_load(dir, it, params.data(), n, &saved, &tr->gcfg, c, &idir, &saved_layout);
     backend_copy_to_device(tr->model.params, params.data(), n * sizeof(float));
     if (c->finetune) {
         printf(" > --finetune: took the weights of iteration %lld; counters, optimizer, schedule and RNG start fresh\n", (long long)it);
         return RESUME_WEIGHTS;
     }
     const TrainState fresh = tr->st;
-    backend_copy_to_device(tr->opt.m, m.data(), n * sizeof(float));
-    backend_copy_to_device(tr->opt.v, v.data(), n * sizeof(float));
-    tr->opt.step = saved.optimizer_step;
+    if (!c->no_load_optim) {
+        std::vector<uint8_t> opt(tr->opt.state_bytes);
+        ckpt_load_optimizer(idir, saved_layout, optimizer_layout(&tr->opt, &tr->model.table), opt.data(), opt.size(), n);
+        backend_copy_to_device(tr->opt.state, opt.data(), opt.size());
+        tr->opt.step = saved.optimizer_step;
+    }
     LRSchedule sched = fresh.schedule;
     lr_schedule_resume(&sched, &saved.schedule, c);
     saved.schedule = sched;
@@ -273,7 +279,7 @@ static ResumeKind trainer_resume(Trainer* tr) {
     }
     saved.scaler = sc;
     if (c->no_load_optim) {  // BigScience's optimizer-reset recipe (KNOBS §3.5)
-        optimizer_reset(&tr->opt);
+        optimizer_reset(&tr->opt);  // never read: the checkpoint may even hold another optimizer's state
         saved.optimizer_step = 0;
         saved.scaler = fresh.scaler;
         printf(" > --no-load-optim: Adam moments, step count and loss scaler start fresh (the LR schedule is kept)\n");
@@ -338,10 +344,11 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
                double_repr(tr->init_sigma).c_str(), double_repr(tr->init_sigma / std::sqrt(2.0 * c->num_layers)).c_str());
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
     gpt_build(&tr->model, g, B, T);
-    optimizer_init(&tr->opt, tr->model.table.total);
+    optimizer_init(&tr->opt, &tr->model.table, c);
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
            g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->model.table, g), (long long)tr->model.table.total);
+    printf("%s\n", optimizer_describe(&tr->opt, &tr->model.table, c).c_str());
     printf("batch: micro-batch %d x %lld accumulation steps = global batch %lld samples of %d tokens | %lld iterations\n",
            B, (long long)(c->global_batch_size / B), (long long)c->global_batch_size, T, (long long)tr->train_iters);
     if (tr->rampup.enabled)
@@ -401,6 +408,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     logger_open(&tr->log, c->metrics_file, resumed, tr->train_iters);
     tr->log.show_loss_scale = c->fp16;
     tr->log.show_seqlen = tr->curriculum.enabled;
+    tr->log.show_pclip = c->adam8bit_percentile_clipping < 100;
 }
 
 int main(int argc, char** argv) {

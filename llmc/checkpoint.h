@@ -3,7 +3,9 @@
 //
 // Layout of --save DIR:
 //   DIR/iter_0000300/model.bin       fp32 parameters, canonical layout (parameter-table order)
-//   DIR/iter_0000300/optimizer.bin   Adam m then v, canonical layout
+//   DIR/iter_0000300/optimizer.bin   optimizer state, canonical layout (llmc/optimizer.h: fp32 m and v,
+//                                    or under adam8bit the fp32 units' m, v, block absmax, percentile
+//                                    history, then the 8-bit codes)
 //   DIR/iter_0000300/state.txt       counters, schedule, RNG key, model shape, trajectory flags
 //   DIR/latest_checkpointed_iteration.txt   the iteration to resume from
 // Binary files start with a 64-byte header: "KEELCKPT", u32 format version, u32 kind, u64 payload
@@ -121,8 +123,9 @@ static inline void ckpt_write_file(const std::string& path, const void* payload,
     FILE_CHECK(fclose(f) == 0, "fclose", path.c_str());
 }
 
-// Reads a binary checkpoint file of `count` floats, verifying header, size and checksum.
-static inline void ckpt_read_file(const std::string& path, void* payload, uint64_t count, uint32_t kind) {
+// Reads a binary checkpoint file of `bytes` bytes describing `count` parameters, verifying header,
+// size and checksum.
+static inline void ckpt_read_file(const std::string& path, void* payload, uint64_t bytes_expected, uint64_t count, uint32_t kind) {
     FILE* f = fopen(path.c_str(), "rb");
     if (!f) keel_die("checkpoint file '%s': cannot open: %s", path.c_str(), strerror(errno));
     uint8_t header[64];
@@ -137,9 +140,9 @@ static inline void ckpt_read_file(const std::string& path, void* payload, uint64
     memcpy(&sum, header + 32, 8);
     if (version != CKPT_FORMAT_VERSION) keel_die("checkpoint file '%s': format version %u, expected %u", path.c_str(), version, CKPT_FORMAT_VERSION);
     if (k != kind) keel_die("checkpoint file '%s': holds kind %u, expected %u", path.c_str(), k, kind);
-    if (n != count || bytes != count * sizeof(float))
-        keel_die("checkpoint file '%s': holds %llu elements, this model needs %llu", path.c_str(), (unsigned long long)n,
-                 (unsigned long long)count);
+    if (n != count || bytes != bytes_expected)
+        keel_die("checkpoint file '%s': holds %llu bytes for %llu parameters, this run needs %llu bytes for %llu", path.c_str(),
+                 (unsigned long long)bytes, (unsigned long long)n, (unsigned long long)bytes_expected, (unsigned long long)count);
     if (fread(payload, 1, bytes, f) != bytes) keel_die("checkpoint file '%s': truncated (torn write?)", path.c_str());
     char extra;
     if (fread(&extra, 1, 1, f) != 0) keel_die("checkpoint file '%s': trailing bytes after the payload", path.c_str());
@@ -167,7 +170,8 @@ static inline void rmtree(const std::string& path) {
     rmdir(path.c_str());
 }
 
-static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* g, const Config* c, int64_t nparams) {
+static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* g, const Config* c, int64_t nparams,
+                                          const std::string& optimizer_layout) {
     std::string t;
     char buf[512];
     auto kv = [&](const char* k, const std::string& v) { t += k; t += " = "; t += v; t += "\n"; };
@@ -183,6 +187,7 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
     kv("scaler.mode", !s->scaler.enabled ? "off" : s->scaler.dynamic ? "dynamic" : "static");
     kv("guard.loss_window", rolling_to_string(&s->guard.loss));
     kv("guard.norm_window", rolling_to_string(&s->guard.norm));
+    kv("optimizer.layout", optimizer_layout);
     i64("model.num_layers", g->num_layers);
     i64("model.channels", g->channels);
     i64("model.num_heads", g->num_heads);
@@ -200,19 +205,17 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
 }
 
 // Saves a checkpoint of iteration s->iteration under dir (created if needed) and publishes it.
-static inline void ckpt_save(const std::string& dir, const float* params, const float* m, const float* v, int64_t n,
-                             const TrainState* s, const GPTConfig* g, const Config* c) {
+// opt_state: the optimizer's canonical state (opt_bytes), described by opt_layout (optimizer_layout).
+static inline void ckpt_save(const std::string& dir, const float* params, int64_t n, const void* opt_state, size_t opt_bytes,
+                             const std::string& opt_layout, const TrainState* s, const GPTConfig* g, const Config* c) {
     mkdir_p(dir);
     std::string final_dir = ckpt_iter_dir(dir, s->iteration), tmp = final_dir + ".tmp", old = final_dir + ".old";
     rmtree(tmp);  // a crash of an earlier save may have left one
     FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());
     ckpt_write_file(tmp + "/model.bin", params, (size_t)n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)n);
     ckpt_fault("model");
-    std::vector<float> mv((size_t)n * 2);
-    memcpy(mv.data(), m, (size_t)n * sizeof(float));
-    memcpy(mv.data() + n, v, (size_t)n * sizeof(float));
-    ckpt_write_file(tmp + "/optimizer.bin", mv.data(), mv.size() * sizeof(float), CKPT_KIND_OPTIMIZER, (uint64_t)n * 2);
-    std::string state = ckpt_state_text(s, g, c, n);
+    ckpt_write_file(tmp + "/optimizer.bin", opt_state, opt_bytes, CKPT_KIND_OPTIMIZER, (uint64_t)n);
+    std::string state = ckpt_state_text(s, g, c, n, opt_layout);
     FILE* f = fopen_check((tmp + "/state.txt").c_str(), "wb");
     fwrite_check(state.data(), 1, state.size(), f, (tmp + "/state.txt").c_str());
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", (tmp + "/state.txt").c_str());
@@ -295,10 +298,12 @@ static inline double ckpt_get_f64(const std::map<std::string, std::string>& kv, 
     return x;
 }
 
-// Loads iteration `iteration` of dir: verifies every file, refuses a different model shape, fills
-// the tensors and *s. The schedule is returned as saved; the caller applies the resume rules.
-static inline void ckpt_load(const std::string& dir, int64_t iteration, float* params, float* m, float* v, int64_t n,
-                             TrainState* s, const GPTConfig* g, const Config* c) {
+// Loads iteration `iteration` of dir: verifies state.txt and model.bin, refuses a different model
+// shape, fills the parameters and *s. The schedule is returned as saved; the caller applies the
+// resume rules. *idir_out: the directory read; *opt_layout: the optimizer layout it was saved with
+// (the optimizer state is read separately, by ckpt_load_optimizer, when the caller wants it).
+static inline void ckpt_load(const std::string& dir, int64_t iteration, float* params, int64_t n, TrainState* s,
+                             const GPTConfig* g, const Config* c, std::string* idir_out, std::string* opt_layout) {
     std::string idir = ckpt_iter_dir(dir, iteration);
     struct stat st;
     if (stat(idir.c_str(), &st) != 0 && stat((idir + ".old").c_str(), &st) == 0) idir += ".old";  // crash mid-swap
@@ -317,11 +322,10 @@ static inline void ckpt_load(const std::string& dir, int64_t iteration, float* p
                           "checkpoint '%s' has %s = %lld but this run has %lld: the model shape changed", idir.c_str(),
                           sh.key, saved, sh.have);
     }
-    ckpt_read_file(idir + "/model.bin", params, (uint64_t)n, CKPT_KIND_MODEL);
-    std::vector<float> mv((size_t)n * 2);
-    ckpt_read_file(idir + "/optimizer.bin", mv.data(), (uint64_t)n * 2, CKPT_KIND_OPTIMIZER);
-    memcpy(m, mv.data(), (size_t)n * sizeof(float));
-    memcpy(v, mv.data() + n, (size_t)n * sizeof(float));
+    ckpt_read_file(idir + "/model.bin", params, (uint64_t)n * sizeof(float), (uint64_t)n, CKPT_KIND_MODEL);
+    auto lay = kv.find("optimizer.layout");
+    *opt_layout = lay == kv.end() ? "adam" : lay->second;  // checkpoints from before 8-bit Adam hold Adam state
+    *idir_out = idir;
     for (const StateField& f : STATE_FIELDS) {
         char* p = (char*)s + f.offset;
         if (f.is_double) *(double*)p = ckpt_get_f64(kv, f.key, spath); else *(long long*)p = ckpt_get_i64(kv, f.key, spath);
@@ -346,6 +350,19 @@ static inline void ckpt_load(const std::string& dir, int64_t iteration, float* p
         if (it != kv.end() && it->second != now)
             printf(" > note: --%s was %s in the checkpoint, is %s now\n", FLAGS[i].name, it->second.c_str(), now.c_str());
     }
+}
+
+// Reads the optimizer state of the checkpoint directory idir into state (bytes long), after checking
+// that it was saved with this run's optimizer layout.
+static inline void ckpt_load_optimizer(const std::string& idir, const std::string& saved_layout, const std::string& layout,
+                                       void* state, size_t bytes, int64_t n) {
+    if (saved_layout != layout)
+        keel_die_code(KEEL_EXIT_RUNTIME,
+                      "resume with the checkpoint's --optimizer/--adam8bit-block-size/--adam8bit-min-size/--stable-embedding, "
+                      "or pass --no-load-optim to start the optimizer fresh",
+                      "checkpoint '%s' holds optimizer state '%s' but this run's optimizer is '%s'", idir.c_str(),
+                      saved_layout.c_str(), layout.c_str());
+    ckpt_read_file(idir + "/optimizer.bin", state, bytes, (uint64_t)n, CKPT_KIND_OPTIMIZER);
 }
 
 // ---- llm.c GPT-2 model files ---------------------------------------------------------------------

@@ -53,6 +53,8 @@ struct Config {
     double lr_warmup_fraction = NAN;
     bool override_lr_scheduler = false, use_checkpoint_lr_scheduler = false;
     double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8, weight_decay = 0.01, clip_grad = 1.0;
+    std::string optimizer = "adam";                // adam | adam8bit (KNOBS §9)
+    int64_t adam8bit_block_size = 256, adam8bit_min_size = 4096, adam8bit_percentile_clipping = 100;
     int64_t seed = 1234;
     // update-skipping rules (KNOBS §8.4) and the gradient reduction (§8.5)
     double skip_update_grad_norm_above = 0.0, skip_update_loss_zscore = 0.0, skip_update_norm_zscore = 0.0;
@@ -172,6 +174,14 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("adam-beta2", NO_MIN, NO_MAX, FT_FLOAT, adam_beta2, FK_STATE, nullptr, "Adam beta2 (BigScience: 0.95)"),
     KEEL_FLAG("adam-eps", NO_MIN, NO_MAX, FT_FLOAT, adam_eps, FK_STATE, nullptr, "Adam epsilon"),
     KEEL_FLAG("weight-decay", NO_MIN, NO_MAX, FT_FLOAT, weight_decay, FK_STATE, nullptr, "decoupled weight decay (not on biases, LayerNorms)"),
+    KEEL_FLAG("optimizer", NO_MIN, NO_MAX, FT_STR, optimizer, FK_STATE, "adam|adam8bit",
+              "adam: fp32 m and v (8 bytes/parameter); adam8bit: bitsandbytes' blockwise 8-bit m and v (about 2)"),
+    KEEL_FLAG("adam8bit-block-size", 64, 2048, FT_INT, adam8bit_block_size, FK_STATE, nullptr,
+              "elements per 8-bit quantization block, a power of two (bitsandbytes: 256; its 2021 release: 2048)"),
+    KEEL_FLAG("adam8bit-min-size", 0, NO_MAX, FT_INT, adam8bit_min_size, FK_STATE, nullptr,
+              "tensors (per layer) with fewer elements keep 32-bit state"),
+    KEEL_FLAG("adam8bit-percentile-clipping", 0, 100, FT_INT, adam8bit_percentile_clipping, FK_STATE, nullptr,
+              "per tensor, clip the gradient norm to this percentile of its last 100 steps (bitsandbytes); 100: off"),
     KEEL_FLAG("clip-grad", NO_MIN, NO_MAX, FT_FLOAT, clip_grad, FK_STATE, nullptr, "global-norm clipping threshold (0: off)"),
     KEEL_FLAG("seed", 0, NO_MAX, FT_INT, seed, FK_STATE, nullptr, "key of every random number (init, data order, dropout, sampling)"),
     KEEL_FLAG("skip-update-grad-norm-above", NO_MIN, NO_MAX, FT_FLOAT, skip_update_grad_norm_above, FK_STATE, nullptr,
@@ -382,6 +392,13 @@ static inline void config_validate_knobs(Config* c) {
                      : c->normformer ? "--normformer" : c->activation == "relu" ? "--activation relu" : nullptr;
     if (!c->export_llmc.empty() && arch)
         keel_usage_error("--export-llmc: llm.c's GPT-2 cannot compute a model trained with %s", arch);
+    if (c->optimizer != "adam8bit") {
+        const char* f = c->adam8bit_block_size != 256 ? "adam8bit-block-size" : c->adam8bit_min_size != 4096 ? "adam8bit-min-size"
+                      : c->adam8bit_percentile_clipping != 100 ? "adam8bit-percentile-clipping" : nullptr;
+        if (f) keel_usage_error("--%s applies to --optimizer adam8bit (this run uses --optimizer %s)", f, c->optimizer.c_str());
+    }
+    if (c->adam8bit_block_size & (c->adam8bit_block_size - 1))
+        keel_usage_error("--adam8bit-block-size must be a power of two (got %lld)", (long long)c->adam8bit_block_size);
     if (c->finetune && c->load.empty()) keel_usage_error("--finetune needs --load DIR (the weights to start from)");
     if ((c->no_load_optim || c->no_load_rng) && c->load.empty())
         keel_usage_error("--no-load-optim/--no-load-rng need --load DIR");

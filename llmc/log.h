@@ -22,6 +22,7 @@ struct IterationRecord {
     int64_t global_batch_size;
     double lm_loss, loss_scale, grad_norm;
     int64_t num_zeros, seqlen;
+    int64_t pclip_units;  // tensors (units) whose gradient --adam8bit-percentile-clipping scaled down
     bool skipped, nan;
     double samples_per_second, tflops;
 };
@@ -34,6 +35,7 @@ struct Logger {
     int64_t advanced, skipped, nan;
     bool show_loss_scale;  // --fp16: "loss scale" in the line, as Megatron
     bool show_seqlen;      // curriculum learning: "curriculum seqlen"
+    bool show_pclip;       // --adam8bit-percentile-clipping: "percentile-clipped tensors"
 };
 
 static inline void logger_open(Logger* lg, const std::string& path, bool append, int64_t train_iters) {
@@ -44,7 +46,7 @@ static inline void logger_open(Logger* lg, const std::string& path, bool append,
     lg->train_iters = train_iters;
     lg->loss_sum = lg->time_ms = 0;
     lg->advanced = lg->skipped = lg->nan = 0;
-    lg->show_loss_scale = lg->show_seqlen = false;
+    lg->show_loss_scale = lg->show_seqlen = lg->show_pclip = false;
 }
 
 // A resumed run continues the metrics file after the checkpoint's iteration: records of later
@@ -91,11 +93,11 @@ static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t l
         fprintf(lg->jsonl,
                 "{\"iteration\": %lld, \"consumed_samples\": %lld, \"consumed_tokens\": %lld, \"lr\": %s, "
                 "\"global_batch_size\": %lld, \"lm_loss\": %s, \"loss_scale\": %s, \"grad_norm\": %s, \"num_zeros\": %lld, "
-                "\"seqlen\": %lld, \"skipped\": %d, \"nan\": %d, \"elapsed_ms\": %s, \"samples_per_second\": %s, "
+                "\"seqlen\": %lld, \"percentile_clipped\": %lld, \"skipped\": %d, \"nan\": %d, \"elapsed_ms\": %s, \"samples_per_second\": %s, "
                 "\"tflops\": %s}\n",
                 (long long)r->iteration, (long long)r->consumed_samples, (long long)r->consumed_tokens, json_num(r->lr).c_str(),
                 (long long)r->global_batch_size, json_num(r->lm_loss).c_str(), json_num(r->loss_scale).c_str(),
-                json_num(r->grad_norm).c_str(), (long long)r->num_zeros, (long long)r->seqlen, r->skipped ? 1 : 0,
+                json_num(r->grad_norm).c_str(), (long long)r->num_zeros, (long long)r->seqlen, (long long)r->pclip_units, r->skipped ? 1 : 0,
                 r->nan ? 1 : 0, json_num(r->elapsed_ms).c_str(), json_num(r->samples_per_second).c_str(),
                 json_num(r->tflops).c_str());
         fflush(lg->jsonl);
@@ -126,6 +128,10 @@ static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t l
     line += buf;
     if (lg->show_seqlen) {
         snprintf(buf, sizeof buf, " curriculum seqlen: %5lld |", (long long)r->seqlen);
+        line += buf;
+    }
+    if (lg->show_pclip) {
+        snprintf(buf, sizeof buf, " percentile-clipped tensors: %lld |", (long long)r->pclip_units);
         line += buf;
     }
     snprintf(buf, sizeof buf, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",

@@ -84,4 +84,11 @@ expect_fail 2 "activation.*not one of" $KEEL "${TINY[@]}" --train-iters 3 --acti
 expect_fail 2 "rampup-batch-size takes 3" $KEEL "${TINY[@]}" --train-samples 40 --rampup-batch-size 2 2
 expect_fail 2 "skip-train-iteration-range" $KEEL "${TINY[@]}" --train-iters 3 --skip-train-iteration-range 5-x
 expect_fail 2 "gradient-predivide-factor" $KEEL "${TINY[@]}" --train-iters 3 --gradient-predivide-factor 0
+# 8-bit Adam
+expect_fail 2 "optimizer: 'sgd' is not one of adam\|adam8bit" $KEEL "${TINY[@]}" --train-iters 3 --optimizer sgd
+expect_fail 2 "adam8bit-block-size must be a power of two" $KEEL "${TINY[@]}" --train-iters 3 --optimizer adam8bit --adam8bit-block-size 300
+expect_fail 2 "adam8bit-block-size must be <= 2048" $KEEL "${TINY[@]}" --train-iters 3 --optimizer adam8bit --adam8bit-block-size 4096
+expect_fail 2 "adam8bit-percentile-clipping must be <= 100" $KEEL "${TINY[@]}" --train-iters 3 --optimizer adam8bit --adam8bit-percentile-clipping 101
+expect_fail 2 "adam8bit-percentile-clipping applies to --optimizer adam8bit" $KEEL "${TINY[@]}" --train-iters 3 --adam8bit-percentile-clipping 5
+expect_fail 2 "adam8bit-min-size must be >= 0" $KEEL "${TINY[@]}" --train-iters 3 --optimizer adam8bit --adam8bit-min-size -1
 finish
