@@ -9,9 +9,9 @@ ITERS=${BENCH_ITERS:-4}
 [ -f data/brown/brown_train.bin ] || make --no-print-directory data
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 printf '%-10s %-22s %12s %10s %10s\n' config shape ms/iter tok/s GFLOP/s
-bench() { # name L C NH T B
-  local name=$1 L=$2 C=$3 NH=$4 T=$5 B=$6
-  ./train_gpt_cpu --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length "$T" \
+bench() { # name L C NH T B [more flags]
+  local name=$1 L=$2 C=$3 NH=$4 T=$5 B=$6; shift 6
+  ./train_gpt_cpu "$@" --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length "$T" \
     --micro-batch-size "$B" --train-iters "$ITERS" --lr 1e-4 --train-data-path data/brown/brown_train.bin \
     --log-interval 1000 --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 || { echo "$name: run failed"; tail -3 "$tmp/$name.log"; return; }
   local P
@@ -24,4 +24,5 @@ bench() { # name L C NH T B
 bench tiny  4  128 4  64  4
 bench small 6  256 8  128 4
 bench 124M  12 768 12 64  4
+bench 124M-8bit 12 768 12 64 4 --optimizer adam8bit   # the same with 8-bit Adam: the optimizer step's cost
 echo "threads: ${OMP_NUM_THREADS:-$(nproc)} | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
