@@ -67,13 +67,17 @@ endif
 .PHONY: all run test data bench setup clean tests
 all: $(TARGETS)
 
+# With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
+ifneq ($(MPI_LIBS),)
+  CPU_MPI_FLAGS := -DKEEL_MPI $(MPI_CFLAGS)
+endif
 train_gpt_cpu: train_gpt.cu $(HEADERS)
-	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) -x c++ $< -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $(CPU_MPI_FLAGS) -x c++ $< -o $@ $(MPI_LIBS) $(LDLIBS)
 
 # The same train_gpt.cu, compiled by nvcc and linked against cuBLASLt, NCCL and MPI.
 NVCC_FLAGS ?= -O3 -std=c++17 --expt-relaxed-constexpr
 train_gpt: train_gpt.cu $(HEADERS)
-	$(NVCC) $(NVCC_FLAGS) -DKEEL_CUDA -I. -Xcompiler -fopenmp,-ffp-contract=off $(MPI_CFLAGS) $< -o $@ \
+	$(NVCC) $(NVCC_FLAGS) -DKEEL_CUDA -DKEEL_MPI -I. -Xcompiler -fopenmp,-ffp-contract=off $(MPI_CFLAGS) $< -o $@ \
 	  -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl $(MPI_LIBS) -lm
 
 tokenize_gpt2: dev/tokenize_gpt2.cpp $(HEADERS)

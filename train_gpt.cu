@@ -4,7 +4,8 @@
 // train_gpt; llmc/backend.h picks the op set. Everything a run does is in this file's loop:
 //
 //   per iteration:  for each micro-batch: read samples → forward → backward (gradients accumulate)
-//                   → global norm → skip if non-finite → clip → AdamW → LR schedule step
+//                   → reduce-scatter over data-parallel ranks → loss scaler → global norm → skip
+//                   rules → clip → Adam → [ZeRO-1: all-gather parameters] → LR schedule step
 //                   → counters, JSONL record, Megatron log line
 //   around it:      --eval-interval validation, --sample-interval text samples, --save-interval
 //                   checkpoints, --exit-interval, and at the end: validation, save, --export-llmc.
@@ -12,6 +13,11 @@
 // Data: the run's k-th sample (k counted from 0 over the whole run) is the DataLoader's sample
 // number k, so iteration i reads samples [consumed, consumed + global_batch) in micro-batch order,
 // and a resumed run needs only consumed_samples to read exactly what the uninterrupted run would.
+// With DP ranks (mpirun -np DP), micro-batch step m of rank r reads the global micro-batch m·DP + r
+// (Megatron's order), so the union over ranks is exactly the single-process batch; the losses of
+// all micro-batches are gathered and added in global micro-batch order, so the logged loss of a
+// step is the single-process value for the same parameters. Rank 0 prints and writes files; every
+// rank checks (errors name the rank's problem on stderr).
 #include <chrono>
 #include <string>
 #include <vector>
@@ -30,6 +36,7 @@
 #include "llmc/tokenizer.h"
 
 struct Trainer {
+    Comm comm;               // the data-parallel world (llmc/comm.h)
     Config cfg;
     GPTConfig gcfg;
     GPT<float> model;
@@ -47,6 +54,7 @@ struct Trainer {
     bool skipping = false;   // inside a stretch of skipped iterations (prints its line once)
     double init_sigma = 0;   // σ of the normal init (--init-method / --init-method-std)
     std::vector<int> sample, inputs, targets;  // (T+1), (B,T), (B,T) on the host
+    std::vector<float> reduce_scratch;         // (DP × shard) receive buffer of the reduce-scatter
 };
 
 static double now_ms() {
@@ -118,32 +126,43 @@ static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
         return false;
     }
     tr->skipping = false;
-    int64_t accum = gbs / B;
+    const Comm* comm = &tr->comm;
+    int dp = comm->size;
+    int64_t accum = gbs / ((int64_t)B * dp);  // micro-batch steps on this rank
     double t0 = now_ms();
     gpt_zero_grad(&tr->model);
-    double scale = st->scaler.scale, loss_sum = 0;
-    for (int64_t mb = 0; mb < accum; mb++) {
-        int64_t first = st->consumed_samples + mb * B;
+    double scale = st->scaler.scale;
+    std::vector<double> losses(accum);
+    for (int64_t m = 0; m < accum; m++) {
+        int64_t first = st->consumed_samples + (m * dp + comm->rank) * B;
         trainer_read_batch(tr, &tr->train_data, first, B, T);
         gpt_set_dropout(&tr->model, true, st->dropout_seed, first);
-        loss_sum += gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
-        gpt_backward(&tr->model, B, T, scale / ((double)gbs * T));  // the loss scale rides on dloss
+        losses[m] = gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
+        gpt_backward(&tr->model, B, T, scale / ((double)gbs * T) * dp);  // the loss scale rides on dloss; ×DP: the reduction averages
     }
-    double loss = loss_sum / (double)accum;
+    std::vector<double> all(accum * dp);  // all[r·accum + m]: global micro-batch m·DP + r
+    comm_allgather(comm, losses.data(), losses.size() * sizeof(double), all.data());
+    double loss_sum = 0;
+    for (int64_t m = 0; m < accum; m++)
+        for (int r = 0; r < dp; r++) loss_sum += all[r * accum + m];
+    double loss = loss_sum / (double)(accum * dp);
     float* grads = tr->model.grads;
-    int64_t n = tr->model.table.total;
-    grad_reduce(grads, n, c->gradient_predivide_factor, 1, [](float*, int64_t) {});  // one process: the sum is itself
-    if (trainer_inject_inf(it)) grads[0] = INFINITY;
+    Optimizer* o = &tr->opt;
+    grad_reduce(comm, o, grads, c->gradient_predivide_factor, &tr->reduce_scratch);  // this rank's shard now holds the mean
+    int64_t lo = o->shard_lo[comm->rank], n = o->shard_lo[comm->rank + 1] - lo;
+    if (trainer_inject_inf(it) && comm->rank == 0) grads[0] = INFINITY;
     bool found_inf = false;
     if (st->scaler.enabled) {
-        if (c->fp16) grad_round_fp16(grads, (size_t)n);
-        found_inf = grad_unscale_check(grads, (size_t)n, 1.0 / scale);
+        if (c->fp16) grad_round_fp16(grads + lo, (size_t)n);
+        found_inf = comm_any(comm, grad_unscale_check(grads + lo, (size_t)n, 1.0 / scale));
         LossScaler before = st->scaler;
         std::string line = loss_scaler_describe(&before, &st->scaler, loss_scaler_update(&st->scaler, found_inf), it);
         if (!line.empty()) printf("%s\n", line.c_str());
     }
+    if (c->zero_stage == 0) comm_allgather_shards_f32(comm, grads, o->shard_lo);  // every rank updates everything
     double lr = lr_schedule_get(&st->schedule);
-    StepResult r = optimizer_step(&tr->opt, &tr->model, &st->guard, c, it, lr, loss, found_inf);
+    StepResult r = optimizer_step(o, comm, &tr->model, &st->guard, c, it, lr, loss, found_inf);
+    if (c->zero_stage == 1 && !r.skipped) comm_allgather_shards_f32(comm, tr->model.params, o->shard_lo);
     if (!r.skipped) lr_schedule_step(&st->schedule, gbs, st->consumed_tokens);
     st->iteration = it;
     st->consumed_samples += gbs;
@@ -172,7 +191,7 @@ static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
     rec->skipped = r.skipped;
     rec->nan = r.nonfinite;
     rec->samples_per_second = gbs / (ms / 1000.0);
-    rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, 1);
+    rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, dp);
     return true;
 }
 
@@ -182,12 +201,15 @@ static double trainer_evaluate(Trainer* tr) {
     const Config* c = &tr->cfg;
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
     int64_t batches = c->eval_iters * (c->global_batch_size / B);
-    double sum = 0;
+    std::vector<double> loss(batches, 0.0);  // rank r evaluates batches r, r + DP, ...; the others' slots stay 0
     gpt_set_dropout(&tr->model, false, 0, 0);
-    for (int64_t i = 0; i < batches; i++) {
+    for (int64_t i = tr->comm.rank; i < batches; i += tr->comm.size) {
         trainer_read_batch(tr, &tr->valid_data, i * B, B, T);
-        sum += gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
+        loss[i] = gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
     }
+    comm_allreduce_sum_f64(&tr->comm, loss.data(), (int)batches);  // x + 0 = x: each slot is exactly one rank's value
+    double sum = 0;
+    for (int64_t i = 0; i < batches; i++) sum += loss[i];
     return sum / (double)batches;
 }
 
@@ -225,12 +247,10 @@ static void trainer_print_sample(Trainer* tr) {
 
 static void trainer_save(Trainer* tr) {
     printf("saving checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration, tr->cfg.save.c_str());
-    std::vector<float> params(tr->model.table.total);
-    std::vector<uint8_t> opt(tr->opt.state_bytes);
+    std::vector<float> params(tr->comm.rank == 0 ? tr->model.table.total : 0);
     backend_copy_to_host(params.data(), tr->model.params, params.size() * sizeof(float));
-    backend_copy_to_host(opt.data(), tr->opt.state, opt.size());
-    ckpt_save(tr->cfg.save, params.data(), tr->opt.n, opt.data(), opt.size(), optimizer_layout(&tr->opt, &tr->model.table),
-              &tr->st, &tr->gcfg, &tr->cfg);
+    ckpt_save(tr->cfg.save, &tr->comm, params.data(), tr->opt.n, optimizer_save_spans(&tr->opt), tr->opt.canonical_bytes,
+              optimizer_layout(&tr->opt, &tr->model.table), &tr->st, &tr->gcfg, &tr->cfg);
     printf("  successfully saved checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration,
            ckpt_iter_dir(tr->cfg.save, tr->st.iteration).c_str());
 }
@@ -260,9 +280,9 @@ static ResumeKind trainer_resume(Trainer* tr) {
     }
     const TrainState fresh = tr->st;
     if (!c->no_load_optim) {
-        std::vector<uint8_t> opt(tr->opt.state_bytes);
+        std::vector<uint8_t> opt(tr->opt.canonical_bytes);  // the whole canonical state; this rank keeps its part
         ckpt_load_optimizer(idir, saved_layout, optimizer_layout(&tr->opt, &tr->model.table), opt.data(), opt.size(), n);
-        backend_copy_to_device(tr->opt.state, opt.data(), opt.size());
+        optimizer_load_canonical(&tr->opt, opt.data());
         tr->opt.step = saved.optimizer_step;
     }
     LRSchedule sched = fresh.schedule;
@@ -307,7 +327,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     }
     if (!c->load_llmc.empty() && c->max_position_embeddings == 0)
         c->max_position_embeddings = llmc_read_header(c->load_llmc.c_str(), nullptr).maxT;  // GPT-2: 1024
-    config_validate(c, 1);
+    config_validate(c, tr->comm.size);
     GPTConfig* g = &tr->gcfg;
     g->max_seq_len = (int)c->max_position_embeddings;
     g->vocab_size = (int)c->vocab_size;
@@ -326,14 +346,15 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     g->hidden_dropout = c->hidden_dropout;
     g->attention_dropout = c->attention_dropout;
     g->embed_dropout = std::isnan(c->embed_dropout) ? c->hidden_dropout : c->embed_dropout;  // Megatron: = hidden
-    rampup_init(&tr->rampup, c, 1);
+    rampup_init(&tr->rampup, c, tr->comm.size);
     curriculum_init(&tr->curriculum, c);
     skip_ranges_parse(&tr->skips, c->skip_train_iteration_range);
     if (c->bf16) keel_usage_error("--bf16: this build computes in fp32 (bf16 arrives with the CUDA op set); --fp16 emulates fp16 gradients");
     tr->train_iters = c->train_iters > 0 ? c->train_iters : rampup_train_iters(&tr->rampup, c->train_samples);
     if (tr->train_iters <= 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
 
-    printf("keel | backend: %s | threads: %d\n", backend_name(), num_threads());
+    printf("keel | backend: %s | threads: %d | data-parallel ranks: %d | ZeRO stage %lld\n", backend_name(), num_threads(),
+           tr->comm.size, (long long)c->zero_stage);
 #ifdef KEEL_CUDA
     cuda_report();
 #endif
@@ -344,13 +365,14 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
                double_repr(tr->init_sigma).c_str(), double_repr(tr->init_sigma / std::sqrt(2.0 * c->num_layers)).c_str());
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
     gpt_build(&tr->model, g, B, T);
-    optimizer_init(&tr->opt, &tr->model.table, c);
+    optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
            g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->model.table, g), (long long)tr->model.table.total);
     printf("%s\n", optimizer_describe(&tr->opt, &tr->model.table, c).c_str());
-    printf("batch: micro-batch %d x %lld accumulation steps = global batch %lld samples of %d tokens | %lld iterations\n",
-           B, (long long)(c->global_batch_size / B), (long long)c->global_batch_size, T, (long long)tr->train_iters);
+    printf("batch: micro-batch %d x %d data-parallel ranks x %lld accumulation steps = global batch %lld samples of %d tokens | %lld iterations\n",
+           B, tr->comm.size, (long long)(c->global_batch_size / B / tr->comm.size), (long long)c->global_batch_size, T,
+           (long long)tr->train_iters);
     if (tr->rampup.enabled)
         printf("batch ramp-up: global batch %lld + %lld every %s samples up to %lld, reached after %lld samples\n",
                (long long)tr->rampup.start, (long long)tr->rampup.incr, double_repr(tr->rampup.samples_per_increment).c_str(),
@@ -404,8 +426,9 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->sample.resize(T + 1);
     tr->inputs.resize((size_t)B * T);
     tr->targets.resize((size_t)B * T);
-    if (resumed) logger_truncate_after(c->metrics_file, tr->st.iteration);
-    logger_open(&tr->log, c->metrics_file, resumed, tr->train_iters);
+    std::string metrics = tr->comm.rank == 0 ? c->metrics_file : "";  // rank 0 writes the files
+    if (resumed) logger_truncate_after(metrics, tr->st.iteration);
+    logger_open(&tr->log, metrics, resumed, tr->train_iters);
     tr->log.show_loss_scale = c->fp16;
     tr->log.show_seqlen = tr->curriculum.enabled;
     tr->log.show_pclip = c->adam8bit_percentile_clipping < 100;
@@ -414,14 +437,19 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
 int main(int argc, char** argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     Trainer* tr = new Trainer();
+    comm_init(&tr->comm, &argc, &argv);
+    if (tr->comm.rank != 0 && !freopen("/dev/null", "w", stdout)) keel_die("rank %d: cannot silence stdout", tr->comm.rank);
     trainer_setup(tr, argc, argv);
     const Config* c = &tr->cfg;
     // Nothing to train (a finished run started again): no extra validation record, no re-save.
     bool nothing = tr->st.iteration >= tr->train_iters || (c->train_tokens > 0 && tr->st.consumed_tokens >= c->train_tokens);
-    bool saved_now = nothing, evaluated_now = nothing;
+    // ... unless --save names another directory than --load: then the loaded state is written there
+    // (a checkpoint re-laid out by this run's DP size and ZeRO stage comes out byte-identical).
+    bool convert = nothing && !c->save.empty() && c->save != c->load;
+    bool saved_now = nothing && !convert, evaluated_now = nothing;
     if (nothing)
-        printf("nothing to train: iteration %lld of %lld, %lld tokens consumed\n", (long long)tr->st.iteration,
-               (long long)tr->train_iters, (long long)tr->st.consumed_tokens);
+        printf("nothing to train: iteration %lld of %lld, %lld tokens consumed%s\n", (long long)tr->st.iteration,
+               (long long)tr->train_iters, (long long)tr->st.consumed_tokens, convert ? "; writing the loaded state to --save" : "");
     while (tr->st.iteration < tr->train_iters) {
         if (c->train_tokens > 0 && tr->st.consumed_tokens >= c->train_tokens) {
             printf("stopping: %lld tokens consumed, --train-tokens %lld reached\n", (long long)tr->st.consumed_tokens,
@@ -436,7 +464,7 @@ int main(int argc, char** argv) {
             log_validation(&tr->log, it, trainer_evaluate(tr));
             evaluated_now = true;
         }
-        if (tr->have_tok && it % c->sample_interval == 0) trainer_print_sample(tr);
+        if (tr->have_tok && it % c->sample_interval == 0 && tr->comm.rank == 0) trainer_print_sample(tr);
         if (!c->save.empty() && c->save_interval > 0 && it % c->save_interval == 0) {
             trainer_save(tr);
             saved_now = true;
@@ -445,12 +473,13 @@ int main(int argc, char** argv) {
             if (!c->save.empty() && !saved_now) trainer_save(tr);
             printf("exiting program at iteration %lld (--exit-interval %lld)\n", (long long)it, (long long)c->exit_interval);
             logger_close(&tr->log);
+            comm_finalize(&tr->comm);
             return 0;
         }
     }
     if (tr->have_valid && c->eval_interval > 0 && !evaluated_now) log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr));
     if (!c->save.empty() && !saved_now) trainer_save(tr);
-    if (!c->export_llmc.empty()) {
+    if (!c->export_llmc.empty() && tr->comm.rank == 0) {
         std::vector<float> params(tr->model.table.total);
         backend_copy_to_host(params.data(), tr->model.params, params.size() * sizeof(float));
         llmc_export(c->export_llmc.c_str(), params.data(), &tr->model.table, &tr->gcfg);
@@ -461,6 +490,7 @@ int main(int argc, char** argv) {
     if (tr->have_valid) dataloader_free(&tr->valid_data);
     optimizer_free(&tr->opt);
     gpt_free(&tr->model);
+    comm_finalize(&tr->comm);
     delete tr;
     return 0;
 }

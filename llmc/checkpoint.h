@@ -27,6 +27,7 @@
 #include <map>
 #include <string>
 
+#include "llmc/comm.h"
 #include "llmc/common.h"
 #include "llmc/flags.h"
 #include "llmc/model.h"
@@ -75,18 +76,25 @@ static const StateField STATE_FIELDS[] = {
 #undef KEEL_STATE
 
 // 64-bit checksum: FNV-style over 8-byte words with a final mix (detects torn and flipped data).
-static inline uint64_t checksum64(const void* data, size_t n) {
+// Streaming: feed the payload in pieces whose sizes are multiples of 8 (the last may be any size).
+struct Checksum64 { uint64_t h; };
+static inline Checksum64 checksum64_begin(size_t total_bytes) { return {0xcbf29ce484222325ull ^ total_bytes}; }
+static inline void checksum64_feed(Checksum64* c, const void* data, size_t n) {
     const uint8_t* p = (const uint8_t*)data;
-    uint64_t h = 0xcbf29ce484222325ull ^ n;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         uint64_t w;
         memcpy(&w, p + i, 8);
-        h = (h ^ w) * 0x100000001b3ull;
-        h ^= h >> 29;
+        c->h = (c->h ^ w) * 0x100000001b3ull;
+        c->h ^= c->h >> 29;
     }
-    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-    return rng_mix64(h);
+    for (; i < n; i++) c->h = (c->h ^ p[i]) * 0x100000001b3ull;
+}
+static inline uint64_t checksum64_end(const Checksum64* c) { return rng_mix64(c->h); }
+static inline uint64_t checksum64(const void* data, size_t n) {
+    Checksum64 c = checksum64_begin(n);
+    checksum64_feed(&c, data, n);
+    return checksum64_end(&c);
 }
 
 static inline void ckpt_fault(const char* stage) {
@@ -105,22 +113,80 @@ static inline void fsync_path(const char* path) {
     close(fd);
 }
 
-static inline void ckpt_write_file(const std::string& path, const void* payload, size_t bytes, uint32_t kind,
-                                   uint64_t count) {
-    uint8_t header[64] = {0};
+static inline void ckpt_header(uint8_t header[64], size_t bytes, uint32_t kind, uint64_t count, uint64_t sum) {
+    memset(header, 0, 64);
     memcpy(header, "KEELCKPT", 8);
     uint32_t version = CKPT_FORMAT_VERSION;
-    uint64_t sum = checksum64(payload, bytes), b = bytes;
+    uint64_t b = bytes;
     memcpy(header + 8, &version, 4);
     memcpy(header + 12, &kind, 4);
     memcpy(header + 16, &b, 8);
     memcpy(header + 24, &count, 8);
     memcpy(header + 32, &sum, 8);
+}
+
+static inline void ckpt_write_file(const std::string& path, const void* payload, size_t bytes, uint32_t kind,
+                                   uint64_t count) {
+    uint8_t header[64];
+    ckpt_header(header, bytes, kind, count, checksum64(payload, bytes));
     FILE* f = fopen_check(path.c_str(), "wb");
     fwrite_check(header, 1, 64, f, path.c_str());
     fwrite_check(payload, 1, bytes, f, path.c_str());
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", path.c_str());
     FILE_CHECK(fclose(f) == 0, "fclose", path.c_str());
+}
+
+static inline void pwrite_all(int fd, const void* data, size_t bytes, size_t offset, const char* path) {
+    const uint8_t* p = (const uint8_t*)data;
+    while (bytes > 0) {
+        ssize_t w = pwrite(fd, p, bytes, (off_t)offset);
+        FILE_CHECK(w > 0, "pwrite", path);
+        p += w;
+        bytes -= (size_t)w;
+        offset += (size_t)w;
+    }
+}
+
+// A file written by several ranks: rank 0 creates it at its full size (header zeroed); after a
+// barrier each rank writes its spans of the payload; after another, rank 0 checksums the payload
+// as it is on disk and writes the header. What lands on disk is what is verified.
+static inline void ckpt_coop_create(const std::string& path, size_t bytes) {
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    FILE_CHECK(fd >= 0, "create", path.c_str());
+    FILE_CHECK(ftruncate(fd, (off_t)(64 + bytes)) == 0, "ftruncate", path.c_str());
+    close(fd);
+}
+
+static inline void ckpt_coop_write(const std::string& path, const std::vector<StateSpan>& spans) {
+    int fd = open(path.c_str(), O_WRONLY);
+    FILE_CHECK(fd >= 0, "open for writing", path.c_str());
+    std::vector<uint8_t> host;
+    for (const StateSpan& sp : spans) {
+        host.resize(sp.bytes);
+        backend_copy_to_host(host.data(), sp.local, sp.bytes);
+        pwrite_all(fd, host.data(), sp.bytes, 64 + sp.offset_canonical, path.c_str());
+    }
+    FILE_CHECK(fsync(fd) == 0, "fsync", path.c_str());
+    close(fd);
+}
+
+static inline void ckpt_coop_finish(const std::string& path, size_t bytes, uint32_t kind, uint64_t count) {
+    int fd = open(path.c_str(), O_RDWR);
+    FILE_CHECK(fd >= 0, "open", path.c_str());
+    Checksum64 cs = checksum64_begin(bytes);
+    std::vector<uint8_t> buf((size_t)8 << 20);  // a multiple of 8, as checksum64_feed wants
+    for (size_t done = 0; done < bytes;) {
+        size_t want = std::min(buf.size(), bytes - done);
+        ssize_t got = pread(fd, buf.data(), want, (off_t)(64 + done));
+        FILE_CHECK(got == (ssize_t)want, "read back", path.c_str());
+        checksum64_feed(&cs, buf.data(), want);
+        done += want;
+    }
+    uint8_t header[64];
+    ckpt_header(header, bytes, kind, count, checksum64_end(&cs));
+    pwrite_all(fd, header, 64, 0, path.c_str());
+    FILE_CHECK(fsync(fd) == 0, "fsync", path.c_str());
+    close(fd);
 }
 
 // Reads a binary checkpoint file of `bytes` bytes describing `count` parameters, verifying header,
@@ -204,41 +270,54 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
     return t + buf;
 }
 
-// Saves a checkpoint of iteration s->iteration under dir (created if needed) and publishes it.
-// opt_state: the optimizer's canonical state (opt_bytes), described by opt_layout (optimizer_layout).
-static inline void ckpt_save(const std::string& dir, const float* params, int64_t n, const void* opt_state, size_t opt_bytes,
-                             const std::string& opt_layout, const TrainState* s, const GPTConfig* g, const Config* c) {
-    mkdir_p(dir);
+// Saves a checkpoint of iteration s->iteration under dir (created if needed) and publishes it; every
+// rank calls it. Rank 0 writes model.bin (parameters are whole on every rank) and state.txt; each
+// rank writes its spans of the optimizer's canonical state (opt_bytes in all, described by
+// opt_layout); rank 0 publishes. Returns on every rank once the checkpoint is published.
+static inline void ckpt_save(const std::string& dir, const Comm* comm, const float* params, int64_t n,
+                             const std::vector<StateSpan>& opt_spans, size_t opt_bytes, const std::string& opt_layout,
+                             const TrainState* s, const GPTConfig* g, const Config* c) {
     std::string final_dir = ckpt_iter_dir(dir, s->iteration), tmp = final_dir + ".tmp", old = final_dir + ".old";
-    rmtree(tmp);  // a crash of an earlier save may have left one
-    FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());
-    ckpt_write_file(tmp + "/model.bin", params, (size_t)n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)n);
-    ckpt_fault("model");
-    ckpt_write_file(tmp + "/optimizer.bin", opt_state, opt_bytes, CKPT_KIND_OPTIMIZER, (uint64_t)n);
-    std::string state = ckpt_state_text(s, g, c, n, opt_layout);
-    FILE* f = fopen_check((tmp + "/state.txt").c_str(), "wb");
-    fwrite_check(state.data(), 1, state.size(), f, (tmp + "/state.txt").c_str());
-    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", (tmp + "/state.txt").c_str());
-    FILE_CHECK(fclose(f) == 0, "fclose", (tmp + "/state.txt").c_str());
-    fsync_path(tmp.c_str());
-    ckpt_fault("rename");
-    struct stat st;
-    if (stat(final_dir.c_str(), &st) == 0) {  // re-saving an iteration: keep the old one until the swap
-        rmtree(old);
-        FILE_CHECK(rename(final_dir.c_str(), old.c_str()) == 0, "rename", final_dir.c_str());
-        ckpt_fault("swap");
+    bool root = comm->rank == 0;
+    if (root) {
+        mkdir_p(dir);
+        rmtree(tmp);  // a crash of an earlier save may have left one
+        FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());
+        ckpt_write_file(tmp + "/model.bin", params, (size_t)n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)n);
+        ckpt_fault("model");
+        ckpt_coop_create(tmp + "/optimizer.bin", opt_bytes);
     }
-    FILE_CHECK(rename(tmp.c_str(), final_dir.c_str()) == 0, "rename", tmp.c_str());
-    fsync_path(dir.c_str());
-    ckpt_fault("latest");
-    std::string latest = dir + "/latest_checkpointed_iteration.txt", latest_tmp = latest + ".tmp";
-    f = fopen_check(latest_tmp.c_str(), "wb");
-    fprintf(f, "%lld\n", (long long)s->iteration);
-    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", latest_tmp.c_str());
-    FILE_CHECK(fclose(f) == 0, "fclose", latest_tmp.c_str());
-    FILE_CHECK(rename(latest_tmp.c_str(), latest.c_str()) == 0, "rename", latest_tmp.c_str());
-    fsync_path(dir.c_str());
-    rmtree(old);
+    comm_barrier(comm);
+    ckpt_coop_write(tmp + "/optimizer.bin", opt_spans);
+    comm_barrier(comm);
+    if (root) {
+        ckpt_coop_finish(tmp + "/optimizer.bin", opt_bytes, CKPT_KIND_OPTIMIZER, (uint64_t)n);
+        std::string state = ckpt_state_text(s, g, c, n, opt_layout);
+        FILE* f = fopen_check((tmp + "/state.txt").c_str(), "wb");
+        fwrite_check(state.data(), 1, state.size(), f, (tmp + "/state.txt").c_str());
+        FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", (tmp + "/state.txt").c_str());
+        FILE_CHECK(fclose(f) == 0, "fclose", (tmp + "/state.txt").c_str());
+        fsync_path(tmp.c_str());
+        ckpt_fault("rename");
+        struct stat st;
+        if (stat(final_dir.c_str(), &st) == 0) {  // re-saving an iteration: keep the old one until the swap
+            rmtree(old);
+            FILE_CHECK(rename(final_dir.c_str(), old.c_str()) == 0, "rename", final_dir.c_str());
+            ckpt_fault("swap");
+        }
+        FILE_CHECK(rename(tmp.c_str(), final_dir.c_str()) == 0, "rename", tmp.c_str());
+        fsync_path(dir.c_str());
+        ckpt_fault("latest");
+        std::string latest = dir + "/latest_checkpointed_iteration.txt", latest_tmp = latest + ".tmp";
+        f = fopen_check(latest_tmp.c_str(), "wb");
+        fprintf(f, "%lld\n", (long long)s->iteration);
+        FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", latest_tmp.c_str());
+        FILE_CHECK(fclose(f) == 0, "fclose", latest_tmp.c_str());
+        FILE_CHECK(rename(latest_tmp.c_str(), latest.c_str()) == 0, "rename", latest_tmp.c_str());
+        fsync_path(dir.c_str());
+        rmtree(old);
+    }
+    comm_barrier(comm);
 }
 
 // The iteration `latest_checkpointed_iteration.txt` names, or -1 if dir holds no checkpoint.

@@ -23,6 +23,8 @@
 #include "llmc/common.h"
 
 #ifdef KEEL_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only (OpenMPI's C++ bindings warn under -Wextra)
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #define MPI_CHECK(call)                                                                             \
     do {                                                                                            \

@@ -55,6 +55,7 @@ struct Config {
     double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8, weight_decay = 0.01, clip_grad = 1.0;
     std::string optimizer = "adam";                // adam | adam8bit (KNOBS §9)
     int64_t adam8bit_block_size = 256, adam8bit_min_size = 4096, adam8bit_percentile_clipping = 100;
+    int64_t zero_stage = 0;                        // 0: replicated optimizer state; 1: sharded over data parallel
     int64_t seed = 1234;
     // update-skipping rules (KNOBS §8.4) and the gradient reduction (§8.5)
     double skip_update_grad_norm_above = 0.0, skip_update_loss_zscore = 0.0, skip_update_norm_zscore = 0.0;
@@ -182,6 +183,8 @@ static const Flag FLAGS[] = {
               "tensors (per layer) with fewer elements keep 32-bit state"),
     KEEL_FLAG("adam8bit-percentile-clipping", 0, 100, FT_INT, adam8bit_percentile_clipping, FK_STATE, nullptr,
               "per tensor, clip the gradient norm to this percentile of its last 100 steps (bitsandbytes); 100: off"),
+    KEEL_FLAG("zero-stage", 0, 1, FT_INT, zero_stage, FK_RUN, nullptr,
+              "1: shard fp32 master state and optimizer state over the data-parallel ranks (ZeRO-1); same bits as 0"),
     KEEL_FLAG("clip-grad", NO_MIN, NO_MAX, FT_FLOAT, clip_grad, FK_STATE, nullptr, "global-norm clipping threshold (0: off)"),
     KEEL_FLAG("seed", 0, NO_MAX, FT_INT, seed, FK_STATE, nullptr, "key of every random number (init, data order, dropout, sampling)"),
     KEEL_FLAG("skip-update-grad-norm-above", NO_MIN, NO_MAX, FT_FLOAT, skip_update_grad_norm_above, FK_STATE, nullptr,

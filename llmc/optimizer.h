@@ -28,6 +28,16 @@
 // chunk boundary (which is also a block boundary) can contribute its chunks' partial sums and get the
 // same bits as one process.
 //
+// Data parallelism and ZeRO (DESIGN §5). The flat buffer is partitioned over the DP ranks at
+// unit-relative GRAD_CHUNK boundaries (shard_lo). Every step, gradients are reduce-scattered to
+// the shard owners (llmc/comm.h, summed in rank order); each rank rounds/unscales/checks its shard
+// and computes the norm partials of its shard's chunks, which are all-gathered, so every rank adds
+// the same partials in the same order: the norm has the same bits at any DP size and ZeRO stage.
+// ZeRO-0: the reduced gradient shards are all-gathered and every rank updates every parameter with
+// its full copy of the state. ZeRO-1 (--zero-stage 1): each rank holds and updates only the state
+// of its shard ("pieces": units clipped to the shard) and the updated parameters are all-gathered.
+// Both compute every element with the same arithmetic, so their bits are identical.
+//
 // State layout (canonical; also the checkpoint's optimizer.bin payload, byte for byte):
 //   m32, v32      fp32 (n32)      moments of the fp32 units, in unit order
 //   absmax_m, _v  fp32 (nblocks)  per-block scale of the 8-bit units, in unit then block order
@@ -43,6 +53,7 @@
 #include <vector>
 
 #include "llmc/cpu/adam8bit.h"
+#include "llmc/comm.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/flags.h"
 #include "llmc/loss_scaler.h"
@@ -59,24 +70,47 @@ struct OptUnit {
     int64_t offset_block;       // into absmax_m/absmax_v (8-bit unit)
 };
 
+// A unit's part of this rank's optimizer range (the whole unit unless ZeRO-1 cut it).
+struct OptPiece {
+    int unit;                   // index into units
+    int64_t offset_canonical;   // first parameter
+    int64_t numel;
+    int64_t offset_state;       // into this rank's m32/v32 or code_m/code_v
+    int64_t offset_block;       // into this rank's absmax arrays
+};
+
+// A GRAD_CHUNK-long (or shorter, at a unit's end) stretch of one unit: the norm's summation grain.
+struct GradChunk {
+    int unit;
+    int64_t offset_canonical, numel;
+};
+
 struct Optimizer {
     OptimizerType type;
     int block_size;             // 8-bit quantization block
-    int64_t n;                  // parameters covered (P)
+    int64_t n;                  // parameters of the model (P)
     int64_t step;               // t: successful updates so far (Adam bias correction)
-    std::vector<OptUnit> units;
-    int64_t n32, n8, nblocks;
-    uint8_t* state;             // the whole state, canonical layout (above); state_bytes long
+    std::vector<OptUnit> units; // the whole model; offsets index the canonical state
+    int64_t n32, n8, nblocks;   // canonical totals
+    std::vector<GradChunk> chunks;   // the whole model, in canonical order
+    std::vector<int64_t> shard_lo;   // (dp + 1) shard boundaries: rank r owns [shard_lo[r], shard_lo[r+1])
+    int rank;                        // this rank's shard
+    int64_t range_lo, range_hi;      // parameters whose state this rank holds: its shard (ZeRO-1) or all (ZeRO-0)
+    std::vector<OptPiece> pieces;    // units ∩ [range_lo, range_hi)
+    int64_t local_n32, local_n8, local_nblocks;
+    uint8_t* state;             // this rank's state, in the canonical layout's section order; state_bytes long
     size_t state_bytes;
-    float* m32;                 // (n32)
-    float* v32;                 // (n32)
-    float* absmax_m;            // (nblocks)
-    float* absmax_v;            // (nblocks)
-    float* pclip_hist;          // (units × PCLIP_HISTORY), adam8bit only
-    uint8_t* code_m;            // (n8)
-    uint8_t* code_v;            // (n8)
+    size_t canonical_bytes;     // the whole model's state (the checkpoint payload)
+    float* m32;                 // (local_n32)
+    float* v32;                 // (local_n32)
+    float* absmax_m;            // (local_nblocks)
+    float* absmax_v;            // (local_nblocks)
+    float* pclip_hist;          // (units × PCLIP_HISTORY), adam8bit only; replicated on every rank
+    uint8_t* code_m;            // (local_n8)
+    uint8_t* code_v;            // (local_n8)
     Adam8bitMaps* maps;         // quantization maps and their search tables (adam8bit only)
-    std::vector<double> unit_sumsq;  // scratch: this step's Σ g² per unit
+    std::vector<double> unit_sumsq;  // this step's Σ g² per unit (every unit, every rank)
+    std::vector<float> pclip_scale;  // this step's percentile-clipping factor per unit
 };
 
 struct StepResult {
@@ -102,20 +136,40 @@ static inline bool optimizer_unit_is_8bit(const Config* c, int id, int64_t numel
 static inline void optimizer_reset(Optimizer* o) {
     o->step = 0;
     backend_memset_zero(o->state, o->state_bytes);
-    if (o->n8) {
-        std::vector<uint8_t> zm((size_t)o->n8, o->maps->zero_m), zv((size_t)o->n8, o->maps->zero_v);
+    if (o->local_n8) {
+        std::vector<uint8_t> zm((size_t)o->local_n8, o->maps->zero_m), zv((size_t)o->local_n8, o->maps->zero_v);
         backend_copy_to_device(o->code_m, zm.data(), zm.size());
         backend_copy_to_device(o->code_v, zv.data(), zv.size());
     }
 }
 
-// Units from the table; state allocated in the canonical layout and zeroed.
-static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Config* c) {
+// Shard boundaries for dp ranks: near r·P/dp, moved down to a GRAD_CHUNK boundary of the unit they
+// fall in (so whole norm chunks and whole quantization blocks belong to one rank).
+static inline std::vector<int64_t> optimizer_shards(const std::vector<OptUnit>& units, int64_t total, int dp) {
+    std::vector<int64_t> lo(dp + 1, 0);
+    lo[dp] = total;
+    for (int r = 1; r < dp; r++) {
+        int64_t t = total * r / dp, b = total;
+        for (const OptUnit& u : units)
+            if (t >= u.offset_canonical && t < u.offset_canonical + u.numel) {
+                b = u.offset_canonical + (t - u.offset_canonical) / GRAD_CHUNK * GRAD_CHUNK;
+                break;
+            }
+        lo[r] = std::max(b, lo[r - 1]);
+    }
+    return lo;
+}
+
+// Units and chunks from the table; the shards for dp ranks; this rank's pieces (all units under
+// ZeRO-0, the units cut to its shard under ZeRO-1); state allocated and zeroed.
+static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Config* c, int rank = 0, int dp = 1,
+                                  int zero_stage = 0) {
     o->type = c->optimizer == "adam8bit" ? OPTIMIZER_ADAM8BIT : OPTIMIZER_ADAM;
     o->block_size = (int)c->adam8bit_block_size;
     o->n = pt->total;
     o->step = 0;
     o->units.clear();
+    o->chunks.clear();
     o->n32 = o->n8 = o->nblocks = 0;
     for (int id = 0; id < NUM_PARAMS; id++) {
         const ParamTensor* t = &pt->t[id];
@@ -132,28 +186,99 @@ static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Conf
                 u.offset_state = o->n32;
                 o->n32 += per;
             }
+            for (int64_t k = 0; k < per; k += GRAD_CHUNK)
+                o->chunks.push_back({(int)o->units.size(), u.offset_canonical + k, std::min<int64_t>(GRAD_CHUNK, per - k)});
             o->units.push_back(u);
         }
     }
+    o->shard_lo = optimizer_shards(o->units, o->n, dp);
+    o->rank = rank;
+    o->range_lo = zero_stage == 1 ? o->shard_lo[rank] : 0;
+    o->range_hi = zero_stage == 1 ? o->shard_lo[rank + 1] : o->n;
+    o->pieces.clear();
+    o->local_n32 = o->local_n8 = o->local_nblocks = 0;
+    for (size_t ui = 0; ui < o->units.size(); ui++) {
+        const OptUnit& u = o->units[ui];
+        int64_t lo = std::max(u.offset_canonical, o->range_lo), hi = std::min(u.offset_canonical + u.numel, o->range_hi);
+        if (lo >= hi) continue;
+        OptPiece pc = {(int)ui, lo, hi - lo, 0, 0};
+        if (u.q8) {
+            pc.offset_state = o->local_n8;
+            pc.offset_block = o->local_nblocks;
+            o->local_n8 += pc.numel;
+            o->local_nblocks += (pc.numel + o->block_size - 1) / o->block_size;
+        } else {
+            pc.offset_state = o->local_n32;
+            o->local_n32 += pc.numel;
+        }
+        o->pieces.push_back(pc);
+    }
     int64_t hist = o->type == OPTIMIZER_ADAM8BIT ? (int64_t)o->units.size() * PCLIP_HISTORY : 0;
-    int64_t floats = 2 * o->n32 + 2 * o->nblocks + hist;
-    o->state_bytes = (size_t)floats * sizeof(float) + (size_t)o->n8 * 2;
+    int64_t floats = 2 * o->local_n32 + 2 * o->local_nblocks + hist;
+    o->state_bytes = (size_t)floats * sizeof(float) + (size_t)o->local_n8 * 2;
+    o->canonical_bytes = (size_t)(2 * o->n32 + 2 * o->nblocks + hist) * sizeof(float) + (size_t)o->n8 * 2;
     o->state = (uint8_t*)backend_malloc(o->state_bytes);
     float* f = (float*)o->state;
     o->m32 = f;
-    o->v32 = f + o->n32;
-    o->absmax_m = f + 2 * o->n32;
-    o->absmax_v = o->absmax_m + o->nblocks;
-    o->pclip_hist = hist ? o->absmax_v + o->nblocks : nullptr;
+    o->v32 = f + o->local_n32;
+    o->absmax_m = f + 2 * o->local_n32;
+    o->absmax_v = o->absmax_m + o->local_nblocks;
+    o->pclip_hist = hist ? o->absmax_v + o->local_nblocks : nullptr;
     o->code_m = o->state + (size_t)floats * sizeof(float);
-    o->code_v = o->code_m + o->n8;
+    o->code_v = o->code_m + o->local_n8;
     o->maps = nullptr;
     if (o->type == OPTIMIZER_ADAM8BIT) {
         o->maps = new Adam8bitMaps;
         adam8bit_maps_init(o->maps);
     }
     o->unit_sumsq.assign(o->units.size(), 0.0);
+    o->pclip_scale.assign(o->units.size(), 1.0f);
     optimizer_reset(o);
+}
+
+// Where state sits in the canonical payload: (canonical byte offset, local pointer, bytes) per
+// contiguous stretch, for the pieces' parts inside [lo, hi). With [lo, hi) = the rank's shard the
+// ranks' spans tile the payload exactly once (each byte has one writer; the percentile history,
+// replicated, is listed when with_history); with [lo, hi) = the rank's whole range they are
+// everything the rank holds (for loading).
+struct StateSpan { size_t offset_canonical; uint8_t* local; size_t bytes; };
+
+static inline std::vector<StateSpan> optimizer_state_spans(Optimizer* o, int64_t lo_limit, int64_t hi_limit, bool with_history) {
+    std::vector<StateSpan> spans;
+    int64_t hist = o->pclip_hist ? (int64_t)o->units.size() * PCLIP_HISTORY : 0;
+    size_t f4 = sizeof(float);
+    size_t sec_m32 = 0, sec_v32 = o->n32 * f4, sec_am = 2 * o->n32 * f4, sec_av = sec_am + o->nblocks * f4;
+    size_t sec_hist = sec_av + o->nblocks * f4, sec_cm = sec_hist + hist * f4, sec_cv = sec_cm + o->n8;
+    for (const OptPiece& pc : o->pieces) {
+        const OptUnit& u = o->units[pc.unit];
+        int64_t lo = std::max(pc.offset_canonical, lo_limit), hi = std::min(pc.offset_canonical + pc.numel, hi_limit);
+        if (lo >= hi) continue;
+        int64_t skip = lo - pc.offset_canonical, n = hi - lo;  // within the piece
+        int64_t in_unit = lo - u.offset_canonical;              // within the unit (a block boundary)
+        if (u.q8) {
+            int64_t b0 = skip / o->block_size, nb = (n + o->block_size - 1) / o->block_size, cb0 = in_unit / o->block_size;
+            spans.push_back({sec_cm + u.offset_state + in_unit, o->code_m + pc.offset_state + skip, (size_t)n});
+            spans.push_back({sec_cv + u.offset_state + in_unit, o->code_v + pc.offset_state + skip, (size_t)n});
+            spans.push_back({sec_am + (u.offset_block + cb0) * f4, (uint8_t*)(o->absmax_m + pc.offset_block + b0), (size_t)nb * f4});
+            spans.push_back({sec_av + (u.offset_block + cb0) * f4, (uint8_t*)(o->absmax_v + pc.offset_block + b0), (size_t)nb * f4});
+        } else {
+            spans.push_back({sec_m32 + (u.offset_state + in_unit) * f4, (uint8_t*)(o->m32 + pc.offset_state + skip), (size_t)n * f4});
+            spans.push_back({sec_v32 + (u.offset_state + in_unit) * f4, (uint8_t*)(o->v32 + pc.offset_state + skip), (size_t)n * f4});
+        }
+    }
+    if (hist && with_history) spans.push_back({sec_hist, (uint8_t*)o->pclip_hist, (size_t)hist * f4});
+    return spans;
+}
+
+// What this rank writes of a checkpoint: its shard's state (and rank 0 the history).
+static inline std::vector<StateSpan> optimizer_save_spans(Optimizer* o) {
+    return optimizer_state_spans(o, o->shard_lo[o->rank], o->shard_lo[o->rank + 1], o->rank == 0);
+}
+
+// This rank's whole state from a canonical payload (whatever DP size or ZeRO stage wrote it).
+static inline void optimizer_load_canonical(Optimizer* o, const uint8_t* payload) {
+    for (const StateSpan& sp : optimizer_state_spans(o, o->range_lo, o->range_hi, true))
+        backend_copy_to_device(sp.local, payload + sp.offset_canonical, sp.bytes);
 }
 
 static inline void optimizer_free(Optimizer* o) {
@@ -177,10 +302,14 @@ static inline std::string optimizer_layout(const Optimizer* o, const ParamTable*
 
 // The start-up memory line: bytes of optimizer state per parameter, and what keeps 32-bit state.
 static inline std::string optimizer_describe(const Optimizer* o, const ParamTable* pt, const Config* c) {
-    char buf[512];
-    double per = (double)o->state_bytes / (double)o->n, mb = (double)o->state_bytes / 1048576.0;
+    char buf[768];
+    double per = (double)o->canonical_bytes / (double)o->n, mb = (double)o->canonical_bytes / 1048576.0;
+    char rank_part[160] = "";
+    if (o->state_bytes != o->canonical_bytes)
+        snprintf(rank_part, sizeof rank_part, " | ZeRO-1: this rank holds %.1f MiB (parameters %lld..%lld of %lld)",
+                 (double)o->state_bytes / 1048576.0, (long long)o->range_lo, (long long)o->range_hi, (long long)o->n);
     if (o->type == OPTIMIZER_ADAM) {
-        snprintf(buf, sizeof buf, "optimizer: adam, fp32 m and v | state %.2f bytes/parameter (%.1f MiB)", per, mb);
+        snprintf(buf, sizeof buf, "optimizer: adam, fp32 m and v | state %.2f bytes/parameter (%.1f MiB)%s", per, mb, rank_part);
         return buf;
     }
     std::string kept;  // the tensors with 32-bit state, and why
@@ -193,10 +322,10 @@ static inline std::string optimizer_describe(const Optimizer* o, const ParamTabl
     }
     snprintf(buf, sizeof buf,
              "optimizer: adam8bit, block %d, min size %lld | 8-bit state on %lld of %lld parameters; 32-bit on %lld (%s) | "
-             "state %.2f bytes/parameter (%.1f MiB; fp32 Adam: 8.00, %.1f MiB)",
+             "state %.2f bytes/parameter (%.1f MiB; fp32 Adam: 8.00, %.1f MiB)%s",
              o->block_size, (long long)c->adam8bit_min_size, (long long)o->n8, (long long)o->n, (long long)o->n32,
              kept.empty() ? "none" : kept.c_str(),
-             per, mb, (double)o->n * 8 / 1048576.0);
+             per, mb, (double)o->n * 8 / 1048576.0, rank_part);
     return buf;
 }
 
@@ -205,13 +334,49 @@ static inline void update_guard_init(UpdateGuard* g, const Config* c) {
     rolling_init(&g->norm, c->skip_update_window);
 }
 
-// Step 0: the data-parallel mean of the gradients with the pre-divide split (KNOBS §8.5). `sum`
-// adds the buffers of all DP ranks in place (identity on one process). The net factor is 1/DP;
-// F only decides how much of it is applied before the sum (overflow/underflow control under fp16).
-template <typename SumFn> static inline void grad_reduce(float* g, int64_t n, double predivide, int dp, SumFn sum) {
-    if (predivide != 1.0) grad_scale(g, n, (float)(1.0 / predivide));
-    sum(g, n);
-    if (predivide != (double)dp) grad_scale(g, n, (float)(predivide / dp));
+// Step 0: the data-parallel mean of the gradients with the pre-divide split (KNOBS §8.5), reduced
+// to the shard owners: afterwards this rank's shard [shard_lo[rank], shard_lo[rank+1]) of g holds
+// Σ_r g_r / DP (summed in rank order). The net factor is 1/DP; F only decides how much of it is
+// applied before the sum (overflow/underflow control under fp16).
+static inline void grad_reduce(const Comm* comm, const Optimizer* o, float* g, double predivide, std::vector<float>* scratch) {
+    if (predivide != 1.0) grad_scale(g, o->n, (float)(1.0 / predivide));
+    int64_t lo = o->shard_lo[o->rank], n = o->shard_lo[o->rank + 1] - lo;
+    comm_reduce_scatter_sum_f32(comm, g, g + lo, o->shard_lo, scratch);
+    if (predivide != (double)comm->size) grad_scale(g + lo, n, (float)(predivide / comm->size));
+}
+
+// Step 2: Σ g² of every chunk of this rank's shard (in double, element order), all-gathered, then
+// added per unit in chunk order and over units in table order: every rank gets the same bits, at
+// any DP size. Fills o->unit_sumsq; returns the total and adds the exact zeros to *zeros.
+static inline double grad_norm_sumsq(Optimizer* o, const Comm* comm, const float* g, int64_t* zeros) {
+    size_t nc = o->chunks.size();
+    std::vector<size_t> first(comm->size + 1, nc), counts(comm->size);
+    for (int r = comm->size - 1; r >= 0; r--) {
+        size_t c = first[r + 1];
+        while (c > 0 && o->chunks[c - 1].offset_canonical >= o->shard_lo[r]) c--;
+        first[r] = c;
+    }
+    std::vector<double> part(2 * nc);  // (Σ g², zeros) per chunk
+    size_t c0 = first[comm->rank], c1 = first[comm->rank + 1];
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t c = c0; c < c1; c++) {
+        const float* x = g + o->chunks[c].offset_canonical;
+        double s = 0;
+        int64_t z = 0;
+        for (int64_t i = 0; i < o->chunks[c].numel; i++) { s += (double)x[i] * (double)x[i]; z += x[i] == 0.0f; }
+        part[2 * c] = s;
+        part[2 * c + 1] = (double)z;
+    }
+    for (int r = 0; r < comm->size; r++) counts[r] = (first[r + 1] - first[r]) * 2 * sizeof(double);
+    comm_allgatherv(comm, part.data() + 2 * c0, counts[comm->rank], part.data(), counts);
+    std::fill(o->unit_sumsq.begin(), o->unit_sumsq.end(), 0.0);
+    for (size_t c = 0; c < nc; c++) {
+        o->unit_sumsq[o->chunks[c].unit] += part[2 * c];
+        *zeros += (int64_t)part[2 * c + 1];
+    }
+    double total = 0;
+    for (double u : o->unit_sumsq) total += u;
+    return total;
 }
 
 // Step 3: the rules that reject an update. Returns "" to go ahead, else the line to print.
@@ -230,42 +395,36 @@ static inline std::string update_guard_check(const UpdateGuard* g, const Config*
     return "";
 }
 
-// Step 5 for one unit. coeff: the clipping factor applied to the gradients (1: none), which the
-// percentile statistics fold in (they describe the gradient the optimizer sees, as in
-// Megatron + bitsandbytes where clipping runs first): ‖coeff·g‖² = coeff²·Σ g².
-static inline bool optimizer_update_unit(Optimizer* o, size_t ui, GPT<float>* model, const Config* c, double lr, double coeff) {
-    const OptUnit* u = &o->units[ui];
-    float* p = model->params + u->offset_canonical;
-    const float* g = model->grads + u->offset_canonical;
+// Step 5 for one piece. The percentile factor of its unit was computed beforehand (per unit, on
+// every rank: the history is replicated).
+static inline void optimizer_update_piece(Optimizer* o, const OptPiece* pc, GPT<float>* model, const Config* c, double lr) {
+    const OptUnit* u = &o->units[pc->unit];
+    float* p = model->params + pc->offset_canonical;
+    const float* g = model->grads + pc->offset_canonical;
     float wd = model->table.t[u->id].decay ? (float)c->weight_decay : 0.0f;
     // 1 - β^t in double, then rounded once (in float it cancels: 1.3e-5 relative error at t=1, β=0.999)
     double bc1 = 1.0 - std::pow(c->adam_beta1, (double)o->step), bc2 = 1.0 - std::pow(c->adam_beta2, (double)o->step);
     if (o->type == OPTIMIZER_ADAM) {
-        adamw_update(p, g, o->m32 + u->offset_state, o->v32 + u->offset_state, u->numel, (float)lr, (float)c->adam_beta1,
+        adamw_update(p, g, o->m32 + pc->offset_state, o->v32 + pc->offset_state, pc->numel, (float)lr, (float)c->adam_beta1,
                      (float)c->adam_beta2, (float)c->adam_eps, wd, (float)bc1, (float)bc2);
-        return false;
+        return;
     }
     AdamHyper h = {(float)lr, (float)c->adam_beta1, (float)c->adam_beta2, (float)c->adam_eps, wd, (float)bc1, (float)std::sqrt(bc2)};
-    float s = percentile_clip_scale(o->pclip_hist + ui * PCLIP_HISTORY, o->step, o->unit_sumsq[ui] * coeff * coeff,
-                                    (int)c->adam8bit_percentile_clipping);
+    float s = o->pclip_scale[pc->unit];
     if (u->q8)
-        adam8bit_update(p, g, o->code_m + u->offset_state, o->code_v + u->offset_state, o->absmax_m + u->offset_block,
-                        o->absmax_v + u->offset_block, u->numel, o->block_size, o->maps, h, s);
+        adam8bit_update(p, g, o->code_m + pc->offset_state, o->code_v + pc->offset_state, o->absmax_m + pc->offset_block,
+                        o->absmax_v + pc->offset_block, pc->numel, o->block_size, o->maps, h, s);
     else
-        adam32_update(p, g, o->m32 + u->offset_state, o->v32 + u->offset_state, u->numel, h, s);
-    return s < 1.0f;
+        adam32_update(p, g, o->m32 + pc->offset_state, o->v32 + pc->offset_state, pc->numel, h, s);
 }
 
-// Steps 2-5. found_inf: the loss scaler's verdict on the gradients (false when scaling is off).
-static inline StepResult optimizer_step(Optimizer* o, GPT<float>* model, UpdateGuard* guard, const Config* c, int64_t iteration,
-                                        double lr, double loss, bool found_inf) {
+// Steps 2-5, after grad_reduce and the loss scaler. The gradients of this rank's range hold the
+// reduced values (ZeRO-0: all of them, all-gathered; ZeRO-1: the shard). found_inf: the scaler's
+// verdict, already agreed over ranks. The caller all-gathers the parameters under ZeRO-1.
+static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, GPT<float>* model, UpdateGuard* guard, const Config* c,
+                                        int64_t iteration, double lr, double loss, bool found_inf) {
     StepResult r = {0, 0, false, false, 0};
-    double sumsq = 0;
-    for (size_t ui = 0; ui < o->units.size(); ui++) {
-        o->unit_sumsq[ui] = grad_sumsq(model->grads + o->units[ui].offset_canonical, o->units[ui].numel, &r.num_zeros);
-        sumsq += o->unit_sumsq[ui];
-    }
-    r.grad_norm = std::sqrt(sumsq);
+    r.grad_norm = std::sqrt(grad_norm_sumsq(o, comm, model->grads, &r.num_zeros));
     if (found_inf || !std::isfinite(r.grad_norm) || !std::isfinite(loss)) {
         r.skipped = r.nonfinite = true;
         return r;
@@ -281,9 +440,17 @@ static inline StepResult optimizer_step(Optimizer* o, GPT<float>* model, UpdateG
     double coeff = 1.0;
     if (c->clip_grad > 0 && c->clip_grad / (r.grad_norm + 1e-6) < 1.0) {
         coeff = (float)(c->clip_grad / (r.grad_norm + 1e-6));
-        grad_scale(model->grads, o->n, (float)coeff);
+        grad_scale(model->grads + o->range_lo, o->range_hi - o->range_lo, (float)coeff);
     }
     o->step++;
-    for (size_t ui = 0; ui < o->units.size(); ui++) r.pclip_units += optimizer_update_unit(o, ui, model, c, lr, coeff);
+    // percentile statistics describe the gradient the optimizer sees (after clipping, as in
+    // Megatron + bitsandbytes): ‖coeff·g‖² = coeff²·Σ g²
+    if (o->pclip_hist)
+        for (size_t ui = 0; ui < o->units.size(); ui++) {
+            o->pclip_scale[ui] = percentile_clip_scale(o->pclip_hist + ui * PCLIP_HISTORY, o->step, o->unit_sumsq[ui] * coeff * coeff,
+                                                       (int)c->adam8bit_percentile_clipping);
+            r.pclip_units += o->pclip_scale[ui] < 1.0f;
+        }
+    for (const OptPiece& pc : o->pieces) optimizer_update_piece(o, &pc, model, c, lr);
     return r;
 }

@@ -268,25 +268,27 @@ static void test_model_effects() {
 }
 
 // --gradient-predivide-factor (KNOBS §8.5): ÷F before the sum, ×F/DP after; the net factor is 1/DP.
+// One process here (the sum over ranks is exercised by test_data_parallel under mpirun).
 static void test_predivide() {
-    std::vector<float> g = {1.0f, 0.1f, 3.3f, -7.77f, 1e-3f}, h = g;
-    // 4 ranks holding the same gradient: the sum multiplies by 4, the mean must give g back (to rounding)
-    grad_reduce(h.data(), (int64_t)h.size(), 2.0, 4, [](float* x, int64_t n) { for (int64_t i = 0; i < n; i++) x[i] *= 4; });
-    bool ok = true, exact_formula = true;
-    for (size_t i = 0; i < g.size(); i++) {
-        ok &= near(h[i], g[i], 1e-6);
-        float want = ((g[i] * 0.5f) * 4) * 0.5f;  // ÷2, sum of 4, ×2/4
-        exact_formula &= h[i] == want;
-    }
-    expect(ok && exact_formula, "grad_reduce F=2 over 4 ranks: (g/2)·4·(2/4) = g");
-    h = g;
-    grad_reduce(h.data(), (int64_t)h.size(), 3.0, 1, [](float*, int64_t) {});
+    Tiny t(tiny_cfg());
+    Config c;
+    Optimizer o;
+    optimizer_init(&o, &t.m.table, &c);
+    Comm one = {0, 1, false};
+    std::vector<float> scratch, g(o.n);
+    for (int64_t i = 0; i < o.n; i++) g[i] = (float)(0.01 * (i % 97) - 0.3);
+    std::vector<float> h = g;
+    grad_reduce(&one, &o, h.data(), 3.0, &scratch);
     bool applied = true, moved = false;
-    for (size_t i = 0; i < g.size(); i++) {
+    for (int64_t i = 0; i < o.n; i++) {
         applied &= h[i] == (g[i] * (float)(1.0 / 3.0)) * 3.0f;
         moved |= h[i] != g[i];
     }
     expect(applied && moved, "grad_reduce F=3 on one rank: g·(1/3)·3 (rounding shows the knob acted)");
+    h = g;
+    grad_reduce(&one, &o, h.data(), 1.0, &scratch);
+    expect(h == g, "grad_reduce F=1 on one rank is the identity");
+    optimizer_free(&o);
 }
 
 int main() {

@@ -33,7 +33,8 @@ static bool overfit(const char* optimizer) {
         if (step == 0) first = loss;
         if (loss < 0.1) break;
         gpt_backward(&m, B, T, 1.0 / (B * T));
-        optimizer_step(&opt, &m, &guard, &c, 0, c.lr, loss, false);
+        Comm comm = {0, 1, false};
+        optimizer_step(&opt, &comm, &m, &guard, &c, 0, c.lr, loss, false);
         if (step % 25 == 0) printf("step %3d loss %.4f\n", step, loss);
     }
     printf("%s: loss %.4f -> %.4f after %d steps\n", optimizer, first, loss, step);
