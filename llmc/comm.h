@@ -17,6 +17,7 @@
 #pragma once
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -43,11 +44,21 @@ struct Comm {
     bool mpi;        // MPI is initialised (a run under mpirun/srun, or an MPI singleton)
 };
 
+// True when a launcher (mpirun/mpiexec of OpenMPI, MPICH or PMIx, or srun) started this process.
+// A plain `./train_gpt_cpu` does not initialise MPI: an MPI singleton start costs a daemon fork.
+static inline bool comm_launched() {
+    const char* vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (const char* v : vars)
+        if (getenv(v)) return true;
+    return false;
+}
+
 static inline void comm_init(Comm* c, int* argc, char*** argv) {
     c->rank = 0;
     c->size = 1;
     c->mpi = false;
 #ifdef KEEL_MPI
+    if (!comm_launched()) return;
     MPI_CHECK(MPI_Init(argc, argv));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
