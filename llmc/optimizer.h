@@ -60,6 +60,7 @@
 #include "llmc/model.h"
 
 enum OptimizerType { OPTIMIZER_ADAM, OPTIMIZER_ADAM8BIT };
+static_assert(GRAD_CHUNK % ADAM8BIT_MAX_BLOCK == 0, "a shard boundary (a chunk boundary) must be a block boundary");
 
 struct OptUnit {
     int id, layer;              // table tensor; layer (0 for a global tensor)

@@ -8,7 +8,8 @@
 #   3. bit-exact resume at DP=2 with ZeRO-1;
 #   4. reshard: a DP=4 ZeRO-1 checkpoint loaded at DP=2 ZeRO-0 and at DP=1 and written again is
 #      byte-identical, and training continues from it;
-#   5. --gradient-predivide-factor acts under DP; bad layouts fail before any work.
+#   5. --gradient-predivide-factor acts under DP; --fp16's overflow verdict is agreed over ranks;
+#      bad layouts fail before any work.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 command -v mpirun >/dev/null || { fail "mpirun not found (scripts/setup.sh installs OpenMPI)"; finish; }
@@ -40,6 +41,15 @@ done
 grep -q "data-parallel ranks: 4 | ZeRO stage 1" "$TMP/dp4_adam_z1.log" && grep -q "ZeRO-1: this rank holds" "$TMP/dp4_adam_z1.log" \
   && ok "start-up shows the layout and rank 0's state bytes: $(grep -o 'ZeRO-1: this rank holds.*' "$TMP/dp4_adam_z1.log")" \
   || fail "no ZeRO-1 memory line"
+
+# fp16 emulation under DP: rounding and the overflow check run on each rank's shard, the verdict is
+# agreed over ranks (an inf planted on rank 0's shard at iteration 2 skips the step on every rank)
+for z in 0 1; do
+  KEEL_INJECT_INF=2 run "fp16_z$z" 2 "${DPARGS[@]}" --fp16 --initial-loss-scale 1024 --zero-stage $z --save "$TMP/fp16_z$z"
+done
+same_run fp16_z0 fp16_z1
+grep -q '"iteration": 2, .*"skipped": 1, "nan": 1' "$TMP/fp16_z1.jsonl" && grep -q "loss scale" "$TMP/fp16_z1.log" \
+  && ok "--fp16 at DP=2: the planted overflow skipped iteration 2 on every rank" || fail "fp16 overflow under DP: $(grep '"iteration": 2' "$TMP/fp16_z1.jsonl")"
 
 # 2. DP vs one process, dropout on (masks are keyed by sample number, so they match too)
 for np in 1 2 4; do run "drop$np" $np "${DPARGS[@]}" --hidden-dropout 0.1 --attention-dropout 0.1; done
