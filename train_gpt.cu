@@ -318,6 +318,20 @@ static ResumeKind trainer_resume(Trainer* tr) {
     return RESUME_FULL;
 }
 
+// Every rank must run the same configuration (an @file that differs between nodes would otherwise
+// train a silently inconsistent model): the checksum of all effective values, compared.
+static void trainer_check_same_flags(const Comm* comm, const Config* c) {
+    std::string all;
+    for (int i = 0; i < NUM_FLAGS; i++) all += flag_value_string(c, &FLAGS[i]) + '\n';
+    uint64_t mine = checksum64(all.data(), all.size());
+    std::vector<uint64_t> sums(comm->size);
+    comm_allgather(comm, &mine, sizeof mine, sums.data());
+    for (int r = 0; r < comm->size; r++)
+        if (sums[r] != sums[0])
+            keel_die_code(KEEL_EXIT_USAGE, "launch every rank with the same arguments",
+                          "rank %d was started with other flag values than rank 0", r);
+}
+
 // Flags → validated config, model, optimizer, data; everything before the first iteration.
 static void trainer_setup(Trainer* tr, int argc, char** argv) {
     Config* c = &tr->cfg;
@@ -328,6 +342,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     if (!c->load_llmc.empty() && c->max_position_embeddings == 0)
         c->max_position_embeddings = llmc_read_header(c->load_llmc.c_str(), nullptr).maxT;  // GPT-2: 1024
     config_validate(c, tr->comm.size);
+    trainer_check_same_flags(&tr->comm, c);
     GPTConfig* g = &tr->gcfg;
     g->max_seq_len = (int)c->max_position_embeddings;
     g->vocab_size = (int)c->vocab_size;

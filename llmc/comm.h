@@ -57,7 +57,14 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     c->rank = 0;
     c->size = 1;
     c->mpi = false;
-#ifdef KEEL_MPI
+#ifndef KEEL_MPI
+    // started by a launcher with more ranks, but unable to talk to them: every rank would train
+    // alone and write the same files — refuse instead
+    const char* n = getenv("OMPI_COMM_WORLD_SIZE") ? getenv("OMPI_COMM_WORLD_SIZE") : getenv("PMI_SIZE");
+    if (n && atoi(n) > 1)
+        keel_die_code(KEEL_EXIT_USAGE, "rebuild with MPI: scripts/setup.sh installs OpenMPI, then make",
+                      "launched as one of %s ranks, but this build has no MPI (it was built without mpicxx or with NO_MPI=1)", n);
+#else
     if (!comm_launched()) return;
     MPI_CHECK(MPI_Init(argc, argv));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));

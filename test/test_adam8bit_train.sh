@@ -16,9 +16,9 @@ line=$(grep '^optimizer: adam8bit' "$TMP/a8.log")
   && ok "printout: $line" || fail "no adam8bit memory line: $line"
 n8=${BASH_REMATCH[1]}; P=${BASH_REMATCH[2]}; n32=${BASH_REMATCH[3]}
 [ $((n8 + n32)) -eq "$P" ] || fail "8-bit $n8 + 32-bit $n32 != $P parameters"
-# state bytes = 8·n32 (m, v) + 8·blocks (absmax) + 400·units (percentile history) + 2·n8 (codes): check with
-# the file: every 8-bit tensor here (wte; per layer qkvw 3072, attprojw 1024, fcw 4096, fcprojw 4096) splits into
-# whole blocks of 256 except none — so blocks = n8/256; units = 2 + 12·L + 2 (wte, wpe, 12 per layer, lnf w/b)
+# state bytes = 8·n32 (m, v) + 8·blocks (absmax) + 400·units (percentile history) + 2·n8 (codes), checked
+# against the file. Every 8-bit unit here (wte 50304·32; per layer qkvw 3072, attprojw 1024, fcw 4096,
+# fcprojw 4096) is a whole number of 256-blocks, so blocks = n8/256; units = wte, wpe, 12 per layer, lnfw, lnfb.
 units=$((2 + 12 * 2 + 2)); want=$((8 * n32 + 8 * (n8 / 256) + 400 * units + 2 * n8 + 64))
 got=$(stat -c %s "$TMP/a8/iter_0000008/optimizer.bin")
 [ "$got" -eq "$want" ] && ok "optimizer.bin is $got bytes = header + fp32 state + absmax + history + 2 bytes/8-bit param" \

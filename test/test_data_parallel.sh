@@ -9,7 +9,7 @@
 #   4. reshard: a DP=4 ZeRO-1 checkpoint loaded at DP=2 ZeRO-0 and at DP=1 and written again is
 #      byte-identical, and training continues from it;
 #   5. --gradient-predivide-factor acts under DP; --fp16's overflow verdict is agreed over ranks;
-#      bad layouts fail before any work.
+#      bad layouts and ranks started with different flags fail before any work.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 command -v mpirun >/dev/null || { fail "mpirun not found (scripts/setup.sh installs OpenMPI)"; finish; }
@@ -113,4 +113,7 @@ EOF
 out=$(timeout 60 "${MPI[@]}" 2 $KEEL "${TINY[@]}" --global-batch-size 6 --micro-batch-size 2 --train-iters 2 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "error: --global-batch-size 6 is not divisible by --micro-batch-size 2 x data-parallel size 2" <<<"$out" \
   && ! grep -q "iteration *1/" <<<"$out" && ok "bad layout refused before any work" || fail "bad layout: rc $rc: $(grep error <<<"$out")"
+out=$(timeout 60 mpirun --oversubscribe -np 1 $KEEL "${TINY[@]}" --train-iters 2 : -np 1 $KEEL "${TINY[@]}" --train-iters 3 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "error: rank 1 was started with other flag values than rank 0" <<<"$out" \
+  && ok "ranks with different flags refused" || fail "different flags per rank: rc $rc: $(grep error <<<"$out" | head -2)"
 finish
