@@ -5,6 +5,7 @@
 // binaries use until the CUDA op set (llmc/cuda/*.cuh, same signatures) lands; then KEEL_CUDA
 // selects it here and nowhere else.
 #pragma once
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,7 +29,9 @@ static inline const char* backend_name() {
 #ifdef KEEL_CUDA
     return "cpu kernels inside the CUDA build (the CUDA op set has not landed yet)";
 #else
-    return "cpu (fp32, OpenMP)";
+    static char name[64];
+    snprintf(name, sizeof name, "cpu (fp32, OpenMP, %s matmul)", gemm_isa());
+    return name;
 #endif
 }
 

@@ -346,7 +346,8 @@ static inline void grad_reduce(const Comm* comm, const Optimizer* o, float* g, d
     if (predivide != (double)comm->size) grad_scale(g + lo, n, (float)(predivide / comm->size));
 }
 
-// Step 2: Σ g² of every chunk of this rank's shard (in double, element order), all-gathered, then
+// Step 2: Σ g² of every chunk of this rank's shard (sumsq_f64: in double, eight interleaved lanes
+// added in a fixed tree), all-gathered, then
 // added per unit in chunk order and over units in table order: every rank gets the same bits, at
 // any DP size. Fills o->unit_sumsq; returns the total and adds the exact zeros to *zeros.
 static inline double grad_norm_sumsq(Optimizer* o, const Comm* comm, const float* g, int64_t* zeros) {
@@ -362,11 +363,8 @@ static inline double grad_norm_sumsq(Optimizer* o, const Comm* comm, const float
 #pragma omp parallel for schedule(dynamic, 1)
     for (size_t c = c0; c < c1; c++) {
         const float* x = g + o->chunks[c].offset_canonical;
-        double s = 0;
-        int64_t z = 0;
-        for (int64_t i = 0; i < o->chunks[c].numel; i++) { s += (double)x[i] * (double)x[i]; z += x[i] == 0.0f; }
-        part[2 * c] = s;
-        part[2 * c + 1] = (double)z;
+        part[2 * c] = sumsq_f64(x, o->chunks[c].numel);
+        part[2 * c + 1] = (double)count_zeros(x, o->chunks[c].numel);
     }
     for (int r = 0; r < comm->size; r++) counts[r] = (first[r + 1] - first[r]) * 2 * sizeof(double);
     comm_allgatherv(comm, part.data() + 2 * c0, counts[comm->rank], part.data(), counts);

@@ -4,6 +4,7 @@
 //                 p -= lr·( (m/bc1) / (sqrt(v/bc2) + eps) + wd·p )      (APEX FusedAdam, adam_w_mode)
 //                 bc1 = 1-β1^t, bc2 = 1-β2^t are passed in (computed once per step).
 //   grad_scale:   g *= s (clipping, the pre-divide factor).
+//   sumsq_f64, count_zeros: the gradient norm's per-chunk partials.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -25,6 +26,24 @@ static inline void adamw_update(float* p, const float* g, float* m, float* v, in
 // The grain of the gradient norm's fixed summation order (llmc/optimizer.h: grad_norm_sumsq sums
 // each chunk in double, then the chunks in order), and of data-parallel shard boundaries.
 enum { GRAD_CHUNK = 1 << 14 };
+
+// Σ x² in double: lane k sums the elements i ≡ k (mod 8) in ascending i, then a fixed tree adds the
+// lanes. The order is a function of n alone, and the lanes let it vectorize (one serial chain of
+// double adds ran at a quarter of memory speed).
+static inline double sumsq_f64(const float* x, int64_t n) {
+    double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++) lane[k] += (double)x[i + k] * (double)x[i + k];
+    for (; i < n; i++) lane[i % 8] += (double)x[i] * (double)x[i];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
+static inline int64_t count_zeros(const float* x, int64_t n) {
+    int64_t z = 0;
+    for (int64_t i = 0; i < n; i++) z += x[i] == 0.0f;
+    return z;
+}
 
 static inline void grad_scale(float* g, int64_t n, float s) {
 #pragma omp parallel for

@@ -15,7 +15,7 @@
 //   backward: datt[t,u] = drop'(dout_t·v_u);  dv_u += Σ_t drop(att[t,u])·dout_t
 //             ds[t,u] = att[t,u]·(datt[t,u] - Σ_u' att[t,u']·datt[t,u'])
 //             dq_t += Σ_u ds[t,u]·k_u·f;  dk_u += Σ_t ds[t,u]·q_t·f,  f = ∂s/∂(q·k) = 1/√hs
-// Numerics: softmax subtracts the row max before exp. The backward is parallel over (b, h) only:
+// Numerics: softmax subtracts the row max before exp (exp_f32, cpu/vmath.h). The backward is parallel over (b, h) only:
 // dk and dv of a head receive contributions from every query position, and (b, h) is the
 // smallest unit that owns them, so each element is summed in ascending t by one thread. Dropout
 // masks are regenerated in the backward from the counter-based RNG (cpu/dropout.h), keyed by
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "llmc/cpu/dropout.h"
+#include "llmc/cpu/vmath.h"
 
 enum AttnScaling { ATTN_SCALING_STANDARD, ATTN_SCALING_QK_INWARD };
 
@@ -83,7 +84,8 @@ void attention_forward(F* out, F* att,                      // (B,T,C), (B,NH,T,
                     if (s > maxv) maxv = s;
                 }
                 F sum = 0;
-                for (int u = 0; u <= t; u++) { a[u] = std::exp(a[u] - maxv); sum += a[u]; }
+                for (int u = 0; u <= t; u++) a[u] = exp_f32(a[u] - maxv);
+                for (int u = 0; u <= t; u++) sum += a[u];
                 F inv = (F)1 / sum;
                 for (int u = 0; u <= t; u++) a[u] *= inv;
                 for (int u = t + 1; u < T; u++) a[u] = 0;

@@ -5,9 +5,12 @@
 //   backward: dlogits[n,j] = (probs[n,j] - [j == target[n]])·dloss, written over probs in place
 //             (dloss is the weight of each row in the loss: 1/(rows in the global batch))
 // Fused: the (N,Vp) buffer is one round trip — logits → probs → dlogits — never three buffers.
-// Numerics: max-subtracted softmax, the sum over V in ascending order; a row is one thread's work.
+// Numerics: max-subtracted softmax with exp_f32 (cpu/vmath.h), the sum over V in ascending order; a
+// row is one thread's work.
 #pragma once
 #include <cmath>
+
+#include "llmc/cpu/vmath.h"
 
 template <typename F>
 void classifier_forward(F* losses,                          // (N)
@@ -21,7 +24,8 @@ void classifier_forward(F* losses,                          // (N)
         for (int j = 0; j < V; j++) maxv = p[j] > maxv ? p[j] : maxv;
         F target_logit = p[targets[n]];
         F sum = 0;
-        for (int j = 0; j < V; j++) { p[j] = std::exp(p[j] - maxv); sum += p[j]; }
+        for (int j = 0; j < V; j++) p[j] = exp_f32(p[j] - maxv);  // a loop of its own: it vectorizes
+        for (int j = 0; j < V; j++) sum += p[j];
         F inv = (F)1 / sum;
         for (int j = 0; j < V; j++) p[j] *= inv;
         for (int j = V; j < Vp; j++) p[j] = 0;

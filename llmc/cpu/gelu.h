@@ -2,8 +2,12 @@
 // Legend: N elements.
 //   forward:  y = 0.5·x·(1 + tanh(k·(x + 0.044715·x³))),  k = sqrt(2/π)
 //   backward: dx += dy · [0.5·(1+th) + 0.5·x·(1-th²)·k·(1 + 3·0.044715·x²)]
+// Numerics: tanh is tanh_f32 (cpu/vmath.h), so both loops vectorize with identical bits in the
+// vector body and the tail; in double (gradient checks) it is libm's.
 #pragma once
 #include <cmath>
+
+#include "llmc/cpu/vmath.h"
 
 static const double GELU_K = 0.7978845608028654;  // sqrt(2/pi)
 
@@ -12,7 +16,7 @@ void gelu_forward(F* out, const F* inp, size_t N) {
 #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
         F x = inp[i];
-        out[i] = (F)0.5 * x * ((F)1 + std::tanh((F)GELU_K * (x + (F)0.044715 * x * x * x)));
+        out[i] = (F)0.5 * x * ((F)1 + tanh_f32((F)GELU_K * (x + (F)0.044715 * x * x * x)));
     }
 }
 
@@ -21,7 +25,7 @@ void gelu_backward(F* dinp, const F* dout, const F* inp, size_t N) {
 #pragma omp parallel for
     for (size_t i = 0; i < N; i++) {
         F x = inp[i];
-        F th = std::tanh((F)GELU_K * (x + (F)0.044715 * x * x * x));
+        F th = tanh_f32((F)GELU_K * (x + (F)0.044715 * x * x * x));
         F dth = (F)GELU_K * ((F)1 + (F)3 * (F)0.044715 * x * x);
         dinp[i] += dout[i] * ((F)0.5 * ((F)1 + th) + (F)0.5 * x * ((F)1 - th * th) * dth);
     }
