@@ -62,6 +62,22 @@ struct AdamHyper {
 
 enum { ADAM8BIT_MAX_BLOCK = 2048 };
 
+// max |x[j]| (a NaN never wins, as with std::max(acc, x)). Max is exact in any order; sixteen
+// lanes let it vectorize.
+static inline float block_max_abs(const float* x, int64_t n) {
+    float lane[16] = {};
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) {
+            float a = std::fabs(x[j + k]);
+            lane[k] = lane[k] < a ? a : lane[k];
+        }
+    for (; j < n; j++) lane[0] = std::max(lane[0], std::fabs(x[j]));
+    float r = 0.0f;
+    for (int k = 0; k < 16; k++) r = std::max(r, lane[k]);
+    return r;
+}
+
 static inline void adam8bit_update(float* p, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
                                    float* absmax_v, int64_t n, int block_size, const Adam8bitMaps* q, AdamHyper h,
                                    float gnorm_scale) {
@@ -71,18 +87,20 @@ static inline void adam8bit_update(float* p, const float* g, uint8_t* code_m, ui
     for (int64_t b = 0; b < nblocks; b++) {
         int64_t lo = b * block_size, len = std::min<int64_t>(block_size, n - lo);
         float m[ADAM8BIT_MAX_BLOCK], v[ADAM8BIT_MAX_BLOCK];  // this step's moments in fp32
-        float am = absmax_m[b], av = absmax_v[b], new_am = 0.0f, new_av = 0.0f;
+        float am = absmax_m[b], av = absmax_v[b];
+        // Four passes, each a loop the compiler vectorizes except the last: dequantize and step
+        // the moments, their block maxima, the parameter, then the codes.
         for (int64_t j = 0; j < len; j++) {
             float gj = g[lo + j] * gnorm_scale;
             m[j] = q->map_m[code_m[lo + j]] * am * h.beta1 + (1.0f - h.beta1) * gj;
             v[j] = q->map_v[code_v[lo + j]] * av * h.beta2 + (1.0f - h.beta2) * gj * gj;
-            new_am = std::max(new_am, std::fabs(m[j]));
-            new_av = std::max(new_av, v[j]);
         }
+        float new_am = block_max_abs(m, len), new_av = block_max_abs(v, len);
         for (int64_t j = 0; j < len; j++) {
             float pj = p[lo + j] + step_size * (m[j] / (std::sqrt(v[j]) + eps));
-            if (h.wd > 0.0f) pj *= decay;
-            p[lo + j] = pj;
+            p[lo + j] = h.wd > 0.0f ? pj * decay : pj;
+        }
+        for (int64_t j = 0; j < len; j++) {
             code_m[lo + j] = adam8bit_quantize_m(q, m[j], new_am);
             code_v[lo + j] = adam8bit_quantize_v(q, v[j], new_av);
         }

@@ -5,8 +5,8 @@
 //   backward: dlogits[n,j] = (probs[n,j] - [j == target[n]])·dloss, written over probs in place
 //             (dloss is the weight of each row in the loss: 1/(rows in the global batch))
 // Fused: the (N,Vp) buffer is one round trip — logits → probs → dlogits — never three buffers.
-// Numerics: max-subtracted softmax with exp_f32 (cpu/vmath.h), the sum over V in ascending order; a
-// row is one thread's work.
+// Numerics: max-subtracted softmax with exp_f32, the sum over V in row_sum's fixed lane order
+// (cpu/vmath.h); a row is one thread's work.
 #pragma once
 #include <cmath>
 
@@ -20,12 +20,10 @@ void classifier_forward(F* losses,                          // (N)
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         F* p = logits + (size_t)n * Vp;
-        F maxv = -INFINITY;
-        for (int j = 0; j < V; j++) maxv = p[j] > maxv ? p[j] : maxv;
+        F maxv = row_max(p, V);
         F target_logit = p[targets[n]];
-        F sum = 0;
         for (int j = 0; j < V; j++) p[j] = exp_f32(p[j] - maxv);  // a loop of its own: it vectorizes
-        for (int j = 0; j < V; j++) sum += p[j];
+        F sum = row_sum(p, V);
         F inv = (F)1 / sum;
         for (int j = 0; j < V; j++) p[j] *= inv;
         for (int j = V; j < Vp; j++) p[j] = 0;

@@ -52,5 +52,31 @@ static inline float tanh_f32(float x) {
     return std::copysign(th, x);
 }
 
+// Row reductions for the softmaxes. max is exact in any order (a NaN never wins, as with
+// std::max(acc, x)); the sum's order is fixed as lane k adding the elements j ≡ k (mod 16) in
+// ascending j, then the lanes in a fixed tree — a function of n alone, and vectorizable.
+template <typename F> static inline F row_max(const F* x, int n) {
+    F lane[16];
+    for (int k = 0; k < 16; k++) lane[k] = -INFINITY;
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) lane[k] = lane[k] < x[j + k] ? x[j + k] : lane[k];
+    for (; j < n; j++) lane[0] = lane[0] < x[j] ? x[j] : lane[0];
+    F r = lane[0];
+    for (int k = 1; k < 16; k++) r = r < lane[k] ? lane[k] : r;
+    return r;
+}
+
+template <typename F> static inline F row_sum(const F* x, int n) {
+    F lane[16] = {};
+    int j = 0;
+    for (; j + 16 <= n; j += 16)
+        for (int k = 0; k < 16; k++) lane[k] += x[j + k];
+    for (; j < n; j++) lane[j % 16] += x[j];
+    for (int w = 8; w >= 1; w /= 2)
+        for (int k = 0; k < w; k++) lane[k] += lane[k + w];
+    return lane[0];
+}
+
 static inline double exp_f32(double x) { return std::exp(x); }
 static inline double tanh_f32(double x) { return std::tanh(x); }
