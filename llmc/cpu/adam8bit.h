@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "llmc/cpu/vmath.h"
 #include "llmc/quantize.h"
 
 struct Adam8bitMaps {
@@ -62,22 +63,6 @@ struct AdamHyper {
 
 enum { ADAM8BIT_MAX_BLOCK = 2048 };
 
-// max |x[j]| (a NaN never wins, as with std::max(acc, x)). Max is exact in any order; sixteen
-// lanes let it vectorize.
-static inline float block_max_abs(const float* x, int64_t n) {
-    float lane[16] = {};
-    int64_t j = 0;
-    for (; j + 16 <= n; j += 16)
-        for (int k = 0; k < 16; k++) {
-            float a = std::fabs(x[j + k]);
-            lane[k] = lane[k] < a ? a : lane[k];
-        }
-    for (; j < n; j++) lane[0] = std::max(lane[0], std::fabs(x[j]));
-    float r = 0.0f;
-    for (int k = 0; k < 16; k++) r = std::max(r, lane[k]);
-    return r;
-}
-
 static inline void adam8bit_update(float* p, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
                                    float* absmax_v, int64_t n, int block_size, const Adam8bitMaps* q, AdamHyper h,
                                    float gnorm_scale) {
@@ -95,7 +80,7 @@ static inline void adam8bit_update(float* p, const float* g, uint8_t* code_m, ui
             m[j] = q->map_m[code_m[lo + j]] * am * h.beta1 + (1.0f - h.beta1) * gj;
             v[j] = q->map_v[code_v[lo + j]] * av * h.beta2 + (1.0f - h.beta2) * gj * gj;
         }
-        float new_am = block_max_abs(m, len), new_av = block_max_abs(v, len);
+        float new_am = row_max_abs(m, (int)len), new_av = row_max_abs(v, (int)len);
         for (int64_t j = 0; j < len; j++) {
             float pj = p[lo + j] + step_size * (m[j] / (std::sqrt(v[j]) + eps));
             p[lo + j] = h.wd > 0.0f ? pj * decay : pj;

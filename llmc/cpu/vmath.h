@@ -55,17 +55,20 @@ static inline float tanh_f32(float x) {
 // Row reductions for the softmaxes. max is exact in any order (a NaN never wins, as with
 // std::max(acc, x)); the sum's order is fixed as lane k adding the elements j ≡ k (mod 16) in
 // ascending j, then the lanes in a fixed tree — a function of n alone, and vectorizable.
-template <typename F> static inline F row_max(const F* x, int n) {
+template <typename F, bool ABS = false> static inline F row_max(const F* x, int n) {
+    auto val = [&](int j) { return ABS ? std::fabs(x[j]) : x[j]; };
     F lane[16];
-    for (int k = 0; k < 16; k++) lane[k] = -INFINITY;
+    for (int k = 0; k < 16; k++) lane[k] = ABS ? (F)0 : (F)-INFINITY;
     int j = 0;
     for (; j + 16 <= n; j += 16)
-        for (int k = 0; k < 16; k++) lane[k] = lane[k] < x[j + k] ? x[j + k] : lane[k];
-    for (; j < n; j++) lane[0] = lane[0] < x[j] ? x[j] : lane[0];
+        for (int k = 0; k < 16; k++) lane[k] = lane[k] < val(j + k) ? val(j + k) : lane[k];
+    for (; j < n; j++) lane[0] = lane[0] < val(j) ? val(j) : lane[0];
     F r = lane[0];
     for (int k = 1; k < 16; k++) r = r < lane[k] ? lane[k] : r;
     return r;
 }
+// max |x[j]|, 0 for n = 0 (the 8-bit optimizer's block absmax).
+template <typename F> static inline F row_max_abs(const F* x, int n) { return row_max<F, true>(x, n); }
 
 template <typename F> static inline F row_sum(const F* x, int n) {
     F lane[16] = {};
