@@ -32,6 +32,7 @@
 #include "llmc/log.h"
 #include "llmc/model.h"
 #include "llmc/optimizer.h"
+#include "llmc/planner.h"
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 
@@ -332,18 +333,8 @@ static void trainer_check_same_flags(const Comm* comm, const Config* c) {
                           "rank %d was started with other flag values than rank 0", r);
 }
 
-// Flags → validated config, model, optimizer, data; everything before the first iteration.
-static void trainer_setup(Trainer* tr, int argc, char** argv) {
-    Config* c = &tr->cfg;
-    if (!flags_parse(c, argc, argv)) {
-        flags_usage(stdout, argv[0]);
-        exit(0);
-    }
-    if (!c->load_llmc.empty() && c->max_position_embeddings == 0)
-        c->max_position_embeddings = llmc_read_header(c->load_llmc.c_str(), nullptr).maxT;  // GPT-2: 1024
-    config_validate(c, tr->comm.size);
-    trainer_check_same_flags(&tr->comm, c);
-    GPTConfig* g = &tr->gcfg;
+// The model's shape and knobs from the flags (training and --dry-run share it).
+static void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->max_seq_len = (int)c->max_position_embeddings;
     g->vocab_size = (int)c->vocab_size;
     g->padded_vocab_size = gpt_padded_vocab((int)c->vocab_size, (int)c->make_vocab_size_divisible_by);
@@ -361,6 +352,59 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     g->hidden_dropout = c->hidden_dropout;
     g->attention_dropout = c->attention_dropout;
     g->embed_dropout = std::isnan(c->embed_dropout) ? c->hidden_dropout : c->embed_dropout;  // Megatron: = hidden
+}
+
+// --dry-run: the planner's table for the flags' layout (llmc/planner.h); exit 0 if it fits, 1 if not.
+static void trainer_dry_run(Config* c, int launched) {
+    if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
+    int64_t T = c->tensor_model_parallel_size, P = c->pipeline_model_parallel_size;
+    if (c->hidden_size % c->num_attention_heads != 0)
+        keel_usage_error("--hidden-size %lld is not divisible by --num-attention-heads %lld", (long long)c->hidden_size,
+                         (long long)c->num_attention_heads);
+    if (c->num_attention_heads % T != 0)
+        keel_usage_error("--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %lld",
+                         (long long)c->num_attention_heads, (long long)T);
+    if (P > c->num_layers)
+        keel_usage_error("--pipeline-model-parallel-size %lld exceeds --num-layers %lld", (long long)P, (long long)c->num_layers);
+    GPTConfig g;
+    gpt_config_from_flags(c, &g);
+    if (g.padded_vocab_size % T != 0)
+        keel_usage_error("padded vocabulary %d is not divisible by --tensor-model-parallel-size %lld (set --make-vocab-size-divisible-by)",
+                         g.padded_vocab_size, (long long)T);
+    PlanLayout l;
+    l.tp = (int)T;
+    l.pp = (int)P;
+    l.dp = c->data_parallel_size > 0 ? (int)c->data_parallel_size : std::max(1, launched / (int)(T * P));
+    l.zero_stage = (int)c->zero_stage;
+    l.micro_batch = c->micro_batch_size;
+    int64_t gbs = c->global_batch_size > 0 ? c->global_batch_size : c->micro_batch_size * l.dp;
+    if (gbs % (c->micro_batch_size * l.dp) != 0)
+        keel_usage_error("--global-batch-size %lld is not divisible by --micro-batch-size %lld x data-parallel size %d",
+                         (long long)gbs, (long long)c->micro_batch_size, l.dp);
+    l.micro_batches = gbs / (c->micro_batch_size * l.dp);
+    l.seq = (int)c->seq_length;
+    l.checkpoint_activations = c->checkpoint_activations;
+    l.adam8bit = c->optimizer == "adam8bit";
+    l.adam8bit_block = (int)c->adam8bit_block_size;
+    Plan p = plan_compute(&g, &l);
+    bool fits = plan_print(stdout, &g, &l, &p, c->gpu_memory_gb);
+    exit(fits ? 0 : 1);
+}
+
+// Flags → validated config, model, optimizer, data; everything before the first iteration.
+static void trainer_setup(Trainer* tr, int argc, char** argv) {
+    Config* c = &tr->cfg;
+    if (!flags_parse(c, argc, argv)) {
+        flags_usage(stdout, argv[0]);
+        exit(0);
+    }
+    if (!c->load_llmc.empty() && c->max_position_embeddings == 0)
+        c->max_position_embeddings = llmc_read_header(c->load_llmc.c_str(), nullptr).maxT;  // GPT-2: 1024
+    if (c->dry_run) trainer_dry_run(c, tr->comm.size);
+    config_validate(c, tr->comm.size);
+    trainer_check_same_flags(&tr->comm, c);
+    GPTConfig* g = &tr->gcfg;
+    gpt_config_from_flags(c, g);
     rampup_init(&tr->rampup, c, tr->comm.size);
     curriculum_init(&tr->curriculum, c);
     skip_ranges_parse(&tr->skips, c->skip_train_iteration_range);

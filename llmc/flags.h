@@ -75,6 +75,10 @@ struct Config {
     // logging and evaluation
     int64_t log_interval = 1, eval_interval = 0, eval_iters = 10, sample_interval = 0, sample_length = 64;
     std::string metrics_file;
+    // layout and planning (DESIGN §5): --dry-run plans any layout; training takes TP = PP = 1 for now
+    int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1, data_parallel_size = 0;
+    bool checkpoint_activations = false, dry_run = false;
+    double gpu_memory_gb = 80;
 };
 
 enum FlagType { FT_INT, FT_FLOAT, FT_STR, FT_BOOL };
@@ -230,6 +234,19 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("sample-interval", 0, NO_MAX, FT_INT, sample_interval, FK_RUN, nullptr, "print a generated text sample every N iterations; 0: off"),
     KEEL_FLAG("sample-length", 0, INT32_MAX, FT_INT, sample_length, FK_RUN, nullptr, "tokens per generated sample"),
     KEEL_FLAG("metrics-file", NO_MIN, NO_MAX, FT_STR, metrics_file, FK_RUN, nullptr, "JSONL metrics, one object per iteration"),
+    // layout and the memory planner
+    KEEL_FLAG("tensor-model-parallel-size", 1, NO_MAX, FT_INT, tensor_model_parallel_size, FK_RUN, nullptr,
+              "tensor-parallel ranks T (training: 1 until tensor parallelism lands; --dry-run plans any)"),
+    KEEL_FLAG("pipeline-model-parallel-size", 1, NO_MAX, FT_INT, pipeline_model_parallel_size, FK_RUN, nullptr,
+              "pipeline stages P (training: 1 until pipeline parallelism lands; --dry-run plans any)"),
+    KEEL_FLAG("data-parallel-size", 0, NO_MAX, FT_INT, data_parallel_size, FK_RUN, nullptr,
+              "--dry-run: data-parallel ranks to plan for (0: the launched ranks / (T*P)); training takes the launched ranks"),
+    KEEL_FLAG("checkpoint-activations", NO_MIN, NO_MAX, FT_BOOL, checkpoint_activations, FK_RUN, nullptr,
+              "recompute each layer's forward in backward (--dry-run plans it; training: arrives with pipeline parallelism)"),
+    KEEL_FLAG("dry-run", NO_MIN, NO_MAX, FT_BOOL, dry_run, FK_RUN, nullptr,
+              "print parameters, bytes/parameter and per-rank memory of the GPU layout, then exit (no data, no allocation)"),
+    KEEL_FLAG("gpu-memory-gb", NO_MIN, NO_MAX, FT_FLOAT, gpu_memory_gb, FK_RUN, nullptr,
+              "--dry-run: memory per GPU (GiB) for the fits / does-not-fit verdict (exit 0 / 1)"),
 };
 #undef KEEL_FLAG
 #undef KEEL_FLAGN
@@ -454,6 +471,12 @@ static inline void config_validate(Config* c, int dp_size) {
     if (c->clip_grad < 0) keel_usage_error("--clip-grad must be >= 0 (0 turns clipping off)");
     if (c->init_method_std <= 0) keel_usage_error("--init-method-std must be > 0");
     config_validate_knobs(c);
+    if (c->tensor_model_parallel_size > 1 || c->pipeline_model_parallel_size > 1 || c->checkpoint_activations)
+        keel_usage_error("--tensor-model-parallel-size/--pipeline-model-parallel-size > 1 and --checkpoint-activations are not "
+                         "built into training yet; --dry-run plans them");
+    if (c->data_parallel_size != 0 && c->data_parallel_size != dp_size)
+        keel_usage_error("--data-parallel-size %lld: training uses the launched ranks (%d); the flag is for --dry-run",
+                         (long long)c->data_parallel_size, dp_size);
     if (c->train_data_path.empty()) keel_usage_error("--train-data-path is required");
     if (c->eval_interval > 0 && c->valid_data_path.empty())
         keel_usage_error("--eval-interval needs --valid-data-path");

@@ -1,0 +1,127 @@
+// planner.h — `--dry-run`: the size and memory of a run, computed from the flags before any
+// allocation, for the GPU layout keel targets (DESIGN §3, §5). What the BigScience logbooks did on
+// paper (seed 001: "18 bytes per parameter … plus activations") as a table with a verdict.
+// Parameters: counted from the parameter table itself (model.h), so every knob's tensors are
+// included, and printed beside the logbooks' formula n·(12h²+13h) + v·h + s·h + 2h.
+// Bytes per parameter (bf16 mixed precision, DESIGN §3):
+//   bf16 weights 2 · fp32 gradients 4 · fp32 master weights 4 · optimizer state 8 (Adam m, v) or
+//   ≈2 (8-bit m, v + one fp32 absmax per block of each) — 18 (or ≈12) in all. ZeRO-1 divides the
+//   master weights and the optimizer state by DP.
+// Per rank: tensor-parallel tensors (the table's TP split) divide by T, replicated ones do not;
+//   pipeline stages are counted at ⌈L/P⌉ layers (the balanced split's largest), the first with the
+//   word and position embeddings, the last with the final LayerNorm and the tied word embedding's
+//   copy: the planner reports the larger of the two.
+// Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
+//   Models", bf16, no sequence parallelism), per layer and micro-batch of b samples of s tokens:
+//     stored for backward:  s·b·h·(10 + 24/T + 5·a·s/(h·T)) bytes
+//     --checkpoint-activations: 2·s·b·h (the layer's input) per layer, plus one layer's full set
+//   while it is recomputed. The last stage adds the fp32 logits, 4·s·b·Vp/T. Under 1F1B the first
+//   stage holds min(P, M) micro-batches in flight (M micro-batches per iteration per DP rank).
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "llmc/model.h"
+
+struct PlanLayout {
+    int tp = 1, pp = 1, dp = 1, zero_stage = 0;
+    int64_t micro_batch = 1, micro_batches = 1;  // b, and M per iteration per data-parallel rank
+    int seq = 1024;
+    bool checkpoint_activations = false, adam8bit = false;
+    int adam8bit_block = 256;
+};
+
+struct Plan {
+    int64_t params = 0, params_real = 0;  // with and without vocabulary padding
+    double formula = 0;                   // n·(12h²+13h) + v·h + s·h + 2h with the real vocabulary
+    int64_t stage_params = 0;             // on the busiest (stage, TP rank)
+    double b_weights = 0, b_grads = 0, b_master = 0, b_optim = 0;  // bytes on one rank
+    double act_layer = 0;                     // one layer, one micro-batch, stored for backward
+    double act_plain = 0, act_ckpt = 0;       // the first stage's activations without / with checkpointing
+    double logits = 0, act = 0;               // the last stage's fp32 logits; the busiest stage's total
+    double total = 0;
+};
+
+// Parameters one (stage, TP rank) holds: the table's tensors, layer tensors for `layers` layers,
+// split by T where the table says so.
+static inline int64_t plan_stage_params(const ParamTable* pt, int layers, int L, bool first, bool last, int tp) {
+    int64_t n = 0;
+    for (int i = 0; i < NUM_PARAMS; i++) {
+        const ParamTensor* t = &pt->t[i];
+        int64_t numel = t->per_layer ? t->numel / L * layers : t->numel;
+        if (!t->per_layer) {
+            bool embedding = i == P_WTE || i == P_WPE || i == P_LNEW || i == P_LNEB;
+            bool held = i == P_WTE ? (first || last) : embedding ? first : last;  // tied wte: a copy on both ends
+            if (!held) continue;
+        }
+        n += t->tp == TP_NONE ? numel : numel / tp;
+    }
+    return n;
+}
+
+static inline Plan plan_compute(const GPTConfig* g, const PlanLayout* l) {
+    Plan p;
+    ParamTable pt;
+    param_table_build(&pt, g);
+    p.params = pt.total;
+    p.params_real = gpt_num_params_real(&pt, g);
+    double h = g->channels, n = g->num_layers, v = g->vocab_size, s = g->max_seq_len;
+    p.formula = n * (12 * h * h + 13 * h) + v * h + s * h + 2 * h;
+    int L = g->num_layers, per_stage = (L + l->pp - 1) / l->pp;
+    int64_t first = plan_stage_params(&pt, per_stage, L, true, l->pp == 1, l->tp);
+    int64_t last = plan_stage_params(&pt, per_stage, L, l->pp == 1, true, l->tp);
+    p.stage_params = std::max(first, last);
+    double N = (double)p.stage_params, shard = l->zero_stage == 1 ? l->dp : 1;
+    p.b_weights = 2 * N;
+    p.b_grads = 4 * N;
+    p.b_master = 4 * N / shard;
+    p.b_optim = (l->adam8bit ? 2 + 8.0 / l->adam8bit_block : 8) * N / shard;
+    double S = l->seq, b = (double)l->micro_batch, a = g->num_heads, T = l->tp;
+    p.act_layer = S * b * h * (10 + 24 / T + 5 * a * S / (h * T));
+    double in_flight = (double)std::min<int64_t>(l->pp, l->micro_batches);
+    double plain = p.act_layer * per_stage, ckpt = 2 * S * b * h * per_stage + p.act_layer;  // one micro-batch
+    p.act_plain = plain * in_flight;
+    p.act_ckpt = ckpt * in_flight;
+    p.logits = 4 * S * b * g->padded_vocab_size / T;
+    double mine = l->checkpoint_activations ? ckpt : plain;
+    p.act = l->pp == 1 ? mine + p.logits : std::max(mine * in_flight, mine + p.logits);  // first vs last stage
+    p.total = p.b_weights + p.b_grads + p.b_master + p.b_optim + p.act;
+    return p;
+}
+
+static inline std::string plan_gib(double bytes) {
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+    return buf;
+}
+
+// The table `--dry-run` prints; returns true if the per-rank total fits gpu_gb.
+static inline bool plan_print(FILE* out, const GPTConfig* g, const PlanLayout* l, const Plan* p, double gpu_gb) {
+    fprintf(out, "dry run: L=%d h=%d heads=%d s=%d V=%d (padded %d) | TP=%d PP=%d DP=%d ZeRO-%d | micro-batch %lld x %lld per iteration%s\n",
+            g->num_layers, g->channels, g->num_heads, l->seq, g->vocab_size, g->padded_vocab_size, l->tp, l->pp, l->dp,
+            l->zero_stage, (long long)l->micro_batch, (long long)l->micro_batches,
+            l->checkpoint_activations ? " | --checkpoint-activations" : "");
+    fprintf(out, "parameters: %lld (%lld with vocabulary padding); formula n(12h^2+13h)+vh+sh+2h = %.0f (%.2fB)\n",
+            (long long)p->params_real, (long long)p->params, p->formula, p->formula / 1e9);
+    double N = (double)p->stage_params;
+    fprintf(out, "per rank (busiest pipeline stage, one TP rank): %lld parameters\n", (long long)p->stage_params);
+    fprintf(out, "  %-34s %12s %14s\n", "component", "bytes/param", "per rank");
+    auto row = [&](const char* name, double bytes) { fprintf(out, "  %-34s %12.3f %14s\n", name, bytes / N, plan_gib(bytes).c_str()); };
+    row("bf16 weights", p->b_weights);
+    row("fp32 gradients", p->b_grads);
+    row(l->zero_stage == 1 ? "fp32 master weights (ZeRO-1 shard)" : "fp32 master weights", p->b_master);
+    row(l->adam8bit ? (l->zero_stage == 1 ? "8-bit Adam state (ZeRO-1 shard)" : "8-bit Adam state")
+                    : (l->zero_stage == 1 ? "Adam state, fp32 m, v (ZeRO-1 shard)" : "Adam state, fp32 m, v"), p->b_optim);
+    int64_t in_flight = std::min<int64_t>(l->pp, l->micro_batches);
+    fprintf(out, "  activations, first stage, %lld micro-batch%s in flight: %s without, %s with --checkpoint-activations\n",
+            (long long)in_flight, in_flight == 1 ? "" : "es", plan_gib(p->act_plain).c_str(), plan_gib(p->act_ckpt).c_str());
+    fprintf(out, "  logits (last stage, fp32): %s | activations counted (busiest stage): %s\n", plan_gib(p->logits).c_str(),
+            plan_gib(p->act).c_str());
+    double limit = gpu_gb * 1024.0 * 1024 * 1024;
+    bool fits = p->total <= limit;
+    fprintf(out, "total per rank: %.0f bytes = %s of %g GiB (--gpu-memory-gb): %s\n", p->total, plan_gib(p->total).c_str(), gpu_gb,
+            fits ? "fits" : "does NOT fit (try --checkpoint-activations, more TP/PP, --zero-stage 1, --optimizer adam8bit)");
+    return fits;
+}
