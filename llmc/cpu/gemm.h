@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -141,7 +142,10 @@ static inline float* gemm_buffer(int which, size_t floats) {
     static thread_local float* buf[2] = {nullptr, nullptr};
     if (!buf[which]) {
         void* p = nullptr;
-        if (posix_memalign(&p, 64, floats * sizeof(float)) != 0) abort();
+        if (posix_memalign(&p, 64, floats * sizeof(float)) != 0) {
+            fprintf(stderr, "error: out of memory allocating the matmul packing buffer (%zu bytes)\n", floats * sizeof(float));
+            exit(3);
+        }
         buf[which] = (float*)p;
     }
     return buf[which];
