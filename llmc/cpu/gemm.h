@@ -144,7 +144,7 @@ static inline float* gemm_buffer(int which, size_t floats) {
         void* p = nullptr;
         if (posix_memalign(&p, 64, floats * sizeof(float)) != 0) {
             fprintf(stderr, "error: out of memory allocating the matmul packing buffer (%zu bytes)\n", floats * sizeof(float));
-            exit(3);
+            exit(1);  // KEEL_EXIT_RUNTIME (common.h is not included by this kernel header)
         }
         buf[which] = (float*)p;
     }
