@@ -9,6 +9,9 @@
 //                   → counters, JSONL record, Megatron log line
 //   around it:      --eval-interval validation, --sample-interval text samples, --save-interval
 //                   checkpoints, --exit-interval, and at the end: validation, save, --export-llmc.
+//   spike autopilot (llmc/spike.h): the optimizer step reports a spike instead of applying it;
+//                   --spike-policy rollback then restores the in-memory snapshot (taken every
+//                   --spike-snapshot-interval iterations) and the loop skips the window up to the spike.
 //
 // Data: the run's k-th sample (k counted from 0 over the whole run) is the DataLoader's sample
 // number k, so iteration i reads samples [consumed, consumed + global_batch) in micro-batch order,
@@ -29,6 +32,7 @@
 #include "llmc/data.h"
 #include "llmc/flags.h"
 #include "llmc/init.h"
+#include "llmc/layer_stats.h"
 #include "llmc/log.h"
 #include "llmc/model.h"
 #include "llmc/optimizer.h"
@@ -56,6 +60,16 @@ struct Trainer {
     double init_sigma = 0;   // σ of the normal init (--init-method / --init-method-std)
     std::vector<int> sample, inputs, targets;  // (T+1), (B,T), (B,T) on the host
     std::vector<float> reduce_scratch;         // (DP × shard) receive buffer of the reduce-scatter
+    FILE* token_dump = nullptr;                // KEEL_DUMP_TOKENS (test mode): every sample this rank trains on
+    LayerStats layer_stats;                    // --log-layer-norms-interval
+    // --spike-policy rollback: the state of iteration snap_state.iteration, whole on every rank
+    bool have_snapshot = false;
+    std::vector<float> snap_params;
+    std::vector<uint8_t> snap_opt;
+    int64_t snap_opt_step = 0;
+    TrainState snap_state;
+    bool rollback_pending = false;             // the last iteration's spike asks for a rollback
+    SpikeVerdict pending_spike;
 };
 
 static double now_ms() {
@@ -82,6 +96,19 @@ static void trainer_read_batch(Trainer* tr, DataLoader* dl, int64_t first, int B
     }
 }
 
+// Test mode: KEEL_DUMP_TOKENS=PREFIX makes rank r append one line per sample row it trains on to
+// PREFIX.rank<r>:  "<iteration> <rank> <micro-batch step> <row> <sample number> <T+1 token ids>".
+// dev/batch_lookup must print exactly these for the same run (test/test_batch_lookup.sh).
+static void trainer_dump_tokens(Trainer* tr, int64_t iteration, int64_t m, int64_t first, int B, int T) {
+    if (!tr->token_dump) return;
+    for (int b = 0; b < B; b++) {
+        fprintf(tr->token_dump, "%lld %d %lld %d %lld", (long long)iteration, tr->comm.rank, (long long)m, b, (long long)(first + b));
+        for (int t = 0; t < T; t++) fprintf(tr->token_dump, " %d", tr->inputs[b * T + t]);
+        fprintf(tr->token_dump, " %d\n", tr->targets[b * T + T - 1]);
+    }
+    fflush(tr->token_dump);
+}
+
 // Test hook (like KEEL_FAULT_SAVE): KEEL_INJECT_INF="3,7" plants an inf in the gradients of those
 // iterations, before the loss scaler and the non-finite check see them.
 static bool trainer_inject_inf(int64_t iteration) {
@@ -97,21 +124,105 @@ static bool trainer_inject_inf(int64_t iteration) {
     return false;
 }
 
-// An iteration inside --skip-train-iteration-range (KNOBS §6, NVM semantics): its global batch is
-// consumed unread, the iteration and the consumed-sample/token counters advance, nothing trains
-// (no forward, no update, no LR or scaler step). One line per contiguous stretch.
+// Iterations whose batch is consumed unread: --skip-train-iteration-range, and the windows the
+// spike autopilot's rollbacks skip.
+static bool trainer_skips(const Trainer* tr, int64_t iteration) {
+    return skip_ranges_contains(&tr->skips, iteration) || spike_skips(&tr->st.spike, iteration);
+}
+
+// A skipped iteration (KNOBS §6, NVM semantics): its global batch is consumed unread, the iteration
+// and the consumed-sample/token counters advance, nothing trains (no forward, no update, no LR or
+// scaler step). One line per contiguous stretch.
 static void trainer_skip_iteration(Trainer* tr, int64_t gbs, int T) {
     int64_t it = tr->st.iteration + 1;
     if (!tr->skipping) {
         int64_t last = it;
-        while (last < tr->train_iters && skip_ranges_contains(&tr->skips, last + 1)) last++;
-        printf("skipping iterations %lld to %lld (--skip-train-iteration-range): their batches are consumed without training\n",
-               (long long)it, (long long)last);
+        while (last < tr->train_iters && trainer_skips(tr, last + 1)) last++;
+        printf("skipping iterations %lld to %lld (%s): their batches are consumed without training\n", (long long)it, (long long)last,
+               skip_ranges_contains(&tr->skips, it) ? "--skip-train-iteration-range" : "spike rollback");
     }
     tr->skipping = true;
     tr->st.iteration = it;
     tr->st.consumed_samples += gbs;
     tr->st.consumed_tokens += gbs * T;
+}
+
+// Per-micro-batch values of every rank, added up in global micro-batch order (m·DP + r), so the
+// result is the single-process sum at any DP size. local: (accum, k) on this rank; returns k sums.
+static std::vector<double> trainer_sum_global_order(const Comm* comm, const double* local, int64_t accum, int k) {
+    int dp = comm->size;
+    std::vector<double> all(accum * dp * k), sum(k, 0.0);  // all[(r·accum + m)·k + j]
+    comm_allgather(comm, local, accum * k * sizeof(double), all.data());
+    for (int64_t m = 0; m < accum; m++)
+        for (int r = 0; r < dp; r++)
+            for (int j = 0; j < k; j++) sum[j] += all[(r * accum + m) * k + j];
+    return sum;
+}
+
+// The optimizer step found a spike (llmc/spike.h) and did not apply the update. skip: that is all;
+// rollback: the main loop restores the snapshot once this iteration is logged.
+static void trainer_on_spike(Trainer* tr, const SpikeVerdict* v, int64_t it) {
+    std::string why = spike_describe(v, &tr->cfg, it);
+    if (tr->cfg.spike_policy == "skip") {
+        printf("%s: update skipped (--spike-policy skip)\n", why.c_str());
+        char buf[256];
+        snprintf(buf, sizeof buf, "\"spike\": \"skip\", \"metric\": \"%s\", \"value\": %s, \"zscore\": %s", v->metric,
+                 json_num(v->value).c_str(), json_num(v->z).c_str());
+        log_spike(&tr->log, it, buf, -1);
+        return;
+    }
+    printf("%s: rolling back\n", why.c_str());
+    tr->rollback_pending = true;
+    tr->pending_spike = *v;
+}
+
+// --spike-policy rollback: keep this iteration's whole state in host memory (every rank its own).
+static void trainer_snapshot(Trainer* tr) {
+    int64_t n = tr->model.table.total;
+    tr->snap_params.resize(n);
+    backend_copy_to_host(tr->snap_params.data(), tr->model.params, n * sizeof(float));
+    tr->snap_opt.resize(tr->opt.state_bytes);
+    backend_copy_to_host(tr->snap_opt.data(), tr->opt.state, tr->opt.state_bytes);
+    tr->snap_opt_step = tr->opt.step;
+    tr->snap_state = tr->st;
+    tr->have_snapshot = true;
+}
+
+// Restores the snapshot of iteration s after a spike at iteration k: the run continues exactly as a
+// restart from a checkpoint of s with --skip-train-iteration-range s+1-k would (plus the history
+// and the lowered-LR window, which survive the restore). Every rank does the same: the verdict came
+// from values identical on all ranks.
+static void trainer_rollback(Trainer* tr, int64_t k) {
+    const Config* c = &tr->cfg;
+    const SpikeVerdict* v = &tr->pending_spike;
+    tr->rollback_pending = false;
+    SpikeState kept = tr->st.spike;
+    if ((int64_t)kept.rollbacks.size() >= c->spike_max_rollbacks)
+        keel_die_code(KEEL_EXIT_RUNTIME, "inspect the run (dev/batch_lookup shows the batches); raise --spike-max-rollbacks to go on",
+                      "spike autopilot: a %s spike at iteration %lld would be rollback %lld, over --spike-max-rollbacks %lld",
+                      v->metric, (long long)k, (long long)kept.rollbacks.size() + 1, (long long)c->spike_max_rollbacks);
+    int64_t s = tr->snap_state.iteration;
+    backend_copy_to_device(tr->model.params, tr->snap_params.data(), tr->snap_params.size() * sizeof(float));
+    backend_copy_to_device(tr->opt.state, tr->snap_opt.data(), tr->opt.state_bytes);
+    tr->opt.step = tr->snap_opt_step;
+    tr->st = tr->snap_state;
+    tr->st.spike.rollbacks = kept.rollbacks;
+    tr->st.spike.rollbacks.push_back({k, s});
+    tr->st.spike.lr_factor_through = std::max(kept.lr_factor_through, k + c->spike_lr_iters);
+    tr->skipping = false;
+    printf("spike autopilot: restored iteration %lld (in-memory snapshot); iterations %lld-%lld will be skipped", (long long)s,
+           (long long)s + 1, (long long)k);
+    if (c->spike_lr_factor != 1.0)
+        printf("; learning rate x%s through iteration %lld", double_repr(c->spike_lr_factor).c_str(),
+               (long long)tr->st.spike.lr_factor_through);
+    printf(" (rollback %zu of at most %lld)\n", tr->st.spike.rollbacks.size(), (long long)c->spike_max_rollbacks);
+    char buf[512];
+    snprintf(buf, sizeof buf,
+             "\"spike\": \"rollback\", \"metric\": \"%s\", \"value\": %s, \"zscore\": %s, \"restored_iteration\": %lld, "
+             "\"skip\": \"%lld-%lld\", \"lr_factor\": %s, \"lr_factor_through\": %lld",
+             v->metric, json_num(v->value).c_str(), json_num(v->z).c_str(), (long long)s, (long long)s + 1, (long long)k,
+             json_num(c->spike_lr_factor).c_str(), (long long)tr->st.spike.lr_factor_through);
+    log_spike(&tr->log, k, buf, s);
 }
 
 // One training iteration: accumulate gradients over the micro-batches, then one optimizer step.
@@ -122,7 +233,7 @@ static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
     int64_t it = st->iteration + 1;                                // the iteration about to run, 1-based
     int64_t gbs = rampup_global_batch(&tr->rampup, st->consumed_samples);
     int B = (int)c->micro_batch_size, T = (int)curriculum_seqlen(&tr->curriculum, it);
-    if (skip_ranges_contains(&tr->skips, it)) {
+    if (trainer_skips(tr, it)) {
         trainer_skip_iteration(tr, gbs, T);
         return false;
     }
@@ -134,19 +245,19 @@ static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
     gpt_zero_grad(&tr->model);
     double scale = st->scaler.scale;
     std::vector<double> losses(accum);
+    int L = tr->gcfg.num_layers;
+    bool stats = c->log_layer_norms_interval > 0 && it % c->log_layer_norms_interval == 0;
+    std::vector<double> act_sumsq(stats ? accum * (L + 1) : 0, 0.0);  // per micro-batch step, (L+1) each
     for (int64_t m = 0; m < accum; m++) {
-        int64_t first = st->consumed_samples + (m * dp + comm->rank) * B;
+        int64_t first = batch_first_sample(st->consumed_samples, m, dp, comm->rank, B);
         trainer_read_batch(tr, &tr->train_data, first, B, T);
+        trainer_dump_tokens(tr, it, m, first, B, T);
         gpt_set_dropout(&tr->model, true, st->dropout_seed, first);
         losses[m] = gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
+        if (stats) layer_stats_acts(&tr->model, B, T, act_sumsq.data() + m * (L + 1));
         gpt_backward(&tr->model, B, T, scale / ((double)gbs * T) * dp);  // the loss scale rides on dloss; ×DP: the reduction averages
     }
-    std::vector<double> all(accum * dp);  // all[r·accum + m]: global micro-batch m·DP + r
-    comm_allgather(comm, losses.data(), losses.size() * sizeof(double), all.data());
-    double loss_sum = 0;
-    for (int64_t m = 0; m < accum; m++)
-        for (int r = 0; r < dp; r++) loss_sum += all[r * accum + m];
-    double loss = loss_sum / (double)(accum * dp);
+    double loss = trainer_sum_global_order(comm, losses.data(), accum, 1)[0] / (double)(accum * dp);
     float* grads = tr->model.grads;
     Optimizer* o = &tr->opt;
     grad_reduce(comm, o, grads, c->gradient_predivide_factor, &tr->reduce_scratch);  // this rank's shard now holds the mean
@@ -161,8 +272,9 @@ static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
         if (!line.empty()) printf("%s\n", line.c_str());
     }
     if (c->zero_stage == 0) comm_allgather_shards_f32(comm, grads, o->shard_lo);  // every rank updates everything
-    double lr = lr_schedule_get(&st->schedule);
-    StepResult r = optimizer_step(o, comm, &tr->model, &st->guard, c, it, lr, loss, found_inf);
+    double lr = lr_schedule_get(&st->schedule) * spike_lr_factor(&st->spike, c, it);
+    StepResult r = optimizer_step(o, comm, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
+    if (r.spike.spike) trainer_on_spike(tr, &r.spike, it);
     if (c->zero_stage == 1 && !r.skipped) comm_allgather_shards_f32(comm, tr->model.params, o->shard_lo);
     if (!r.skipped) lr_schedule_step(&st->schedule, gbs, st->consumed_tokens);
     st->iteration = it;
@@ -193,6 +305,15 @@ static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
     rec->nan = r.nonfinite;
     rec->samples_per_second = gbs / (ms / 1000.0);
     rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, dp);
+    rec->layers = nullptr;
+    if (stats) {
+        LayerStats* ls = &tr->layer_stats;
+        layer_stats_grads(ls, o, &tr->model.table);
+        if (comm->rank == 0) layer_stats_weights(ls, o, &tr->model.table, tr->model.params);
+        ls->act_sumsq = trainer_sum_global_order(comm, act_sumsq.data(), accum, L + 1);
+        ls->act_count = (double)gbs * T * c->hidden_size;
+        rec->layers = ls;
+    }
     return true;
 }
 
@@ -307,6 +428,11 @@ static ResumeKind trainer_resume(Trainer* tr) {
     }
     rolling_resize(&saved.guard.loss, c->skip_update_window);
     rolling_resize(&saved.guard.norm, c->skip_update_window);
+    rolling_resize(&saved.spike.loss, c->spike_window);
+    rolling_resize(&saved.spike.norm, c->spike_window);
+    if (!saved.spike.rollbacks.empty())
+        printf(" > spike autopilot history: %zu rollback(s) (iteration:restored) %s\n", saved.spike.rollbacks.size(),
+               spike_rollbacks_to_string(&saved.spike).c_str());
     if (saved.seed != fresh.seed)
         printf(" > note: the data order keeps the checkpoint's RNG key (seed %llu), not --seed %llu\n",
                (unsigned long long)saved.seed, (unsigned long long)fresh.seed);
@@ -331,27 +457,6 @@ static void trainer_check_same_flags(const Comm* comm, const Config* c) {
         if (sums[r] != sums[0])
             keel_die_code(KEEL_EXIT_USAGE, "launch every rank with the same arguments",
                           "rank %d was started with other flag values than rank 0", r);
-}
-
-// The model's shape and knobs from the flags (training and --dry-run share it).
-static void gpt_config_from_flags(const Config* c, GPTConfig* g) {
-    g->max_seq_len = (int)c->max_position_embeddings;
-    g->vocab_size = (int)c->vocab_size;
-    g->padded_vocab_size = gpt_padded_vocab((int)c->vocab_size, (int)c->make_vocab_size_divisible_by);
-    g->num_layers = (int)c->num_layers;
-    g->num_heads = (int)c->num_attention_heads;
-    g->channels = (int)c->hidden_size;
-    g->embed_layernorm = c->embed_layernorm || c->stable_embedding;
-    g->stable_embedding = c->stable_embedding;
-    g->alibi = c->position_embedding_type == "alibi";
-    g->sinusoidal_positions = c->position_embedding_init == "sinusoidal";
-    g->activation = c->activation == "relu" ? ACT_RELU : ACT_GELU;
-    g->attention_scaling = c->attention_scaling == "qk-inward" ? ATTN_SCALING_QK_INWARD : ATTN_SCALING_STANDARD;
-    g->qk_layer_scaling = c->apply_query_key_layer_scaling;
-    g->normformer = c->normformer;
-    g->hidden_dropout = c->hidden_dropout;
-    g->attention_dropout = c->attention_dropout;
-    g->embed_dropout = std::isnan(c->embed_dropout) ? c->hidden_dropout : c->embed_dropout;  // Megatron: = hidden
 }
 
 // --dry-run: the planner's table for the flags' layout (llmc/planner.h); exit 0 if it fits, 1 if not.
@@ -446,6 +551,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     lr_schedule_init(&tr->st.schedule, c);
     loss_scaler_init(&tr->st.scaler, c);
     update_guard_init(&tr->st.guard, c);
+    spike_init(&tr->st.spike, c);
     ResumeKind kind = c->load.empty() ? RESUME_NONE : trainer_resume(tr);
     bool resumed = kind == RESUME_FULL;
     if (kind != RESUME_NONE && !c->load_llmc.empty())
@@ -482,6 +588,8 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
                              tokenizer_vocab_size(&tr->tok), g->vocab_size);
         tr->have_tok = true;
     }
+    if (const char* dump = getenv("KEEL_DUMP_TOKENS"))
+        tr->token_dump = fopen_check((std::string(dump) + ".rank" + std::to_string(tr->comm.rank)).c_str(), "ab");
     tr->sample.resize(T + 1);
     tr->inputs.resize((size_t)B * T);
     tr->targets.resize((size_t)B * T);
@@ -491,6 +599,19 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     tr->log.show_loss_scale = c->fp16;
     tr->log.show_seqlen = tr->curriculum.enabled;
     tr->log.show_pclip = c->adam8bit_percentile_clipping < 100;
+    if (tr->comm.rank == 0) logger_open_tensorboard(&tr->log, c->tensorboard_dir);
+    layer_stats_init(&tr->layer_stats, g->num_layers);
+    if (c->spike_policy != "off")
+        printf("spike autopilot: %s on %s z-score > %s over the last %lld updates%s\n", c->spike_policy.c_str(), c->spike_metric.c_str(),
+               double_repr(c->spike_zscore).c_str(), (long long)c->spike_window,
+               c->spike_policy == "rollback" ? (", in-memory snapshot every " + std::to_string(c->spike_snapshot_interval) + " iterations").c_str() : "");
+    if (c->spike_policy == "rollback") {
+        trainer_snapshot(tr);  // the loaded (or initial) state is the first good one
+        if (tr->st.iteration % c->spike_snapshot_interval != 0)
+            printf(" > note: resumed at iteration %lld, not a multiple of --spike-snapshot-interval %lld: a spike before the next "
+                   "snapshot rolls back here, where the uninterrupted run would have gone back further\n",
+                   (long long)tr->st.iteration, (long long)c->spike_snapshot_interval);
+    }
 }
 
 int main(int argc, char** argv) {
@@ -517,10 +638,14 @@ int main(int argc, char** argv) {
         }
         IterationRecord rec;
         if (trainer_iteration(tr, &rec)) log_iteration(&tr->log, &rec, c->log_interval);
+        if (tr->rollback_pending) {  // back to the snapshot; the skipped window follows in the next passes
+            trainer_rollback(tr, rec.iteration);
+            continue;
+        }
         int64_t it = tr->st.iteration;
         evaluated_now = saved_now = false;
         if (tr->have_valid && c->eval_interval > 0 && it % c->eval_interval == 0) {
-            log_validation(&tr->log, it, trainer_evaluate(tr));
+            log_validation(&tr->log, it, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
             evaluated_now = true;
         }
         if (tr->have_tok && it % c->sample_interval == 0 && tr->comm.rank == 0) trainer_print_sample(tr);
@@ -528,6 +653,7 @@ int main(int argc, char** argv) {
             trainer_save(tr);
             saved_now = true;
         }
+        if (c->spike_policy == "rollback" && it % c->spike_snapshot_interval == 0) trainer_snapshot(tr);
         if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < tr->train_iters) {
             if (!c->save.empty() && !saved_now) trainer_save(tr);
             printf("exiting program at iteration %lld (--exit-interval %lld)\n", (long long)it, (long long)c->exit_interval);
@@ -536,7 +662,8 @@ int main(int argc, char** argv) {
             return 0;
         }
     }
-    if (tr->have_valid && c->eval_interval > 0 && !evaluated_now) log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr));
+    if (tr->have_valid && c->eval_interval > 0 && !evaluated_now)
+        log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
     if (!c->save.empty() && !saved_now) trainer_save(tr);
     if (!c->export_llmc.empty() && tr->comm.rank == 0) {
         std::vector<float> params(tr->model.table.total);

@@ -47,6 +47,7 @@ struct TrainState {
     uint64_t dropout_seed; // RNG key of dropout masks and text samples (--no-load-rng replaces it)
     LossScaler scaler;     // scale and trackers (the settings come from the flags)
     UpdateGuard guard;     // the z-score windows, written beside the table as text
+    SpikeState spike;      // the spike autopilot's windows, lowered-LR window and rollback history
 };
 
 // The one list of TrainState fields in state.txt: writer and reader both walk it (STYLE 4).
@@ -72,6 +73,7 @@ static const StateField STATE_FIELDS[] = {
     KEEL_STATE("scaler.scale", scaler.scale, true),
     KEEL_STATE("scaler.growth_tracker", scaler.growth_tracker, false),
     KEEL_STATE("scaler.hysteresis_tracker", scaler.hysteresis_tracker, false),
+    KEEL_STATE("spike.lr_factor_through", spike.lr_factor_through, false),
 };
 #undef KEEL_STATE
 
@@ -253,6 +255,9 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
     kv("scaler.mode", !s->scaler.enabled ? "off" : s->scaler.dynamic ? "dynamic" : "static");
     kv("guard.loss_window", rolling_to_string(&s->guard.loss));
     kv("guard.norm_window", rolling_to_string(&s->guard.norm));
+    kv("spike.loss_window", rolling_to_string(&s->spike.loss));
+    kv("spike.norm_window", rolling_to_string(&s->spike.norm));
+    kv("spike.rollbacks", spike_rollbacks_to_string(&s->spike));
     kv("optimizer.layout", optimizer_layout);
     i64("model.num_layers", g->num_layers);
     i64("model.channels", g->channels);
@@ -388,6 +393,10 @@ static inline void ckpt_load(const std::string& dir, int64_t iteration, float* p
     if (stat(idir.c_str(), &st) != 0 && stat((idir + ".old").c_str(), &st) == 0) idir += ".old";  // crash mid-swap
     std::string spath = idir + "/state.txt";
     auto kv = ckpt_read_state(spath);
+    // keys added after the format's first release read as their "nothing happened" value
+    const char* later[][2] = {{"spike.lr_factor_through", "0"}, {"spike.loss_window", ""}, {"spike.norm_window", ""},
+                              {"spike.rollbacks", ""}};
+    for (auto& k : later) kv.emplace(k[0], k[1]);
     if (ckpt_get(kv, "format", spath) != "keel-checkpoint-1") keel_die("checkpoint file '%s': unknown format", spath.c_str());
     struct { const char* key; long long have; } shape[] = {
         {"model.num_layers", g->num_layers}, {"model.channels", g->channels}, {"model.num_heads", g->num_heads},
@@ -420,6 +429,11 @@ static inline void ckpt_load(const std::string& dir, int64_t iteration, float* p
     rolling_init(&s->guard.norm, INT64_MAX);
     rolling_from_string(&s->guard.loss, ckpt_get(kv, "guard.loss_window", spath), "checkpoint guard.loss_window");
     rolling_from_string(&s->guard.norm, ckpt_get(kv, "guard.norm_window", spath), "checkpoint guard.norm_window");
+    rolling_init(&s->spike.loss, INT64_MAX);
+    rolling_init(&s->spike.norm, INT64_MAX);
+    rolling_from_string(&s->spike.loss, ckpt_get(kv, "spike.loss_window", spath), "checkpoint spike.loss_window");
+    rolling_from_string(&s->spike.norm, ckpt_get(kv, "spike.norm_window", spath), "checkpoint spike.norm_window");
+    spike_rollbacks_from_string(&s->spike, ckpt_get(kv, "spike.rollbacks", spath), "checkpoint spike.rollbacks");
     if (s->iteration != iteration) keel_die("checkpoint file '%s': says iteration %lld, expected %lld", spath.c_str(), (long long)s->iteration, (long long)iteration);
     // Trajectory flags that changed since the checkpoint: allowed, but said out loud.
     for (int i = 0; i < NUM_FLAGS; i++) {

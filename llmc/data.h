@@ -165,6 +165,13 @@ static inline const Shard* dataloader_locate(const DataLoader* dl, int64_t index
     return s;
 }
 
+// The run's sample number of row 0 of micro-batch step m on data-parallel rank `rank`, in an
+// iteration that starts after `consumed` samples: global micro-batch m·DP + rank (Megatron's order),
+// rows b = 0..B-1 are the following sample numbers. The trainer and dev/batch_lookup both use it.
+static inline int64_t batch_first_sample(int64_t consumed, int64_t m, int dp, int rank, int B) {
+    return consumed + (m * dp + rank) * (int64_t)B;
+}
+
 // Reads the run's sample number s: seq_len+1 token ids into out.
 static inline void dataloader_read(DataLoader* dl, int64_t s, int* out) {
     int64_t off;

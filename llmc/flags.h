@@ -61,6 +61,10 @@ struct Config {
     double skip_update_grad_norm_above = 0.0, skip_update_loss_zscore = 0.0, skip_update_norm_zscore = 0.0;
     int64_t skip_update_window = 100;
     double gradient_predivide_factor = 1.0;
+    // spike autopilot (llmc/spike.h): detect a loss/grad-norm spike, then skip the update or roll back
+    std::string spike_policy = "off", spike_metric = "loss";
+    double spike_zscore = 6.0, spike_lr_factor = 1.0;
+    int64_t spike_window = 50, spike_lr_iters = 100, spike_snapshot_interval = 0, spike_max_rollbacks = 10;
     // precision and loss scaling (KNOBS §7.1)
     bool fp16 = false, bf16 = false;
     double loss_scale = 0.0, initial_loss_scale = 4294967296.0, min_loss_scale = 1.0;
@@ -74,7 +78,8 @@ struct Config {
     bool no_load_optim = false, no_load_rng = false, finetune = false;  // recovery recipes (KNOBS §3.5)
     // logging and evaluation
     int64_t log_interval = 1, eval_interval = 0, eval_iters = 10, sample_interval = 0, sample_length = 64;
-    std::string metrics_file;
+    std::string metrics_file, tensorboard_dir;
+    int64_t log_layer_norms_interval = 0;
     // layout and planning (DESIGN §5): --dry-run plans any layout; training takes TP = PP = 1 for now
     int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1, data_parallel_size = 0;
     bool checkpoint_activations = false, dry_run = false;
@@ -201,6 +206,23 @@ static const Flag FLAGS[] = {
               "iterations in the z-score window (updated iterations only)"),
     KEEL_FLAG("gradient-predivide-factor", NO_MIN, NO_MAX, FT_FLOAT, gradient_predivide_factor, FK_STATE, nullptr,
               "divide gradients by F before the data-parallel sum and by DP/F after"),
+    // spike autopilot
+    KEEL_FLAG("spike-policy", NO_MIN, NO_MAX, FT_STR, spike_policy, FK_STATE, "off|skip|rollback",
+              "on a spike: skip the update, or restore the last snapshot and skip the data window up to the spike"),
+    KEEL_FLAG("spike-metric", NO_MIN, NO_MAX, FT_STR, spike_metric, FK_STATE, "loss|grad-norm|any",
+              "what the spike detector watches"),
+    KEEL_FLAG("spike-zscore", NO_MIN, NO_MAX, FT_FLOAT, spike_zscore, FK_STATE, nullptr,
+              "a spike: this many standard deviations above the mean of the --spike-window last applied updates"),
+    KEEL_FLAG("spike-window", 2, NO_MAX, FT_INT, spike_window, FK_STATE, nullptr,
+              "applied updates in the spike detector's window (no verdict until it is full)"),
+    KEEL_FLAG("spike-lr-factor", NO_MIN, NO_MAX, FT_FLOAT, spike_lr_factor, FK_STATE, nullptr,
+              "after a rollback, multiply the learning rate by this for --spike-lr-iters iterations"),
+    KEEL_FLAG("spike-lr-iters", 0, NO_MAX, FT_INT, spike_lr_iters, FK_STATE, nullptr,
+              "iterations after the spike that run at the lowered learning rate"),
+    KEEL_FLAG("spike-snapshot-interval", 0, NO_MAX, FT_INT, spike_snapshot_interval, FK_STATE, nullptr,
+              "rollback: keep an in-memory snapshot every N iterations (0: --save-interval, or 100 without saves)"),
+    KEEL_FLAG("spike-max-rollbacks", 1, NO_MAX, FT_INT, spike_max_rollbacks, FK_STATE, nullptr,
+              "stop the run (exit 1) when a rollback would exceed this many in the run: a human is needed"),
     // precision and loss scaling
     KEEL_FLAG("fp16", NO_MIN, NO_MAX, FT_BOOL, fp16, FK_STATE, nullptr,
               "fp16 gradients with dynamic loss scaling (CPU: emulated by rounding gradients to binary16)"),
@@ -234,6 +256,10 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("sample-interval", 0, NO_MAX, FT_INT, sample_interval, FK_RUN, nullptr, "print a generated text sample every N iterations; 0: off"),
     KEEL_FLAG("sample-length", 0, INT32_MAX, FT_INT, sample_length, FK_RUN, nullptr, "tokens per generated sample"),
     KEEL_FLAG("metrics-file", NO_MIN, NO_MAX, FT_STR, metrics_file, FK_RUN, nullptr, "JSONL metrics, one object per iteration"),
+    KEEL_FLAG("tensorboard-dir", NO_MIN, NO_MAX, FT_STR, tensorboard_dir, FK_RUN, nullptr,
+              "write TensorBoard event files here (Megatron tag names, with vs samples / vs tokens)"),
+    KEEL_FLAG("log-layer-norms-interval", 0, NO_MAX, FT_INT, log_layer_norms_interval, FK_RUN, nullptr,
+              "every N iterations: per-layer gradient norm, weight norm and activation RMS into the metrics; 0: off"),
     // layout and the memory planner
     KEEL_FLAG("tensor-model-parallel-size", 1, NO_MAX, FT_INT, tensor_model_parallel_size, FK_RUN, nullptr,
               "tensor-parallel ranks T (training: 1 until tensor parallelism lands; --dry-run plans any)"),
@@ -403,6 +429,19 @@ static inline void config_validate_knobs(Config* c) {
     if (c->skip_update_grad_norm_above < 0 || c->skip_update_loss_zscore < 0 || c->skip_update_norm_zscore < 0)
         keel_usage_error("--skip-update-grad-norm-above/--skip-update-loss-zscore/--skip-update-norm-zscore must be >= 0 (0: off)");
     if (c->gradient_predivide_factor <= 0) keel_usage_error("--gradient-predivide-factor must be > 0");
+    if (c->spike_zscore <= 0) keel_usage_error("--spike-zscore must be > 0 (got %g)", c->spike_zscore);
+    if (c->spike_lr_factor <= 0 || c->spike_lr_factor > 1)
+        keel_usage_error("--spike-lr-factor must be in (0, 1] (got %g)", c->spike_lr_factor);
+    if (c->spike_policy == "rollback") {
+        if (c->spike_snapshot_interval == 0) c->spike_snapshot_interval = c->save_interval > 0 ? c->save_interval : 100;
+        if (c->save_interval > 0 && c->save_interval % c->spike_snapshot_interval != 0)
+            keel_usage_error("--save-interval %lld is not a multiple of --spike-snapshot-interval %lld: every save must be a "
+                             "snapshot, so a resumed run rolls back where the uninterrupted one would",
+                             (long long)c->save_interval, (long long)c->spike_snapshot_interval);
+    } else {
+        const char* f = c->spike_lr_factor != 1.0 ? "spike-lr-factor" : c->spike_snapshot_interval != 0 ? "spike-snapshot-interval" : nullptr;
+        if (f) keel_usage_error("--%s applies to --spike-policy rollback (this run: --spike-policy %s)", f, c->spike_policy.c_str());
+    }
     if (c->fp16 && c->bf16) keel_usage_error("--fp16 and --bf16 are mutually exclusive");
     if (c->loss_scale < 0) keel_usage_error("--loss-scale must be >= 0 (0: dynamic under --fp16)");
     if (c->initial_loss_scale <= 0 || c->min_loss_scale <= 0 || c->min_loss_scale > c->initial_loss_scale)

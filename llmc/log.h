@@ -1,4 +1,5 @@
-// log.h — the Megatron-DeepSpeed log line, the JSONL metrics file, the validation line (DESIGN §9).
+// log.h — the Megatron-DeepSpeed log line, the JSONL metrics file, the validation line and the
+// TensorBoard scalars (DESIGN §9).
 //
 // Every iteration produces one IterationRecord. It goes to the JSONL file at once (one object per
 // line, every number in the shortest text that reads back to the same bits, so two runs compare bit
@@ -9,12 +10,27 @@
 //   skipped / nan counters = sums over the interval (reset at each print)
 //   TFLOPs   = 24·ckpt·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) / (elapsed · world · 1e12)   (KNOBS.md §13.2)
 // Timing fields (elapsed_ms, samples_per_second, tflops) are the only non-deterministic values.
+// With --log-layer-norms-interval the record also carries the per-layer fields of
+// llmc/layer_stats.h; the spike autopilot adds records of their own ({"iteration": k, "spike": ...}).
+// TensorBoard (--tensorboard-dir, rank 0): the Megatron-DeepSpeed tags (KNOBS.md §13.1), each
+// against iterations and, as "<tag> vs samples" / "<tag> vs tokens", against consumed samples and
+// tokens — the axes that stay comparable across batch-size ramp-up and curriculum runs:
+//   lm-loss-training/lm loss, learning-rate/learning-rate, batch-size/batch-size,
+//   loss-scale/loss-scale (--fp16), grad-norm/grad-norm, num-zeros/num-zeros, curriculum_seqlen (CL),
+//   iteration-time/{iteration-time, samples per second, tokens per second, TFLOPs per gpu (estimated)},
+//   steps-vs-samples/{y=steps,x=samples, y=samples,x=steps}, steps-vs-tokens/{y=steps,x=tokens, y=tokens,x=steps},
+//   lm-loss-validation/{lm loss validation, lm loss validation ppl}
+// and keel's own: skipped-updates/skipped, spike/rollback (value: the restored iteration),
+// layer-grad-norm/layer NN, layer-weight-norm/layer NN, layer-act-rms/layer NN.
+// Not written: Megatron's "vs gigaflos (without embeddings)" and params-norm (no --log-params-norm).
 #pragma once
 #include <cmath>
 #include <cstdio>
 #include <string>
 
 #include "llmc/common.h"
+#include "llmc/layer_stats.h"
+#include "llmc/tensorboard.h"
 
 struct IterationRecord {
     int64_t iteration, consumed_samples, consumed_tokens;
@@ -25,6 +41,7 @@ struct IterationRecord {
     int64_t pclip_units;  // tensors (units) whose gradient --adam8bit-percentile-clipping scaled down
     bool skipped, nan;
     double samples_per_second, tflops;
+    const LayerStats* layers;  // this iteration's per-layer statistics, or nullptr
 };
 
 struct Logger {
@@ -36,6 +53,7 @@ struct Logger {
     bool show_loss_scale;  // --fp16: "loss scale" in the line, as Megatron
     bool show_seqlen;      // curriculum learning: "curriculum seqlen"
     bool show_pclip;       // --adam8bit-percentile-clipping: "percentile-clipped tensors"
+    TbWriter tb;           // not open: no --tensorboard-dir (or not rank 0)
 };
 
 static inline void logger_open(Logger* lg, const std::string& path, bool append, int64_t train_iters) {
@@ -47,6 +65,13 @@ static inline void logger_open(Logger* lg, const std::string& path, bool append,
     lg->loss_sum = lg->time_ms = 0;
     lg->advanced = lg->skipped = lg->nan = 0;
     lg->show_loss_scale = lg->show_seqlen = lg->show_pclip = false;
+}
+
+// Opens the TensorBoard writer; an unusable directory is a usage error before any training.
+static inline void logger_open_tensorboard(Logger* lg, const std::string& dir) {
+    std::string err;
+    if (!dir.empty() && !tb_open(&lg->tb, dir, &err)) keel_usage_error("--tensorboard-dir: %s", err.c_str());
+    if (lg->tb.f) printf("tensorboard: writing %s\n", lg->tb.path.c_str());
 }
 
 // A resumed run continues the metrics file after the checkpoint's iteration: records of later
@@ -72,6 +97,7 @@ static inline void logger_truncate_after(const std::string& path, int64_t iterat
 static inline void logger_close(Logger* lg) {
     if (lg->jsonl) fclose(lg->jsonl);
     lg->jsonl = nullptr;
+    tb_close(&lg->tb);
 }
 
 // JSON has no NaN/Inf: non-finite values are written as null (the `nan` field says why).
@@ -88,18 +114,80 @@ static inline double log_tflops(int64_t gbs, int64_t s, int64_t l, int64_t h, in
     return flops / (seconds * world * 1e12);
 }
 
+static inline std::string log_json_array(const LayerStats* s, double (*value)(const LayerStats*, int), int first, int n) {
+    std::string t = "[";
+    for (int i = 0; i < n; i++) t += (i ? ", " : "") + json_num(value(s, first + i));
+    return t + "]";
+}
+
+// The per-layer fields of a record (", key: value" pieces); see llmc/layer_stats.h.
+static inline std::string log_layer_stats_json(const LayerStats* s) {
+    int L = s->L;
+    return ", \"layer_grad_norm\": " + log_json_array(s, layer_grad_norm, 0, L) +
+           ", \"layer_weight_norm\": " + log_json_array(s, layer_weight_norm, 0, L) +
+           ", \"layer_act_rms\": " + log_json_array(s, layer_act_rms, 1, L) +
+           ", \"embedding_grad_norm\": " + json_num(layer_grad_norm(s, L)) +
+           ", \"embedding_weight_norm\": " + json_num(layer_weight_norm(s, L)) +
+           ", \"embedding_act_rms\": " + json_num(layer_act_rms(s, 0)) +
+           ", \"final_norm_grad_norm\": " + json_num(layer_grad_norm(s, L + 1)) +
+           ", \"final_norm_weight_norm\": " + json_num(layer_weight_norm(s, L + 1));
+}
+
+// One value under `tag` against iterations, samples and tokens (Megatron's three views).
+static inline void log_tb_three(Logger* lg, const std::string& tag, double v, int64_t it, int64_t samples, int64_t tokens) {
+    if (!lg->tb.f || !std::isfinite(v)) return;
+    tb_scalar(&lg->tb, tag.c_str(), it, v);
+    tb_scalar(&lg->tb, (tag + " vs samples").c_str(), samples, v);
+    tb_scalar(&lg->tb, (tag + " vs tokens").c_str(), tokens, v);
+}
+
+static inline void log_tensorboard(Logger* lg, const IterationRecord* r) {
+    if (!lg->tb.f) return;
+    int64_t it = r->iteration, sm = r->consumed_samples, tk = r->consumed_tokens;
+    TbWriter* w = &lg->tb;
+    tb_scalar(w, "steps-vs-samples/y=steps,x=samples", sm, (double)it);
+    tb_scalar(w, "steps-vs-samples/y=samples,x=steps", it, (double)sm);
+    tb_scalar(w, "steps-vs-tokens/y=steps,x=tokens", tk, (double)it);
+    tb_scalar(w, "steps-vs-tokens/y=tokens,x=steps", it, (double)tk);
+    if (!r->skipped) log_tb_three(lg, "lm-loss-training/lm loss", r->lm_loss, it, sm, tk);
+    log_tb_three(lg, "learning-rate/learning-rate", r->lr, it, sm, tk);
+    log_tb_three(lg, "batch-size/batch-size", (double)r->global_batch_size, it, sm, tk);
+    if (lg->show_loss_scale) log_tb_three(lg, "loss-scale/loss-scale", r->loss_scale, it, sm, tk);
+    log_tb_three(lg, "grad-norm/grad-norm", r->grad_norm, it, sm, tk);
+    log_tb_three(lg, "num-zeros/num-zeros", (double)r->num_zeros, it, sm, tk);
+    if (lg->show_seqlen) tb_scalar(w, "curriculum_seqlen", it, (double)r->seqlen);
+    log_tb_three(lg, "iteration-time/iteration-time", r->elapsed_ms / 1000.0, it, sm, tk);
+    tb_scalar(w, "iteration-time/samples per second", it, r->samples_per_second);
+    tb_scalar(w, "iteration-time/tokens per second", it, r->samples_per_second * r->seqlen);
+    tb_scalar(w, "iteration-time/TFLOPs per gpu (estimated)", it, r->tflops);
+    tb_scalar(w, "skipped-updates/skipped", it, r->skipped ? 1.0 : 0.0);
+    if (const LayerStats* s = r->layers) {
+        char tag[64];
+        for (int l = 0; l < s->L; l++) {
+            snprintf(tag, sizeof tag, "layer-grad-norm/layer %02d", l);
+            tb_scalar(w, tag, it, layer_grad_norm(s, l));
+            snprintf(tag, sizeof tag, "layer-weight-norm/layer %02d", l);
+            tb_scalar(w, tag, it, layer_weight_norm(s, l));
+            snprintf(tag, sizeof tag, "layer-act-rms/layer %02d", l);
+            tb_scalar(w, tag, it, layer_act_rms(s, 1 + l));
+        }
+    }
+}
+
 static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t log_interval) {
+    log_tensorboard(lg, r);
     if (lg->jsonl) {
+        std::string layers = r->layers ? log_layer_stats_json(r->layers) : "";
         fprintf(lg->jsonl,
                 "{\"iteration\": %lld, \"consumed_samples\": %lld, \"consumed_tokens\": %lld, \"lr\": %s, "
                 "\"global_batch_size\": %lld, \"lm_loss\": %s, \"loss_scale\": %s, \"grad_norm\": %s, \"num_zeros\": %lld, "
                 "\"seqlen\": %lld, \"percentile_clipped\": %lld, \"skipped\": %d, \"nan\": %d, \"elapsed_ms\": %s, \"samples_per_second\": %s, "
-                "\"tflops\": %s}\n",
+                "\"tflops\": %s%s}\n",
                 (long long)r->iteration, (long long)r->consumed_samples, (long long)r->consumed_tokens, json_num(r->lr).c_str(),
                 (long long)r->global_batch_size, json_num(r->lm_loss).c_str(), json_num(r->loss_scale).c_str(),
                 json_num(r->grad_norm).c_str(), (long long)r->num_zeros, (long long)r->seqlen, (long long)r->pclip_units, r->skipped ? 1 : 0,
                 r->nan ? 1 : 0, json_num(r->elapsed_ms).c_str(), json_num(r->samples_per_second).c_str(),
-                json_num(r->tflops).c_str());
+                json_num(r->tflops).c_str(), layers.c_str());
         fflush(lg->jsonl);
     }
     lg->time_ms += r->elapsed_ms;
@@ -144,11 +232,23 @@ static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t l
     line += buf;
     printf("%s\n", line.c_str());
     fflush(stdout);
+    tb_flush(&lg->tb);
     lg->loss_sum = lg->time_ms = 0;
     lg->advanced = lg->skipped = lg->nan = 0;
 }
 
-static inline void log_validation(Logger* lg, int64_t iteration, double loss) {
+// A spike-autopilot action as its own JSONL record (fields pre-formatted by the caller, e.g.
+// "\"spike\": \"rollback\", ...") and, for a rollback, the spike/rollback scalar.
+static inline void log_spike(Logger* lg, int64_t iteration, const std::string& fields, int64_t restored) {
+    if (lg->jsonl) {
+        fprintf(lg->jsonl, "{\"iteration\": %lld, %s}\n", (long long)iteration, fields.c_str());
+        fflush(lg->jsonl);
+    }
+    if (restored >= 0) tb_scalar(&lg->tb, "spike/rollback", iteration, (double)restored);
+    tb_flush(&lg->tb);
+}
+
+static inline void log_validation(Logger* lg, int64_t iteration, double loss, int64_t samples, int64_t tokens) {
     double ppl = std::exp(std::min(20.0, loss));
     char buf[200];
     int n = snprintf(buf, sizeof buf, " validation loss at iteration %lld | lm loss value: %.6E | lm loss PPL: %.6E | ",
@@ -161,4 +261,7 @@ static inline void log_validation(Logger* lg, int64_t iteration, double loss) {
                 json_num(loss).c_str(), json_num(ppl).c_str());
         fflush(lg->jsonl);
     }
+    log_tb_three(lg, "lm-loss-validation/lm loss validation", loss, iteration, samples, tokens);
+    log_tb_three(lg, "lm-loss-validation/lm loss validation ppl", ppl, iteration, samples, tokens);
+    tb_flush(&lg->tb);
 }

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "llmc/backend.h"
+#include "llmc/flags.h"
 #include "llmc/rand.h"
 
 enum Activation { ACT_GELU, ACT_RELU };
@@ -504,4 +505,25 @@ template <typename F> void gpt_zero_grad(GPT<F>* m) { backend_memset_zero(m->gra
 // Parameter count without the padding rows of the vocabulary (what users quote as model size).
 static inline int64_t gpt_num_params_real(const ParamTable* pt, const GPTConfig* cfg) {
     return pt->total - (int64_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels;
+}
+
+// The model's shape and knobs from the flags (the trainer, --dry-run and the dev/ tools share it).
+static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
+    g->max_seq_len = (int)c->max_position_embeddings;
+    g->vocab_size = (int)c->vocab_size;
+    g->padded_vocab_size = gpt_padded_vocab((int)c->vocab_size, (int)c->make_vocab_size_divisible_by);
+    g->num_layers = (int)c->num_layers;
+    g->num_heads = (int)c->num_attention_heads;
+    g->channels = (int)c->hidden_size;
+    g->embed_layernorm = c->embed_layernorm || c->stable_embedding;
+    g->stable_embedding = c->stable_embedding;
+    g->alibi = c->position_embedding_type == "alibi";
+    g->sinusoidal_positions = c->position_embedding_init == "sinusoidal";
+    g->activation = c->activation == "relu" ? ACT_RELU : ACT_GELU;
+    g->attention_scaling = c->attention_scaling == "qk-inward" ? ATTN_SCALING_QK_INWARD : ATTN_SCALING_STANDARD;
+    g->qk_layer_scaling = c->apply_query_key_layer_scaling;
+    g->normformer = c->normformer;
+    g->hidden_dropout = c->hidden_dropout;
+    g->attention_dropout = c->attention_dropout;
+    g->embed_dropout = std::isnan(c->embed_dropout) ? c->hidden_dropout : c->embed_dropout;  // Megatron: = hidden
 }

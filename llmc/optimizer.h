@@ -58,6 +58,7 @@
 #include "llmc/flags.h"
 #include "llmc/loss_scaler.h"
 #include "llmc/model.h"
+#include "llmc/spike.h"
 
 enum OptimizerType { OPTIMIZER_ADAM, OPTIMIZER_ADAM8BIT };
 static_assert(GRAD_CHUNK % ADAM8BIT_MAX_BLOCK == 0, "a shard boundary (a chunk boundary) must be a block boundary");
@@ -120,6 +121,7 @@ struct StepResult {
     bool skipped;             // no update was applied
     bool nonfinite;           // the loss or a gradient was NaN/Inf
     int64_t pclip_units;      // units whose gradient percentile clipping scaled down this step
+    SpikeVerdict spike;       // the spike autopilot fired (then skipped is set; the trainer acts on the policy)
 };
 
 // The state of the z-score rules: the losses and norms of the last applied updates (checkpointed).
@@ -420,9 +422,9 @@ static inline void optimizer_update_piece(Optimizer* o, const OptPiece* pc, GPT<
 // Steps 2-5, after grad_reduce and the loss scaler. The gradients of this rank's range hold the
 // reduced values (ZeRO-0: all of them, all-gathered; ZeRO-1: the shard). found_inf: the scaler's
 // verdict, already agreed over ranks. The caller all-gathers the parameters under ZeRO-1.
-static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, GPT<float>* model, UpdateGuard* guard, const Config* c,
-                                        int64_t iteration, double lr, double loss, bool found_inf) {
-    StepResult r = {0, 0, false, false, 0};
+static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, GPT<float>* model, UpdateGuard* guard, SpikeState* spike,
+                                        const Config* c, int64_t iteration, double lr, double loss, bool found_inf) {
+    StepResult r = {0, 0, false, false, 0, {false, "", 0, 0}};
     r.grad_norm = std::sqrt(grad_norm_sumsq(o, comm, model->grads, &r.num_zeros));
     if (found_inf || !std::isfinite(r.grad_norm) || !std::isfinite(loss)) {
         r.skipped = r.nonfinite = true;
@@ -434,8 +436,14 @@ static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, GPT<floa
         r.skipped = true;
         return r;
     }
+    r.spike = spike_check(spike, c, loss, r.grad_norm);
+    if (r.spike.spike) {
+        r.skipped = true;
+        return r;
+    }
     rolling_push(&guard->loss, loss);
     rolling_push(&guard->norm, r.grad_norm);
+    spike_push(spike, loss, r.grad_norm);
     double coeff = 1.0;
     if (c->clip_grad > 0 && c->clip_grad / (r.grad_norm + 1e-6) < 1.0) {
         coeff = (float)(c->clip_grad / (r.grad_norm + 1e-6));
