@@ -149,7 +149,7 @@ static inline void log_tensorboard(Logger* lg, const IterationRecord* r) {
     tb_scalar(w, "steps-vs-samples/y=samples,x=steps", it, (double)sm);
     tb_scalar(w, "steps-vs-tokens/y=steps,x=tokens", tk, (double)it);
     tb_scalar(w, "steps-vs-tokens/y=tokens,x=steps", it, (double)tk);
-    if (!r->skipped) log_tb_three(lg, "lm-loss-training/lm loss", r->lm_loss, it, sm, tk);
+    log_tb_three(lg, "lm-loss-training/lm loss", r->lm_loss, it, sm, tk);  // a skipped spike shows too
     log_tb_three(lg, "learning-rate/learning-rate", r->lr, it, sm, tk);
     log_tb_three(lg, "batch-size/batch-size", (double)r->global_batch_size, it, sm, tk);
     if (lg->show_loss_scale) log_tb_three(lg, "loss-scale/loss-scale", r->loss_scale, it, sm, tk);

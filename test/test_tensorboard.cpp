@@ -403,7 +403,32 @@ static void test_open_failure(const std::string& tmp) {
     remove(plain.c_str());
 }
 
-int main() {
+// `test_tensorboard FILE`: the independent reader as a tool for test_tensorboard_train.sh — checks
+// every record's framing and CRCs, then prints one line per scalar: "<step>\t<value %.9g>\t<tag>".
+static int dump(const char* path) {
+    std::vector<std::string> recs;
+    std::string err;
+    if (!read_records(slurp(path), &recs, &err)) {
+        fprintf(stderr, "error: %s: %s\n", path, err.c_str());
+        return 1;
+    }
+    for (size_t i = 0; i < recs.size(); i++) {
+        Ev e;
+        if (!decode_event(recs[i], &e, &err)) {
+            fprintf(stderr, "error: %s: record %zu: %s\n", path, i, err.c_str());
+            return 1;
+        }
+        if (i == 0 && (!e.has_version || e.version != "brain.Event:2")) {
+            fprintf(stderr, "error: %s: first record is not the version event\n", path);
+            return 1;
+        }
+        if (e.has_tag) printf("%lld\t%.9g\t%s\n", (long long)e.step, (double)e.simple, e.tag.c_str());
+    }
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    if (argc == 2) return dump(argv[1]);
     char tmpl[] = "/tmp/test_tensorboard.XXXXXX";
     if (!mkdtemp(tmpl)) {
         printf("FAIL mkdtemp: %s\n", strerror(errno));
