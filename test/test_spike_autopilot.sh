@@ -12,10 +12,11 @@
 #   - the history is in the checkpoint; a run stopped before (at 40) or after (at 55, inside the
 #     lowered-LR window) the spike and resumed ends byte-identical to the uninterrupted run;
 #   - --spike-lr-factor 0.5 halves exactly iterations 52..56 (--spike-lr-iters 5);
+#   - two data-parallel ranks with ZeRO-1 (each rank restores its own shard) decide the same;
 #   - skip: the two updates are skipped, nothing is restored;
 #   - --spike-max-rollbacks 1 stops the run at the second rollback (exit 1, one error line).
 source "$(dirname "$0")/lib.sh"
-export OMP_NUM_THREADS=1
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 RUN=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
      --lr 1e-2 --min-lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 5 --seed 7 --train-iters 70
      --valid-data-path data/brown/brown_val.bin --eval-interval 70 --eval-iters 4 --log-interval 10)
@@ -88,6 +89,15 @@ for stop in 40 55; do
     && ok "stopped at $stop and resumed: final checkpoint byte-identical" || fail "resume from $stop differs"
 done
 grep -q "spike autopilot history: 2 rollback(s)" "$TMP/resume55.log" && ok "the resumed run knows its history" || fail "no history line"
+
+# two ranks, ZeRO-1: the same decisions, a loadable final checkpoint
+mpirun --oversubscribe -np 2 $KEEL "${RUN[@]}" "${POISON[@]}" "${AUTO[@]}" --zero-stage 1 --save "$TMP/dp" --save-interval 5 \
+  --metrics-file "$TMP/dp.jsonl" >"$TMP/dp.log" 2>&1 || fail "DP=2 rollback run: $(tail -3 "$TMP/dp.log")"
+[ "$(grep '"spike"' "$TMP/dp.jsonl" | sed -E 's/, "value".*"restored/ restored/; s/, "lr_factor".*//')" = \
+  "$(grep '"spike"' "$TMP/rb.jsonl" | sed -E 's/, "value".*"restored/ restored/; s/, "lr_factor".*//')" ] \
+  && ok "DP=2 ZeRO-1: the same rollbacks" || fail "DP=2 decisions: $(grep '"spike"' "$TMP/dp.jsonl")"
+awk -v r="$(val_of "$TMP/dp.jsonl")" -v c="$(val_of "$TMP/rb.jsonl")" 'BEGIN { d = r - c; if (d < 0) d = -d; exit !(d < 1e-4) }' \
+  && ok "DP=2 final validation loss $(val_of "$TMP/dp.jsonl") ~ single process $(val_of "$TMP/rb.jsonl")" || fail "DP=2 validation $(val_of "$TMP/dp.jsonl")"
 
 # skip policy, and the rollback limit
 train skip "${POISON[@]}" --spike-policy skip --spike-window 10 --spike-zscore 6 || fail "skip run"
