@@ -57,7 +57,7 @@ else
 endif
 
 HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.cuh)
-TARGETS := train_gpt_cpu tokenize_gpt2
+TARGETS := train_gpt_cpu tokenize_gpt2 batch_lookup layer_norms
 ifneq ($(NVCC),)
   ifneq ($(MPI_LIBS),)
     TARGETS += train_gpt
@@ -83,6 +83,14 @@ train_gpt: train_gpt.cu $(HEADERS)
 	  -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl $(MPI_LIBS) -lm
 
 tokenize_gpt2: dev/tokenize_gpt2.cpp $(HEADERS)
+	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# The bad-batch lookup: which samples iterations A..B consumed, from the run's flags or checkpoint.
+batch_lookup: dev/batch_lookup.cpp $(HEADERS)
+	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# Per-layer weight/gradient norms and activation RMS of a checkpoint (the --log-layer-norms-interval oracle).
+layer_norms: dev/layer_norms.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
 
 # ---- tests ---------------------------------------------------------------------------------------
@@ -127,4 +135,4 @@ bench: train_gpt_cpu build/fma_peak
 	@bash scripts/bench.sh
 
 clean:
-	rm -rf build train_gpt_cpu train_gpt tokenize_gpt2
+	rm -rf build train_gpt_cpu train_gpt tokenize_gpt2 batch_lookup layer_norms
