@@ -304,8 +304,10 @@ static void test_stable_embedding() {
         for (int64_t i = 0; i < model.table.total; i++) model.grads[i] = (float)(uniform(20, i) - 0.5) * 1e-2f;
         UpdateGuard guard;
         update_guard_init(&guard, &c);
+        SpikeState spike;
+        spike_init(&spike, &c);
         Comm comm = {0, 1, false};
-        optimizer_step(&o, &comm, &model, &guard, &c, 1, c.lr, 1.0, false);
+        optimizer_step(&o, &comm, &model, &guard, &spike, &c, 1, c.lr, 1.0, false);
         const ParamTensor* wte = &model.table.t[P_WTE];
         const OptUnit* u = nullptr;
         for (const OptUnit& x : o.units) if (x.id == P_WTE) u = &x;
