@@ -62,8 +62,8 @@ struct Trainer {
     std::vector<float> reduce_scratch;         // (DP × shard) receive buffer of the reduce-scatter
     FILE* token_dump = nullptr;                // KEEL_DUMP_TOKENS (test mode): every sample this rank trains on
     LayerStats layer_stats;                    // --log-layer-norms-interval
-    // --spike-policy rollback: the state of iteration snap_state.iteration, whole on every rank
-    bool have_snapshot = false;
+    // --spike-policy rollback: the state of iteration snap_state.iteration (taken at start-up, so
+    // there always is one), each rank its own parameters and optimizer shard
     std::vector<float> snap_params;
     std::vector<uint8_t> snap_opt;
     int64_t snap_opt_step = 0;
@@ -185,7 +185,6 @@ static void trainer_snapshot(Trainer* tr) {
     backend_copy_to_host(tr->snap_opt.data(), tr->opt.state, tr->opt.state_bytes);
     tr->snap_opt_step = tr->opt.step;
     tr->snap_state = tr->st;
-    tr->have_snapshot = true;
 }
 
 // Restores the snapshot of iteration s after a spike at iteration k: the run continues exactly as a
