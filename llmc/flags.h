@@ -439,8 +439,15 @@ static inline void config_validate_knobs(Config* c) {
                              "snapshot, so a resumed run rolls back where the uninterrupted one would",
                              (long long)c->save_interval, (long long)c->spike_snapshot_interval);
     } else {
-        const char* f = c->spike_lr_factor != 1.0 ? "spike-lr-factor" : c->spike_snapshot_interval != 0 ? "spike-snapshot-interval" : nullptr;
+        const Config d;  // the defaults: a spike flag that was changed must be one that acts
+        const char* f = c->spike_lr_factor != d.spike_lr_factor ? "spike-lr-factor"
+                      : c->spike_lr_iters != d.spike_lr_iters ? "spike-lr-iters"
+                      : c->spike_snapshot_interval != d.spike_snapshot_interval ? "spike-snapshot-interval"
+                      : c->spike_max_rollbacks != d.spike_max_rollbacks ? "spike-max-rollbacks" : nullptr;
         if (f) keel_usage_error("--%s applies to --spike-policy rollback (this run: --spike-policy %s)", f, c->spike_policy.c_str());
+        f = c->spike_policy != "off" ? nullptr : c->spike_zscore != d.spike_zscore ? "spike-zscore"
+          : c->spike_window != d.spike_window ? "spike-window" : c->spike_metric != d.spike_metric ? "spike-metric" : nullptr;
+        if (f) keel_usage_error("--%s has no effect without --spike-policy skip|rollback", f);
     }
     if (c->fp16 && c->bf16) keel_usage_error("--fp16 and --bf16 are mutually exclusive");
     if (c->loss_scale < 0) keel_usage_error("--loss-scale must be >= 0 (0: dynamic under --fp16)");

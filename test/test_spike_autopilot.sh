@@ -105,5 +105,18 @@ train skip "${POISON[@]}" --spike-policy skip --spike-window 10 --spike-zscore 6
   && ! grep -q rollback "$TMP/skip.jsonl" && ok "skip: updates 50 and 51 skipped, no rollback" || fail "skip policy records"
 expect_fail 1 "spike-max-rollbacks" $KEEL "${RUN[@]}" "${POISON[@]}" "${AUTO[@]}" --spike-max-rollbacks 1
 expect_fail 2 "spike-lr-factor" $KEEL "${RUN[@]}" "${POISON[@]}" --spike-lr-factor 0.5
+expect_fail 2 "spike-zscore has no effect" $KEEL "${RUN[@]}" "${POISON[@]}" --spike-zscore 4
+expect_fail 2 "spike-max-rollbacks applies" $KEEL "${RUN[@]}" "${POISON[@]}" --spike-policy skip --spike-max-rollbacks 3
+
+# the detector's knobs act: the grad norm spikes too (metric named in the records); a threshold
+# above any z-score seen, or a window longer than the run, never fires
+train gn "${POISON[@]}" "${AUTO[@]}" --spike-metric grad-norm || fail "grad-norm run"
+grep -q '^{"iteration": 50, "spike": "rollback", "metric": "grad norm"' "$TMP/gn.jsonl" && ! grep -q '"metric": "loss"' "$TMP/gn.jsonl" \
+  && ok "--spike-metric grad-norm: rollback at 50 on the grad norm" || fail "grad-norm records: $(grep spike "$TMP/gn.jsonl")"
+train z "${POISON[@]}" "${AUTO[@]}" --spike-zscore 1000 || fail "z run"
+train w "${POISON[@]}" "${AUTO[@]}" --spike-window 100 || fail "window run"
+! grep -q '"spike"' "$TMP/z.jsonl" && ! grep -q '"spike"' "$TMP/w.jsonl" && cmp -s <(strip_timing "$TMP/z.jsonl") <(strip_timing "$TMP/off.jsonl") \
+  && ok "--spike-zscore 1000 and --spike-window 100 never fire (= no autopilot)" || fail "threshold/window runs fired"
+
 expect_fail 2 "not a multiple of --spike-snapshot-interval" $KEEL "${RUN[@]}" "${POISON[@]}" "${AUTO[@]}" --save "$TMP/x" --save-interval 7
 finish
