@@ -10,6 +10,8 @@
 #include <cstring>
 
 #include "llmc/common.h"
+#include "llmc/cpu/adam8bit.h"
+#include "llmc/cpu/adamw.h"
 #include "llmc/cpu/attention.h"
 #include "llmc/cpu/classifier.h"
 #include "llmc/cpu/dropout.h"

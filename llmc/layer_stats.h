@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cpu/adamw.h"
+#include "llmc/backend.h"
 #include "llmc/model.h"
 #include "llmc/optimizer.h"
 

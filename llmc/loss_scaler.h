@@ -129,64 +129,7 @@ static inline std::string loss_scaler_describe(const LossScaler* before, const L
 // overflow and underflow of the gradients the optimizer sees, not every rounding of a real fp16
 // backward pass (activations' gradients stay fp32).
 //
-// binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Max finite 65504 = (2 - 2^-10)·2^15;
-// min normal 2^-14; min subnormal 2^-24. fp16_round(x) = float(half(x)) with round-to-nearest-even,
-// bit for bit what a hardware conversion (F16C vcvtps2ph, CUDA __float2half_rn) gives:
-//   NaN stays NaN, ±inf stays, |x| ≥ 65520 → ±inf (65520 is the midpoint between 65504 and 2^16,
-//   and ties go to the even mantissa, 2^16's, which overflows), sign of zero kept.
-// Integer arithmetic on the float's bits (no _Float16: nvcc's host front end compiles this header).
-static inline float fp16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    uint32_t sign = u & 0x80000000u, a = u ^ sign;  // a: the bits of |x|, ordered like |x|
-    if (a >= 0x7F800000u) return x;                  // inf, NaN
-    uint32_t r;
-    if (a >= 0x477FF000u) {                          // |x| ≥ 65520
-        r = 0x7F800000u;
-    } else if (a >= 0x38800000u) {                   // |x| ≥ 2^-14: normal in binary16
-        // Drop the low 13 of the 23 mantissa bits, round to nearest even: adding 0xFFF plus the
-        // kept LSB carries exactly when the dropped part is above half, or half with an odd LSB.
-        // A carry out of the mantissa bumps the exponent, which is the correct rounding too.
-        r = (a + 0xFFFu + ((a >> 13) & 1u)) & ~0x1FFFu;
-    } else if (a >= 0x33000000u) {                   // 2^-25 ≤ |x| < 2^-14: binary16 subnormal
-        // |x| = m·2^(e-150) with m the 24-bit significand; in units of 2^-24 that is
-        // m·2^(e-126) = m >> (126 - e), shift in [14, 24]. Round the shifted-out bits to even.
-        uint32_t e = a >> 23, m = (a & 0x7FFFFFu) | 0x800000u;
-        uint32_t shift = 126u - e, k = m >> shift;
-        uint32_t rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-        if (rest > half || (rest == half && (k & 1u))) k += 1;  // k ≤ 1024: 2^-14 at most
-        float v = (float)k * 0x1p-24f;                           // exact: k has ≤ 11 bits
-        memcpy(&r, &v, sizeof r);
-    } else {                                          // |x| < 2^-25: below half the min subnormal
-        r = 0;
-    }
-    r |= sign;
-    float y;
-    memcpy(&y, &r, sizeof y);
-    return y;
-}
 
-// Rounds g[0, n) to binary16 in place. Element-wise, so any thread count gives the same bits.
-static inline void grad_round_fp16(float* g, size_t n) {
-#pragma omp parallel for
-    for (int64_t i = 0; i < (int64_t)n; i++) g[i] = fp16_round(g[i]);
-}
-
-// Multiplies g[0, n) by (float)inv_scale in place (Megatron: inv_scale = (1/scale in double) as
-// fp32) and returns whether any result is inf or NaN. The check runs on the unscaled value: a
-// non-finite input stays non-finite, and with a scale below 1 (--min-loss-scale < 1) a finite
-// gradient that overflows on unscaling is caught too. The flag is an OR reduction over ints:
-// order-independent, so the verdict does not depend on the thread count.
-static inline bool grad_unscale_check(float* g, size_t n, double inv_scale) {
-    const float s = (float)inv_scale;
-    int found = 0;
-#pragma omp parallel for reduction(| : found)
-    for (int64_t i = 0; i < (int64_t)n; i++) {
-        g[i] *= s;
-        found |= !std::isfinite(g[i]);
-    }
-    return found != 0;
-}
 
 // ---- 3. the rolling window of the z-score update-skipping knobs ----------------------------------
 //

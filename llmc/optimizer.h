@@ -52,9 +52,8 @@
 #include <string>
 #include <vector>
 
-#include "llmc/cpu/adam8bit.h"
+#include "llmc/backend.h"
 #include "llmc/comm.h"
-#include "llmc/cpu/adamw.h"
 #include "llmc/flags.h"
 #include "llmc/loss_scaler.h"
 #include "llmc/model.h"

@@ -26,6 +26,8 @@
 #include <cstring>
 #include <vector>
 
+#include "llmc/hd.h"
+
 enum { QMAP_SIZE = 256 };
 
 static inline void quant_map_dynamic(float out[QMAP_SIZE], bool is_signed) {
@@ -99,7 +101,7 @@ static inline void quant_lut_build(QuantLUT* q, const float* map) {
 }
 
 // The code nearest to x, for x in [-1, 1] (values outside are clamped; NaN reads as 1).
-static inline int quant_nearest(const QuantLUT* q, float x) {
+KEEL_HD static inline int quant_nearest(const QuantLUT* q, float x) {
     const QuantHalf* h = x < 0 ? &q->neg : &q->pos;
     float a = std::fabs(x);
     if (!(a <= 1.0f)) a = 1.0f;

@@ -12,6 +12,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "llmc/hd.h"
+
 enum RngPurpose : uint64_t {
     RNG_INIT = 1,      // (tensor index, element index)
     RNG_DATA = 2,      // (epoch, position) — the sample permutation
@@ -19,7 +21,7 @@ enum RngPurpose : uint64_t {
     RNG_GENERATE = 4,  // (sample call, position) — text samples printed during training
 };
 
-static inline uint64_t rng_mix64(uint64_t z) {
+KEEL_HD static inline uint64_t rng_mix64(uint64_t z) {
     z += 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -27,7 +29,7 @@ static inline uint64_t rng_mix64(uint64_t z) {
 }
 
 // The one hash: 64 random bits for the key (seed, purpose, a, b, c).
-static inline uint64_t rng_u64(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
+KEEL_HD static inline uint64_t rng_u64(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
     uint64_t h = rng_mix64(seed);
     h = rng_mix64(h ^ purpose);
     h = rng_mix64(h ^ a);
@@ -36,7 +38,7 @@ static inline uint64_t rng_u64(uint64_t seed, uint64_t purpose, uint64_t a, uint
 }
 
 // Uniform in (0, 1): 53 random bits, never exactly 0 (safe under log()).
-static inline double rng_uniform(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
+KEEL_HD static inline double rng_uniform(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
     return ((rng_u64(seed, purpose, a, b, c) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 

@@ -26,42 +26,8 @@
 #include <cstdint>
 
 #include "llmc/cpu/vmath.h"
-#include "llmc/quantize.h"
+#include "llmc/ops.h"
 
-struct Adam8bitMaps {
-    float map_m[QMAP_SIZE], map_v[QMAP_SIZE];  // signed (m) and unsigned (v) dynamic maps
-    QuantLUT lut_m, lut_v;
-    uint8_t zero_m, zero_v;                    // the codes of 0
-};
-
-static inline void adam8bit_maps_init(Adam8bitMaps* q) {
-    quant_map_dynamic(q->map_m, true);
-    quant_map_dynamic(q->map_v, false);
-    quant_lut_build(&q->lut_m, q->map_m);
-    quant_lut_build(&q->lut_v, q->map_v);
-    q->zero_m = (uint8_t)quant_nearest(&q->lut_m, 0.0f);
-    q->zero_v = (uint8_t)quant_nearest(&q->lut_v, 0.0f);
-}
-
-// Stores m (of the block whose absmax is amax) as a code that keeps m's sign.
-static inline uint8_t adam8bit_quantize_m(const Adam8bitMaps* q, float m, float amax) {
-    if (amax == 0.0f) return q->zero_m;
-    int c = quant_nearest(&q->lut_m, m / amax);
-    if (std::signbit(q->map_m[c]) != std::signbit(m)) c += m > 0 ? 1 : -1;
-    return (uint8_t)c;
-}
-
-static inline uint8_t adam8bit_quantize_v(const Adam8bitMaps* q, float v, float amax) {
-    if (amax == 0.0f) return q->zero_v;
-    return (uint8_t)quant_nearest(&q->lut_v, v / amax);
-}
-
-struct AdamHyper {
-    float lr, beta1, beta2, eps, wd;  // wd: 0 for tensors outside the decay group
-    float c1, c2;                     // 1 - β1^t and sqrt(1 - β2^t)
-};
-
-enum { ADAM8BIT_MAX_BLOCK = 2048 };
 
 static inline void adam8bit_update(float* p, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
                                    float* absmax_v, int64_t n, int block_size, const Adam8bitMaps* q, AdamHyper h,
@@ -109,19 +75,3 @@ static inline void adam32_update(float* p, const float* g, float* m, float* v, i
     }
 }
 
-enum { PCLIP_HISTORY = 100 };
-
-// Records this step's ‖g‖² (sumsq) in hist and returns the factor for g (1: not clipped).
-// percentile p in [0, 100); p = 100 only records (the history stays warm for a later resume with
-// clipping on).
-static inline float percentile_clip_scale(float hist[PCLIP_HISTORY], int64_t step, double sumsq, int percentile) {
-    float s = (float)sumsq;
-    if (step == 1) std::fill(hist, hist + PCLIP_HISTORY, s);
-    else hist[step % PCLIP_HISTORY] = s;
-    if (percentile >= PCLIP_HISTORY) return 1.0f;
-    float sorted[PCLIP_HISTORY];
-    std::copy(hist, hist + PCLIP_HISTORY, sorted);
-    std::sort(sorted, sorted + PCLIP_HISTORY);
-    float current = std::sqrt(s), clip = std::sqrt(sorted[percentile]);
-    return current > clip ? clip / current : 1.0f;
-}

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "llmc/ops.h"
+
 static inline void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                                 float beta2, float eps, float wd, float bc1, float bc2) {
 #pragma omp parallel for
@@ -23,9 +25,6 @@ static inline void adamw_update(float* p, const float* g, float* m, float* v, in
     }
 }
 
-// The grain of the gradient norm's fixed summation order (llmc/optimizer.h: grad_norm_sumsq sums
-// each chunk in double, then the chunks in order), and of data-parallel shard boundaries.
-enum { GRAD_CHUNK = 1 << 14 };
 
 // Σ x² in double: lane k sums the elements i ≡ k (mod 8) in ascending i, then a fixed tree adds the
 // lanes. The order is a function of n alone, and the lanes let it vectorize (one serial chain of
@@ -48,4 +47,26 @@ static inline int64_t count_zeros(const float* x, int64_t n) {
 static inline void grad_scale(float* g, int64_t n, float s) {
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) g[i] *= s;
+}
+
+// Rounds g[0, n) to binary16 in place. Element-wise, so any thread count gives the same bits.
+static inline void grad_round_fp16(float* g, size_t n) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < (int64_t)n; i++) g[i] = fp16_round(g[i]);
+}
+
+// Multiplies g[0, n) by (float)inv_scale in place (Megatron: inv_scale = (1/scale in double) as
+// fp32) and returns whether any result is inf or NaN. The check runs on the unscaled value: a
+// non-finite input stays non-finite, and with a scale below 1 (--min-loss-scale < 1) a finite
+// gradient that overflows on unscaling is caught too. The flag is an OR reduction over ints:
+// order-independent, so the verdict does not depend on the thread count.
+static inline bool grad_unscale_check(float* g, size_t n, double inv_scale) {
+    const float s = (float)inv_scale;
+    int found = 0;
+#pragma omp parallel for reduction(| : found)
+    for (int64_t i = 0; i < (int64_t)n; i++) {
+        g[i] *= s;
+        found |= !std::isfinite(g[i]);
+    }
+    return found != 0;
 }

@@ -25,20 +25,9 @@
 #include <vector>
 
 #include "llmc/cpu/dropout.h"
+#include "llmc/ops.h"
 #include "llmc/cpu/vmath.h"
 
-enum AttnScaling { ATTN_SCALING_STANDARD, ATTN_SCALING_QK_INWARD };
-
-struct AttentionOpts {
-    int scaling = ATTN_SCALING_STANDARD;  // AttnScaling
-    double coeff = 1.0;                   // layer-scaling coefficient (1: off)
-    const float* alibi = nullptr;         // (NH) ALiBi slopes, or null
-    DropoutSite dropout = {};             // on the probabilities; p = 0: off
-};
-
-static inline uint64_t attention_dropout_index(int h, int t, int u) {
-    return ((uint64_t)h << 42) | ((uint64_t)t << 21) | (uint64_t)u;
-}
 
 // The softmax input s for query q against key k of head h at key position u, computed the
 // variant's way; *raw and *stored (if not null) receive the intermediates described above.

@@ -13,22 +13,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "llmc/rand.h"
+#include "llmc/ops.h"
 
-enum DropoutSiteKind { DROPOUT_SITE_EMBED = 1, DROPOUT_SITE_ATTN_PROBS = 2, DROPOUT_SITE_ATTN_OUT = 3, DROPOUT_SITE_MLP_OUT = 4 };
-
-struct DropoutSite {
-    double p;              // probability of dropping; 0: the op is the identity
-    uint64_t seed;         // the run's RNG key
-    uint64_t site;         // layer·16 + DropoutSiteKind
-    int64_t first_sample;  // the run's sample number of micro-batch row 0
-};
-
-static inline uint64_t dropout_site(int layer, int kind) { return (uint64_t)(layer + 1) * 16 + (uint64_t)kind; }
-
-static inline bool dropout_keep(const DropoutSite* d, int64_t b, uint64_t r) {
-    return rng_uniform(d->seed, RNG_DROPOUT, d->site, (uint64_t)(d->first_sample + b), r) >= d->p;
-}
 
 template <typename F>
 void dropout_forward(F* out, const F* inp, int B, size_t R, const DropoutSite* d) {

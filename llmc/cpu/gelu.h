@@ -5,11 +5,11 @@
 // Numerics: tanh is tanh_f32 (cpu/vmath.h), so both loops vectorize with identical bits in the
 // vector body and the tail; in double (gradient checks) it is libm's.
 #pragma once
+#include "llmc/ops.h"
 #include <cmath>
 
 #include "llmc/cpu/vmath.h"
 
-static const double GELU_K = 0.7978845608028654;  // sqrt(2/pi)
 
 template <typename F>
 void gelu_forward(F* out, const F* inp, size_t N) {

@@ -7,9 +7,9 @@
 // Numerics: statistics in the kernel's type F with the two-pass (subtract-mean) variance, eps 1e-5
 // as GPT-2. dw/db are parallel over channels, each summing rows in order (thread-count independent).
 #pragma once
+#include "llmc/ops.h"
 #include <cmath>
 
-static const double LAYERNORM_EPS = 1e-5;
 
 template <typename F>
 void layernorm_forward(F* out, F* mean, F* rstd,           // (N,C), (N), (N)

@@ -1,0 +1,139 @@
+// ops.h — what the two op sets (llmc/cpu/*.h and llmc/cuda/*.cuh) share: the structs the
+// orchestration hands to ops, the constants of their numerics, and the per-element formulas that a
+// CPU loop and a CUDA kernel both call (KEEL_HD), so each is defined once and both backends
+// compute it the same way. No op lives here: backend.h includes exactly one op set.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "llmc/quantize.h"
+#include "llmc/rand.h"
+
+static const double LAYERNORM_EPS = 1e-5;
+static const double GELU_K = 0.7978845608028654;  // sqrt(2/pi)
+
+// ---- dropout (cpu/dropout.h, cuda/dropout.cuh) ----------------------------------------------------
+enum DropoutSiteKind { DROPOUT_SITE_EMBED = 1, DROPOUT_SITE_ATTN_PROBS = 2, DROPOUT_SITE_ATTN_OUT = 3, DROPOUT_SITE_MLP_OUT = 4 };
+
+struct DropoutSite {
+    double p;              // probability of dropping; 0: the op is the identity
+    uint64_t seed;         // the run's RNG key
+    uint64_t site;         // layer·16 + DropoutSiteKind
+    int64_t first_sample;  // the run's sample number of micro-batch row 0
+};
+
+KEEL_HD static inline uint64_t dropout_site(int layer, int kind) { return (uint64_t)(layer + 1) * 16 + (uint64_t)kind; }
+
+KEEL_HD static inline bool dropout_keep(const DropoutSite* d, int64_t b, uint64_t r) {
+    return rng_uniform(d->seed, RNG_DROPOUT, d->site, (uint64_t)(d->first_sample + b), r) >= d->p;
+}
+
+// ---- attention (cpu/attention.h, cuda/attention.cuh) -------------------------------------------------
+enum AttnScaling { ATTN_SCALING_STANDARD, ATTN_SCALING_QK_INWARD };
+
+struct AttentionOpts {
+    int scaling = ATTN_SCALING_STANDARD;  // AttnScaling
+    double coeff = 1.0;                   // layer-scaling coefficient (1: off)
+    const float* alibi = nullptr;         // (NH) ALiBi slopes, or null
+    DropoutSite dropout = {};             // on the probabilities; p = 0: off
+};
+
+KEEL_HD static inline uint64_t attention_dropout_index(int h, int t, int u) {
+    return ((uint64_t)h << 42) | ((uint64_t)t << 21) | (uint64_t)u;
+}
+
+// ---- optimizer (cpu/adamw.h, cpu/adam8bit.h and their CUDA twins) -----------------------------------
+// The grain of the gradient norm's fixed summation order (llmc/optimizer.h: grad_norm_sumsq sums
+// each chunk in double, then the chunks in order), and of data-parallel shard boundaries.
+enum { GRAD_CHUNK = 1 << 14 };
+
+// binary16: 1 sign, 5 exponent (bias 15), 10 mantissa bits. Max finite 65504 = (2 - 2^-10)·2^15;
+// min normal 2^-14; min subnormal 2^-24. fp16_round(x) = float(half(x)) with round-to-nearest-even,
+// bit for bit what a hardware conversion (F16C vcvtps2ph, CUDA __float2half_rn) gives:
+//   NaN stays NaN, ±inf stays, |x| ≥ 65520 → ±inf (65520 is the midpoint between 65504 and 2^16,
+//   and ties go to the even mantissa, 2^16's, which overflows), sign of zero kept.
+// Integer arithmetic on the float's bits (no _Float16: nvcc's host front end compiles this header).
+KEEL_HD static inline float fp16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    uint32_t sign = u & 0x80000000u, a = u ^ sign;  // a: the bits of |x|, ordered like |x|
+    if (a >= 0x7F800000u) return x;                  // inf, NaN
+    uint32_t r;
+    if (a >= 0x477FF000u) {                          // |x| ≥ 65520
+        r = 0x7F800000u;
+    } else if (a >= 0x38800000u) {                   // |x| ≥ 2^-14: normal in binary16
+        // Drop the low 13 of the 23 mantissa bits, round to nearest even: adding 0xFFF plus the
+        // kept LSB carries exactly when the dropped part is above half, or half with an odd LSB.
+        // A carry out of the mantissa bumps the exponent, which is the correct rounding too.
+        r = (a + 0xFFFu + ((a >> 13) & 1u)) & ~0x1FFFu;
+    } else if (a >= 0x33000000u) {                   // 2^-25 ≤ |x| < 2^-14: binary16 subnormal
+        // |x| = m·2^(e-150) with m the 24-bit significand; in units of 2^-24 that is
+        // m·2^(e-126) = m >> (126 - e), shift in [14, 24]. Round the shifted-out bits to even.
+        uint32_t e = a >> 23, m = (a & 0x7FFFFFu) | 0x800000u;
+        uint32_t shift = 126u - e, k = m >> shift;
+        uint32_t rest = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+        if (rest > half || (rest == half && (k & 1u))) k += 1;  // k ≤ 1024: 2^-14 at most
+        float v = (float)k * 0x1p-24f;                           // exact: k has ≤ 11 bits
+        memcpy(&r, &v, sizeof r);
+    } else {                                          // |x| < 2^-25: below half the min subnormal
+        r = 0;
+    }
+    r |= sign;
+    float y;
+    memcpy(&y, &r, sizeof y);
+    return y;
+}
+
+struct Adam8bitMaps {
+    float map_m[QMAP_SIZE], map_v[QMAP_SIZE];  // signed (m) and unsigned (v) dynamic maps
+    QuantLUT lut_m, lut_v;
+    uint8_t zero_m, zero_v;                    // the codes of 0
+};
+
+static inline void adam8bit_maps_init(Adam8bitMaps* q) {
+    quant_map_dynamic(q->map_m, true);
+    quant_map_dynamic(q->map_v, false);
+    quant_lut_build(&q->lut_m, q->map_m);
+    quant_lut_build(&q->lut_v, q->map_v);
+    q->zero_m = (uint8_t)quant_nearest(&q->lut_m, 0.0f);
+    q->zero_v = (uint8_t)quant_nearest(&q->lut_v, 0.0f);
+}
+
+// Stores m (of the block whose absmax is amax) as a code that keeps m's sign.
+KEEL_HD static inline uint8_t adam8bit_quantize_m(const Adam8bitMaps* q, float m, float amax) {
+    if (amax == 0.0f) return q->zero_m;
+    int c = quant_nearest(&q->lut_m, m / amax);
+    if (std::signbit(q->map_m[c]) != std::signbit(m)) c += m > 0 ? 1 : -1;
+    return (uint8_t)c;
+}
+
+KEEL_HD static inline uint8_t adam8bit_quantize_v(const Adam8bitMaps* q, float v, float amax) {
+    if (amax == 0.0f) return q->zero_v;
+    return (uint8_t)quant_nearest(&q->lut_v, v / amax);
+}
+
+struct AdamHyper {
+    float lr, beta1, beta2, eps, wd;  // wd: 0 for tensors outside the decay group
+    float c1, c2;                     // 1 - β1^t and sqrt(1 - β2^t)
+};
+
+enum { ADAM8BIT_MAX_BLOCK = 2048 };
+
+enum { PCLIP_HISTORY = 100 };
+
+// Records this step's ‖g‖² (sumsq) in hist and returns the factor for g (1: not clipped).
+// percentile p in [0, 100); p = 100 only records (the history stays warm for a later resume with
+// clipping on).
+static inline float percentile_clip_scale(float hist[PCLIP_HISTORY], int64_t step, double sumsq, int percentile) {
+    float s = (float)sumsq;
+    if (step == 1) std::fill(hist, hist + PCLIP_HISTORY, s);
+    else hist[step % PCLIP_HISTORY] = s;
+    if (percentile >= PCLIP_HISTORY) return 1.0f;
+    float sorted[PCLIP_HISTORY];
+    std::copy(hist, hist + PCLIP_HISTORY, sorted);
+    std::sort(sorted, sorted + PCLIP_HISTORY);
+    float current = std::sqrt(s), clip = std::sqrt(sorted[percentile]);
+    return current > clip ? clip / current : 1.0f;
+}

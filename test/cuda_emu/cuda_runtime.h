@@ -1,0 +1,127 @@
+// cuda_runtime.h (emulation) — the CUDA runtime API keel uses, on the CPU (test/cuda_emu/emu_core.h
+// runs the kernels). Built with -Itest/cuda_emu, so llmc/cuda's `#include <cuda_runtime.h>` lands
+// here and the kernel sources compile unchanged with g++.
+//
+// Streams and events exist as handles and are no-ops: the emulation runs every launch and copy
+// synchronously, in program order. Stream-ordering bugs are therefore invisible here; real-GPU runs
+// (make test-gpu) are what catch those.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstring>
+
+#include "emu_core.h"
+
+typedef int cudaError_t;
+enum : int { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1, cudaErrorNoDevice = 100 };
+enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
+typedef struct emu_stream* cudaStream_t;
+typedef struct emu_event* cudaEvent_t;
+enum { cudaStreamNonBlocking = 1, cudaEventDisableTiming = 2 };
+
+struct cudaDeviceProp {
+    char name[256];
+    size_t totalGlobalMem;
+    int multiProcessorCount;
+    int major, minor;
+    size_t sharedMemPerBlock, sharedMemPerBlockOptin;
+    int maxThreadsPerBlock;
+    int warpSize;
+    int clockRate;
+};
+
+inline thread_local cudaError_t emu_last_error = cudaSuccess;
+
+inline const char* cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+        case cudaSuccess: return "no error";
+        case cudaErrorMemoryAllocation: return "out of memory";
+        case cudaErrorInvalidValue: return "invalid argument";
+        case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    }
+    return "unknown error";
+}
+inline cudaError_t cudaGetLastError() { cudaError_t e = emu_last_error; emu_last_error = cudaSuccess; return e; }
+inline cudaError_t cudaPeekAtLastError() { return emu_last_error; }
+
+inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = 0; return cudaSuccess; }
+inline cudaError_t cudaDriverGetVersion(int* v) { *v = 0; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "CPU emulation of the CUDA execution model");
+    p->totalGlobalMem = (size_t)16 << 30;
+    p->multiProcessorCount = 2;
+    p->major = 9;
+    p->minor = 0;
+    p->sharedMemPerBlock = 48 * 1024;
+    p->sharedMemPerBlockOptin = 227 * 1024;
+    p->maxThreadsPerBlock = 1024;
+    p->warpSize = 32;
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
+template <typename K> inline cudaError_t cudaFuncSetAttribute(K, int, int) { return cudaSuccess; }
+enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+    *p = emu::device_alloc(bytes);
+    return *p ? cudaSuccess : (emu_last_error = cudaErrorMemoryAllocation);
+}
+template <typename T> inline cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
+inline cudaError_t cudaFree(void* p) {
+    if (!p) return cudaSuccess;
+    return emu::device_free(p) ? cudaSuccess : (emu_last_error = cudaErrorInvalidValue);
+}
+inline cudaError_t cudaMallocHost(void** p, size_t bytes) { *p = malloc(bytes); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+template <typename T> inline cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMallocHost((void**)p, bytes); }
+inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total) {
+    *total = (size_t)16 << 30;
+    *free_b = *total - emu::arena().used;
+    return cudaSuccess;
+}
+
+// A copy's direction must match where its pointers live: a host pointer handed to the device side
+// of a copy is the kind of bug the emulation exists to catch.
+inline cudaError_t emu_check_copy(const void* dst, const void* src, cudaMemcpyKind kind) {
+    bool dd = emu::is_device_ptr(dst), sd = emu::is_device_ptr(src);
+    bool ok = kind == cudaMemcpyDefault || (kind == cudaMemcpyHostToDevice && dd && !sd) ||
+              (kind == cudaMemcpyDeviceToHost && !dd && sd) || (kind == cudaMemcpyDeviceToDevice && dd && sd) ||
+              (kind == cudaMemcpyHostToHost && !dd && !sd);
+    if (!ok) emu::die("cudaMemcpy: the pointers do not match the copy's direction%s%s", "", "");
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    emu_check_copy(dst, src, kind);
+    emu::DeviceScope open;
+    if (bytes) memmove(dst, src, bytes);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t = nullptr) {
+    return cudaMemcpy(dst, src, bytes, kind);
+}
+inline cudaError_t cudaMemset(void* p, int v, size_t bytes) {
+    if (bytes && !emu::is_device_ptr(p)) emu::die("cudaMemset on a host pointer%s%s", "", "");
+    emu::DeviceScope open;
+    memset(p, v, bytes);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t = nullptr) { return cudaMemset(p, v, bytes); }
+
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = nullptr; return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = nullptr; return cudaSuccess; }
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = nullptr; return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
+
+#include "cuda_bf16.h"

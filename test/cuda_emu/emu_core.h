@@ -1,0 +1,514 @@
+// emu_core.h — the CUDA execution model on the CPU, so keel's llmc/cuda kernels run under g++ in CI
+// (../shared/CUDA_EMULATION.md). Test-only: nothing here is ever compiled into the GPU build.
+//
+// What is emulated, and how:
+//   - a launch runs the grid's blocks one after another on the calling OS thread;
+//   - the threads of a block are cooperative fibers: each has its own stack, and a round-robin
+//     scheduler resumes every live fiber until it finishes or reaches a synchronization point;
+//   - threadIdx/blockIdx/blockDim/gridDim are thread_local variables the scheduler sets before it
+//     resumes a fiber;
+//   - __shared__ is `static thread_local`: one copy per OS thread, i.e. per running block (blocks
+//     run one at a time per OS thread); dynamic shared memory is a per-launch buffer;
+//   - __syncthreads() releases when every unfinished thread of the block has arrived; a warp
+//     collective releases when every unfinished lane of the mask has arrived, each having published
+//     its value first. A pass of the scheduler in which no fiber can move is a deadlock: a kernel
+//     whose barriers do not match, which would hang or be undefined on the GPU too. It is reported
+//     with the kernel's launch site and the launch aborts the process.
+//   - atomics are read-modify-write between two switches (fibers never interleave inside one).
+//
+// Fiber switch: a 12-instruction x86-64 / AArch64 context switch (callee-saved registers and the
+// stack pointer) instead of swapcontext, which makes a system call per switch to save the signal
+// mask; element-wise kernels over a trainer's tensors switch millions of times.
+//
+// Device memory (cudaMalloc) comes from one reserved arena that is PROT_NONE except while a kernel,
+// a cudaMemcpy/cudaMemset or a library call (the cuBLASLt and NCCL shims) runs. Host code that
+// dereferences a device pointer — the bug a CPU emulation would otherwise hide, since host and
+// device memory are one here — dies with SIGSEGV in CI, as it would on the GPU.
+#pragma once
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+// ---- dim3 and the built-in index variables ------------------------------------------------------
+struct dim3 {
+    unsigned x, y, z;
+    constexpr dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint3 {
+    unsigned x, y, z;
+};
+inline thread_local uint3 threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
+static constexpr int warpSize = 32;
+
+// ---- fibers --------------------------------------------------------------------------------------
+// emu_switch(from, to): saves the callee-saved registers on the current stack, stores the stack
+// pointer in *from, loads `to` and restores the registers saved there. A new fiber's stack is laid
+// out so that the first switch into it "returns" into emu_fiber_entry.
+extern "C" void emu_switch(void** from_sp, void* to_sp);
+#if defined(__x86_64__)
+asm(R"(
+.text
+.weak emu_switch
+.type emu_switch,@function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+)");
+#elif defined(__aarch64__)
+asm(R"(
+.text
+.weak emu_switch
+.type emu_switch,%function
+emu_switch:
+    sub sp, sp, #176
+    stp x19, x20, [sp, #0]
+    stp x21, x22, [sp, #16]
+    stp x23, x24, [sp, #32]
+    stp x25, x26, [sp, #48]
+    stp x27, x28, [sp, #64]
+    stp x29, x30, [sp, #80]
+    stp d8, d9, [sp, #96]
+    stp d10, d11, [sp, #112]
+    stp d12, d13, [sp, #128]
+    stp d14, d15, [sp, #144]
+    mov x9, sp
+    str x9, [x0]
+    mov sp, x1
+    ldp x19, x20, [sp, #0]
+    ldp x21, x22, [sp, #16]
+    ldp x23, x24, [sp, #32]
+    ldp x25, x26, [sp, #48]
+    ldp x27, x28, [sp, #64]
+    ldp x29, x30, [sp, #80]
+    ldp d8, d9, [sp, #96]
+    ldp d10, d11, [sp, #112]
+    ldp d12, d13, [sp, #128]
+    ldp d14, d15, [sp, #144]
+    add sp, sp, #176
+    ret
+)");
+#else
+#error "the CUDA emulation has a context switch for x86-64 and AArch64 only"
+#endif
+
+namespace emu {
+
+enum FiberState { FIBER_READY, FIBER_WAIT_BLOCK, FIBER_WAIT_WARP, FIBER_DONE };
+
+struct Fiber {
+    void* sp;
+    FiberState state;
+    unsigned generation;  // the barrier generation it waits to see pass
+    uint3 tid;
+};
+
+static const size_t FIBER_STACK = 64 * 1024;
+
+// One OS thread's scheduler: the fibers of the block it is running.
+struct Block {
+    std::vector<Fiber> fibers;
+    std::vector<char*> stacks;
+    void* scheduler_sp = nullptr;
+    int current = -1;
+    int live = 0;                       // unfinished threads
+    unsigned block_gen = 0;             // __syncthreads generation
+    int block_arrived = 0;
+    std::vector<unsigned> warp_gen;     // per warp
+    std::vector<int> warp_arrived;
+    std::vector<unsigned> warp_expect;  // the mask of lanes the pending collective waits for
+    std::vector<uint64_t> warp_slots;   // (warps, 32) published values
+    const std::function<void()>* body = nullptr;
+    std::vector<char> dynamic_smem;
+    const char* kernel_name = "";
+};
+inline thread_local Block tl_block;
+
+[[noreturn]] inline void die(const char* fmt, const char* a = "", const char* b = "") {
+    fprintf(stderr, "cuda emulation: ");
+    fprintf(stderr, fmt, a, b);
+    fprintf(stderr, "\n");
+    exit(3);
+}
+
+inline void fiber_yield(FiberState why) {
+    Block* b = &tl_block;
+    Fiber* f = &b->fibers[b->current];
+    f->state = why;
+    emu_switch(&f->sp, b->scheduler_sp);
+}
+
+extern "C" inline void emu_fiber_entry() {
+    Block* b = &tl_block;
+    (*b->body)();
+    Fiber* f = &b->fibers[b->current];
+    f->state = FIBER_DONE;
+    b->live--;
+    emu_switch(&f->sp, b->scheduler_sp);  // never resumed
+    __builtin_trap();
+}
+
+inline void fiber_init(Block* b, int i) {
+    char* top = b->stacks[i] + FIBER_STACK;
+    top = (char*)((uintptr_t)top & ~(uintptr_t)15);
+    void** sp = (void**)top;
+#if defined(__x86_64__)
+    *--sp = nullptr;                        // fake return address of emu_fiber_entry (16-byte alignment)
+    *--sp = (void*)&emu_fiber_entry;        // where emu_switch's `ret` goes
+    for (int r = 0; r < 6; r++) *--sp = nullptr;  // rbp rbx r12 r13 r14 r15
+#else
+    sp -= 22;                               // 176 bytes: x19..x30, d8..d15
+    memset(sp, 0, 176);
+    sp[11] = (void*)&emu_fiber_entry;       // x30 (link register): where `ret` goes
+#endif
+    b->fibers[i].sp = sp;
+    b->fibers[i].state = FIBER_READY;
+}
+
+// ---- barriers ---------------------------------------------------------------------------------
+// Whether every unfinished lane of `mask` in warp w has arrived (lanes past the block's last thread
+// and finished lanes are not waited for).
+inline bool warp_complete(Block* b, int w) {
+    int n = (int)b->fibers.size();
+    for (int lane = 0; lane < 32; lane++) {
+        int i = w * 32 + lane;
+        if (i >= n || !(b->warp_expect[w] >> lane & 1u)) continue;
+        if (b->fibers[i].state == FIBER_DONE) continue;
+        if (!(b->fibers[i].state == FIBER_WAIT_WARP && b->fibers[i].generation == b->warp_gen[w]) && i != b->current) return false;
+    }
+    return true;
+}
+
+inline void syncthreads() {
+    Block* b = &tl_block;
+    Fiber* f = &b->fibers[b->current];
+    f->generation = b->block_gen;
+    if (++b->block_arrived == b->live) {  // the last to arrive releases the others
+        b->block_arrived = 0;
+        b->block_gen++;
+        return;
+    }
+    fiber_yield(FIBER_WAIT_BLOCK);
+}
+
+// A warp barrier over `mask`: returns when every unfinished lane of the mask has arrived.
+inline void warp_sync(unsigned mask) {
+    Block* b = &tl_block;
+    int i = b->current, w = i / 32;
+    Fiber* f = &b->fibers[i];
+    if (b->warp_arrived[w] == 0) b->warp_expect[w] = mask;
+    else if (b->warp_expect[w] != mask) die("kernel %s: warp collectives with different masks meet in one warp%s", b->kernel_name);
+    f->generation = b->warp_gen[w];
+    b->warp_arrived[w]++;
+    if (warp_complete(b, w)) {
+        b->warp_arrived[w] = 0;
+        b->warp_gen[w]++;
+        return;
+    }
+    fiber_yield(FIBER_WAIT_WARP);
+}
+
+// A shuffle: publish, wait for the warp, read lane src's value, wait again (so that no lane
+// overwrites its slot for the next collective before every lane has read this one).
+template <typename T> inline T warp_exchange(unsigned mask, T v, int src_lane) {
+    static_assert(sizeof(T) <= sizeof(uint64_t), "warp shuffles move at most 8 bytes");
+    Block* b = &tl_block;
+    int w = b->current / 32;
+    uint64_t bits = 0;
+    memcpy(&bits, &v, sizeof(T));
+    b->warp_slots[w * 32 + (b->current % 32)] = bits;
+    warp_sync(mask);
+    T out;
+    int src = w * 32 + src_lane;
+    uint64_t sbits = src < (int)b->fibers.size() ? b->warp_slots[src] : bits;
+    memcpy(&out, &sbits, sizeof(T));
+    warp_sync(mask);
+    return out;
+}
+
+inline unsigned warp_ballot(unsigned mask, bool pred) {
+    Block* b = &tl_block;
+    int w = b->current / 32;
+    b->warp_slots[b->current] = pred ? 1u : 0u;
+    warp_sync(mask);
+    unsigned r = 0;
+    for (int lane = 0; lane < 32; lane++) {
+        int i = w * 32 + lane;
+        if (i < (int)b->fibers.size() && (mask >> lane & 1u) && b->fibers[i].state != FIBER_DONE && b->warp_slots[i]) r |= 1u << lane;
+    }
+    warp_sync(mask);
+    return r;
+}
+
+// ---- device memory arena ---------------------------------------------------------------------
+// One reserved range; allocations are bump-allocated with 256-byte alignment and freed blocks are
+// reused first-fit. Only the used prefix is ever made accessible.
+struct Arena {
+    char* base = nullptr;
+    size_t reserved = 0, used = 0;
+    std::vector<std::pair<size_t, size_t>> live;  // (offset, bytes), allocation order
+    std::vector<std::pair<size_t, size_t>> holes;
+    int open_depth = 0;
+    bool protect = true;
+};
+inline Arena& arena() {
+    static Arena a;
+    if (!a.base) {
+        a.reserved = (size_t)64 << 30;
+        void* p = mmap(nullptr, a.reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) die("could not reserve the device arena%s", "");
+        a.base = (char*)p;
+        const char* env = getenv("KEEL_EMU_PROTECT");
+        a.protect = !(env && env[0] == '0');
+    }
+    return a;
+}
+inline size_t page_up(size_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + pg - 1) / pg * pg;
+}
+// Device memory becomes readable and writable for the duration of a kernel or library call.
+inline void device_open() {
+    Arena& a = arena();
+    if (a.open_depth++ == 0 && a.used) mprotect(a.base, page_up(a.used), PROT_READ | PROT_WRITE);
+}
+inline void device_close() {
+    Arena& a = arena();
+    if (--a.open_depth == 0 && a.used && a.protect) mprotect(a.base, page_up(a.used), PROT_NONE);
+}
+struct DeviceScope {
+    DeviceScope() { device_open(); }
+    ~DeviceScope() { device_close(); }
+};
+
+inline bool is_device_ptr(const void* p) {
+    Arena& a = arena();
+    return (const char*)p >= a.base && (const char*)p < a.base + a.reserved;
+}
+
+inline void* device_alloc(size_t bytes) {
+    Arena& a = arena();
+    bytes = (bytes + 255) / 256 * 256;
+    if (bytes == 0) bytes = 256;
+    for (size_t h = 0; h < a.holes.size(); h++) {
+        if (a.holes[h].second < bytes) continue;
+        size_t off = a.holes[h].first;
+        a.holes[h].first += bytes;
+        a.holes[h].second -= bytes;
+        if (a.holes[h].second == 0) a.holes.erase(a.holes.begin() + h);
+        a.live.push_back({off, bytes});
+        return a.base + off;
+    }
+    if (a.used + bytes > a.reserved) return nullptr;
+    size_t off = a.used;
+    a.used += bytes;
+    a.live.push_back({off, bytes});
+    if (a.open_depth > 0 || !a.protect) mprotect(a.base, page_up(a.used), PROT_READ | PROT_WRITE);
+    return a.base + off;
+}
+
+inline bool device_free(void* p) {
+    Arena& a = arena();
+    size_t off = (size_t)((char*)p - a.base);
+    for (size_t i = 0; i < a.live.size(); i++)
+        if (a.live[i].first == off) {
+            a.holes.push_back(a.live[i]);
+            a.live.erase(a.live.begin() + i);
+            return true;
+        }
+    return false;
+}
+
+// ---- launches ------------------------------------------------------------------------------------
+inline std::vector<char*>& stack_pool() {
+    static thread_local std::vector<char*> pool;
+    return pool;
+}
+
+// Runs one block of `threads` fibers to completion.
+inline void run_block(Block* b, unsigned threads) {
+    std::vector<char*>& pool = stack_pool();
+    while (pool.size() < threads) pool.push_back((char*)malloc(FIBER_STACK));
+    b->fibers.assign(threads, Fiber{});
+    b->stacks.assign(pool.begin(), pool.begin() + threads);
+    unsigned warps = (threads + 31) / 32;
+    b->warp_gen.assign(warps, 0);
+    b->warp_arrived.assign(warps, 0);
+    b->warp_expect.assign(warps, 0);
+    b->warp_slots.assign(warps * 32, 0);
+    b->block_gen = 0;
+    b->block_arrived = 0;
+    b->live = (int)threads;
+    for (unsigned i = 0; i < threads; i++) {
+        fiber_init(b, (int)i);
+        b->fibers[i].tid = {i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
+    }
+    while (b->live > 0) {
+        bool moved = false;
+        for (unsigned i = 0; i < threads; i++) {
+            Fiber* f = &b->fibers[i];
+            bool runnable = f->state == FIBER_READY || (f->state == FIBER_WAIT_BLOCK && f->generation != b->block_gen) ||
+                            (f->state == FIBER_WAIT_WARP && f->generation != b->warp_gen[i / 32]);
+            if (!runnable) continue;
+            // a thread that finished may have completed a barrier the others wait on
+            f->state = FIBER_READY;
+            b->current = (int)i;
+            threadIdx = f->tid;
+            emu_switch(&b->scheduler_sp, f->sp);
+            moved = true;
+        }
+        if (b->live > 0 && !moved) {
+            // finished threads no longer count: release a barrier every live thread has reached
+            if (b->block_arrived > 0 && b->block_arrived == b->live) {
+                b->block_arrived = 0;
+                b->block_gen++;
+                continue;
+            }
+            bool released = false;
+            for (unsigned w = 0; w < warps; w++) {
+                if (b->warp_arrived[w] == 0) continue;
+                b->current = -1;
+                if (warp_complete(b, (int)w)) {
+                    b->warp_arrived[w] = 0;
+                    b->warp_gen[w]++;
+                    released = true;
+                }
+            }
+            if (!released) die("deadlock in kernel %s: some threads wait at a barrier the others never reach%s", b->kernel_name);
+        }
+    }
+}
+
+struct LaunchStats {
+    uint64_t launches = 0, blocks = 0, threads = 0;
+};
+inline LaunchStats& stats() {
+    static LaunchStats s;
+    return s;
+}
+
+template <typename... P> struct Launch {
+    void (*kernel)(P...);
+    dim3 grid, block;
+    size_t smem;
+    const char* name;
+    template <typename... A> void operator()(A&&... args) const {
+        std::tuple<P...> params(std::forward<A>(args)...);  // converted as the GPU converts kernel arguments
+        std::function<void()> body = [&]() { std::apply(kernel, params); };
+        unsigned threads = block.x * block.y * block.z;
+        if (threads == 0 || threads > 1024) die("kernel %s: %s threads per block (1..1024)", name, threads == 0 ? "0" : "over 1024");
+        if (grid.x == 0 || grid.y == 0 || grid.z == 0) die("kernel %s: an empty grid%s", name);
+        if (smem > 227 * 1024) die("kernel %s: dynamic shared memory over 227 KiB%s", name);
+        DeviceScope open;
+        LaunchStats& s = stats();
+        s.launches++;
+        Block* b = &tl_block;
+        b->body = &body;
+        b->kernel_name = name;
+        b->dynamic_smem.assign(smem, 0);
+        blockDim = block;
+        gridDim = grid;
+        for (unsigned z = 0; z < grid.z; z++)
+            for (unsigned y = 0; y < grid.y; y++)
+                for (unsigned x = 0; x < grid.x; x++) {
+                    blockIdx = {x, y, z};
+                    run_block(b, threads);
+                    s.blocks++;
+                    s.threads += threads;
+                }
+    }
+};
+
+template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, const char* name) {
+    return Launch<P...>{k, g, b, smem, name};
+}
+
+}  // namespace emu
+
+// The launch convention (llmc/cuda/common.cuh): KEEL_LAUNCH(kernel, grid, block, smem, stream)(args...)
+// is `kernel<<<grid, block, smem, stream>>>(args...)` under nvcc and a call of the emulator here.
+#define KEEL_LAUNCH(kernel, grid, block, smem, stream) ::emu::make_launch(kernel, dim3(grid), dim3(block), (size_t)(smem), #kernel)
+#define KEEL_DYNAMIC_SHARED(T, name) T* name = (T*)::emu::tl_block.dynamic_smem.data()
+
+// ---- kernel-side built-ins -----------------------------------------------------------------------
+#define __global__
+#define __device__
+#define __host__
+#define __shared__ static thread_local
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __noinline__
+
+inline void __syncthreads() { emu::syncthreads(); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_sync(mask); }
+template <typename T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    int lane = emu::tl_block.current % 32;
+    return emu::warp_exchange(mask, v, (lane / width) * width + (src % width));
+}
+template <typename T> inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    int lane = emu::tl_block.current % 32, src = lane ^ lane_mask;
+    if (src / width != lane / width) src = lane;
+    return emu::warp_exchange(mask, v, src);
+}
+template <typename T> inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    int lane = emu::tl_block.current % 32, src = lane + (int)delta;
+    if (src / width != lane / width) src = lane;
+    return emu::warp_exchange(mask, v, src);
+}
+template <typename T> inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    int lane = emu::tl_block.current % 32, src = lane - (int)delta;
+    if (src < 0 || src / width != lane / width) src = lane;
+    return emu::warp_exchange(mask, v, src);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred) { return emu::warp_ballot(mask, pred != 0); }
+inline int __any_sync(unsigned mask, int pred) { return emu::warp_ballot(mask, pred != 0) != 0; }
+inline int __all_sync(unsigned mask, int pred) {
+    unsigned r = emu::warp_ballot(mask, pred != 0), live = emu::warp_ballot(mask, true);
+    return r == live;
+}
+
+// Atomics: a fiber is never interrupted between the read and the write.
+template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+template <typename T> inline T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
+template <typename T> inline T atomicMin(T* p, T v) { T old = *p; *p = old < v ? old : v; return old; }
+template <typename T> inline T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
+template <typename T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
+template <typename T> inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
+
+// Device math that the C library lacks. rsqrtf is 1/sqrtf here (≤ 2 ulp apart from the GPU's).
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+inline float __int_as_float(int x) { float f; memcpy(&f, &x, 4); return f; }
+inline int __float_as_int(float f) { int x; memcpy(&x, &f, 4); return x; }
+inline unsigned __float_as_uint(float f) { unsigned x; memcpy(&x, &f, 4); return x; }
+inline float __uint_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
+template <typename T> inline T __ldg(const T* p) { return *p; }
