@@ -3,6 +3,8 @@
 #   make run        install what is missing, prepare data, build, start the default CPU training
 #   make test       install what is missing, prepare data, build everything, run every test
 #   make data       prepare the default data set (Brown corpus shards + GPT-2 BPE files) alone
+#   make test-cuda  the CUDA kernels and trainer under the CPU emulation of CUDA (no GPU needed)
+#   make test-gpu   the same tests on a real GPU (nvcc-built), plus train_gpt vs train_gpt_cpu
 #   make bench      print ms/iteration, tokens/s and GFLOP/s for fixed configurations
 # Overrides: make NO_CUDA=1 (skip the CUDA trainer), make NO_MPI=1 (build without MPI).
 
@@ -66,7 +68,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all run test data bench setup clean tests
+.PHONY: all run test test-cuda test-gpu data bench setup clean tests
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -117,7 +119,11 @@ CUDA_TEST_BINS := $(patsubst test/%.cpp,build/%,$(wildcard test/test_cuda_*.cpp)
 build/test_cuda_%: test/test_cuda_%.cpp $(HEADERS) $(EMU_HEADERS)
 	@mkdir -p build
 	$(CXX) -O2 $(KEEL_CXXFLAGS) $(EMU_FLAGS) $< -o $@ $(LDLIBS)
-tests: $(TEST_BINS)
+# The CUDA trainer under the emulation: the same train_gpt.cu with KEEL_CUDA, compiled by g++.
+build/train_gpt_emu: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
+	@mkdir -p build
+	$(CXX) -O2 $(KEEL_CXXFLAGS) $(EMU_FLAGS) -DKEEL_CUDA $(CPU_MPI_FLAGS) -x c++ $< -o $@ $(MPI_LIBS) $(LDLIBS)
+tests: $(TEST_BINS) build/train_gpt_emu
 
 setup:
 	@bash scripts/setup.sh
@@ -129,6 +135,23 @@ test: setup
 	@$(MAKE) --no-print-directory all tests
 	@$(MAKE) --no-print-directory data
 	@bash test/run_tests.sh
+
+# The CUDA kernels and the CUDA trainer under the CPU emulation alone (make test runs them too).
+test-cuda: setup
+	@$(MAKE) --no-print-directory train_gpt_cpu $(CUDA_TEST_BINS) build/train_gpt_emu
+	@$(MAKE) --no-print-directory data
+	@bash test/run_tests.sh cuda
+
+# On a machine with a GPU: the same kernel tests compiled by nvcc, and the real train_gpt against
+# the CPU trainer.
+GPU_TEST_BINS := $(patsubst test/%.cpp,build/gpu/%,$(wildcard test/test_cuda_*.cpp))
+build/gpu/test_cuda_%: test/test_cuda_%.cpp $(HEADERS)
+	@mkdir -p build/gpu
+	$(NVCC) $(NVCC_FLAGS) -I. -x cu $< -o $@ -Xcompiler -fopenmp -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas
+test-gpu: setup
+	@$(MAKE) --no-print-directory train_gpt_cpu train_gpt $(GPU_TEST_BINS)
+	@$(MAKE) --no-print-directory data
+	@KEEL_TEST_BIN_DIR=build/gpu KEEL_CUDA_TRAINER=./train_gpt bash test/run_tests.sh cuda
 
 run: setup
 	@$(MAKE) --no-print-directory all

@@ -261,7 +261,10 @@ static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
     Optimizer* o = &tr->opt;
     grad_reduce(comm, o, grads, c->gradient_predivide_factor, &tr->reduce_scratch);  // this rank's shard now holds the mean
     int64_t lo = o->shard_lo[comm->rank], n = o->shard_lo[comm->rank + 1] - lo;
-    if (trainer_inject_inf(it) && comm->rank == 0) grads[0] = INFINITY;
+    if (trainer_inject_inf(it) && comm->rank == 0) {
+        const float inf = INFINITY;
+        backend_copy_to_device(grads, &inf, sizeof inf);
+    }
     bool found_inf = false;
     if (st->scaler.enabled) {
         if (c->fp16) grad_round_fp16(grads + lo, (size_t)n);

@@ -1,15 +1,34 @@
 // backend.h — picks the op set and memory functions the trainer is compiled against.
 //
 // train_gpt.cu is backend-agnostic (DESIGN §1): it calls the ops below by name. The CPU op set
-// (llmc/cpu/*.h: fp32 OpenMP kernels, the readable reference of the method) is what both
-// binaries use until the CUDA op set (llmc/cuda/*.cuh, same signatures) lands; then KEEL_CUDA
-// selects it here and nowhere else.
+// (llmc/cpu/*.h: fp32 OpenMP kernels, the readable reference of the method) builds train_gpt_cpu;
+// KEEL_CUDA selects the CUDA op set (llmc/cuda/*.cuh, namespace keel_cuda, same signatures) for
+// train_gpt — here and nowhere else. Under the CUDA build every buffer the ops touch is device
+// memory: host code reaches it only through backend_copy_to_host/to_device (the CUDA emulation
+// of the tests enforces that by keeping device memory inaccessible outside kernels and copies).
 #pragma once
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "llmc/common.h"
+
+#ifdef KEEL_CUDA
+#include "llmc/cuda/adam8bit.cuh"
+#include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/attention.cuh"
+#include "llmc/cuda/classifier.cuh"
+#include "llmc/cuda/device.cuh"
+#include "llmc/cuda/dropout.cuh"
+#include "llmc/cuda/encoder.cuh"
+#include "llmc/cuda/gelu.cuh"
+#include "llmc/cuda/headscale.cuh"
+#include "llmc/cuda/layernorm.cuh"
+#include "llmc/cuda/matmul.cuh"
+#include "llmc/cuda/relu.cuh"
+#include "llmc/cuda/residual.cuh"
+using namespace keel_cuda;  // the CUDA op set, same names and signatures as the CPU's
+#else
 #include "llmc/cpu/adam8bit.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/attention.h"
@@ -22,14 +41,15 @@
 #include "llmc/cpu/matmul.h"
 #include "llmc/cpu/relu.h"
 #include "llmc/cpu/residual.h"
-
-#ifdef KEEL_CUDA
-#include "llmc/cuda/device.cuh"
 #endif
 
 static inline const char* backend_name() {
 #ifdef KEEL_CUDA
-    return "cpu kernels inside the CUDA build (the CUDA op set has not landed yet)";
+#ifdef KEEL_CUDA_EMULATION
+    return "cuda (fp32; kernels under the CPU emulation of the CUDA execution model, test/cuda_emu)";
+#else
+    return "cuda (fp32, cuBLASLt matmul)";
+#endif
 #else
     static char name[64];
     snprintf(name, sizeof name, "cpu (fp32, OpenMP, %s matmul)", gemm_isa());
@@ -37,6 +57,24 @@ static inline const char* backend_name() {
 #endif
 }
 
+#ifdef KEEL_CUDA
+// Device memory on the GPU; sizes in bytes; failures name the size.
+static inline void* backend_malloc(size_t bytes) {
+    void* p = nullptr;
+    if (bytes && cudaMalloc(&p, bytes) != cudaSuccess)
+        keel_die_code(KEEL_EXIT_RUNTIME, "use a smaller model or micro-batch (or more GPUs with --zero-stage 1)",
+                      "out of GPU memory allocating %zu bytes", bytes);
+    return p;
+}
+static inline void backend_free(void* p) { CUDA_CHECK(cudaFree(p)); }
+static inline void backend_memset_zero(void* p, size_t bytes) { if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes)); }
+static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
+}
+static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+}
+#else
 // Device memory: host memory on the CPU backend. Sizes in bytes; failures name the size.
 static inline void* backend_malloc(size_t bytes) {
     void* p = nullptr;
@@ -48,3 +86,4 @@ static inline void backend_free(void* p) { free(p); }
 static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+#endif

@@ -39,10 +39,27 @@
     } while (0)
 #endif
 
+#if defined(KEEL_CUDA) && defined(KEEL_MPI)
+#define KEEL_NCCL 1
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
 struct Comm {
     int rank, size;  // this process and the world
     bool mpi;        // MPI is initialised (a run under mpirun/srun, or an MPI singleton)
+#ifdef KEEL_NCCL
+    ncclComm_t nccl; // device-buffer collectives (size > 1)
+    int local_rank;  // this process's GPU on its node
+#endif
 };
+
+#ifdef KEEL_NCCL
+static inline void comm_nccl_init(Comm* c);
+static inline void comm_nccl_free(Comm* c);
+static inline void nccl_reduce_scatter_sum_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo);
+static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo);
+#endif
 
 // True when a launcher (mpirun/mpiexec of OpenMPI, MPICH or PMIx, or srun) started this process.
 // A plain `./train_gpt_cpu` does not initialise MPI: an MPI singleton start costs a daemon fork.
@@ -71,9 +88,15 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
     c->mpi = true;
 #endif
+#ifdef KEEL_NCCL
+    comm_nccl_init(c);
+#endif
 }
 
 static inline void comm_finalize(Comm* c) {
+#ifdef KEEL_NCCL
+    comm_nccl_free(c);
+#endif
 #ifdef KEEL_MPI
     if (c->mpi) MPI_Finalize();
 #endif
@@ -162,6 +185,11 @@ static inline bool comm_any(const Comm* c, bool flag) {
 static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* buf, float* out, const std::vector<int64_t>& lo,
                                                std::vector<float>* scratch) {
     int64_t mine = lo[c->rank + 1] - lo[c->rank];
+#ifdef KEEL_NCCL
+    if (out != buf + lo[c->rank]) keel_die("comm_reduce_scatter_sum_f32: the CUDA build reduces in place (out = buf + lo[rank])");
+    if (c->size > 1) nccl_reduce_scatter_sum_f32(c, (float*)buf, lo);
+    return;
+#endif
     if (c->size == 1) {
         if (out != buf + lo[0]) memmove(out, buf + lo[0], (size_t)mine * sizeof(float));
         return;
@@ -190,17 +218,25 @@ static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* buf, 
 // Every rank's shard [lo[r], lo[r+1]) of buf (floats), gathered in place on every rank.
 static inline void comm_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo) {
     if (c->size == 1) return;
+#ifdef KEEL_NCCL
+    nccl_allgather_shards_f32(c, buf, lo);
+    return;
+#endif
     std::vector<size_t> counts(c->size);
     for (int r = 0; r < c->size; r++) counts[r] = (size_t)(lo[r + 1] - lo[r]) * sizeof(float);
     comm_allgatherv(c, buf + lo[c->rank], counts[c->rank], buf, counts);
 }
 
-#if defined(KEEL_CUDA) && defined(KEEL_MPI)
+#ifdef KEEL_NCCL
 // ---- NCCL backend (device buffers) ---------------------------------------------------------------
-// Same contracts as above on device pointers. Reduce-scatter of unequal shards is a group of
-// ncclReduce calls, one per owner (NCCL's own ReduceScatter needs equal counts); NCCL's ring order
-// is fixed for a fixed world, so the sums are reproducible for a fixed layout.
-#include <nccl.h>
+// The collectives on device buffers (gradients, parameters) in the CUDA trainer; the small host
+// reductions (losses, norm partials, flags) stay on MPI above. One process per GPU: the GPU is the
+// process's rank among the ranks of its node (MPI's shared-memory split), rank 0 creates the NCCL
+// id and broadcasts it over MPI. All calls run on the default stream, ordered with the kernels.
+// Reduce-scatter of unequal shards is a group of ncclReduce calls, one per owner (NCCL's own
+// ReduceScatter needs equal counts). NCCL chooses its reduction order (ring/tree) from the world's
+// topology: fixed for a fixed layout and machine, so runs repeat bit for bit; it is not the MPI
+// backend's rank order, so CPU and GPU data-parallel sums differ in the last bits.
 #define NCCL_CHECK(call)                                                                              \
     do {                                                                                              \
         ncclResult_t nccl_status_ = (call);                                                           \
@@ -208,49 +244,45 @@ static inline void comm_allgather_shards_f32(const Comm* c, float* buf, const st
             keel_die("NCCL call %s failed at %s:%d: %s", #call, __FILE__, __LINE__, ncclGetErrorString(nccl_status_)); \
     } while (0)
 
-struct NcclComm {
-    ncclComm_t comm;
-    cudaStream_t stream;
-};
-
-// One process per GPU: rank 0 creates the NCCL id and broadcasts it over MPI.
-static inline void nccl_comm_init(NcclComm* nc, const Comm* c, cudaStream_t stream) {
+static inline void comm_nccl_init(Comm* c) {
+    c->local_rank = 0;
+    c->nccl = nullptr;
+    if (c->size == 1) return;
+    MPI_Comm node;
+    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_rank(node, &c->local_rank));
+    MPI_CHECK(MPI_Comm_free(&node));
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0)
+        keel_die("rank %d: no CUDA device visible", c->rank);
+    if (c->local_rank >= devices)
+        keel_die_code(KEEL_EXIT_USAGE, "start one process per GPU (mpirun -np <GPUs> / srun --ntasks-per-node=<GPUs>)",
+                      "rank %d is process %d on its node, which has %d GPU(s)", c->rank, c->local_rank, devices);
+    if (cudaSetDevice(c->local_rank) != cudaSuccess) keel_die("rank %d: cudaSetDevice(%d) failed", c->rank, c->local_rank);
     ncclUniqueId id;
     if (c->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     comm_broadcast(c, &id, sizeof id, 0);
-    NCCL_CHECK(ncclCommInitRank(&nc->comm, c->size, id, c->rank));
-    nc->stream = stream;
+    NCCL_CHECK(ncclCommInitRank(&c->nccl, c->size, id, c->rank));
 }
 
-static inline void nccl_comm_free(NcclComm* nc) { ncclCommDestroy(nc->comm); }
-
-static inline void nccl_allreduce_sum_f32(NcclComm* nc, float* buf, size_t n) {
-    NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, nc->comm, nc->stream));
+static inline void comm_nccl_free(Comm* c) {
+    if (c->nccl) ncclCommDestroy(c->nccl);
+    c->nccl = nullptr;
 }
 
-static inline void nccl_reduce_scatter_sum_f32(NcclComm* nc, float* buf, const std::vector<int64_t>& lo) {
+static inline void nccl_reduce_scatter_sum_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo) {
     NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r + 1 < lo.size(); r++)
-        NCCL_CHECK(ncclReduce(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, ncclSum, (int)r, nc->comm, nc->stream));
+        NCCL_CHECK(ncclReduce(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, ncclSum, (int)r, c->nccl, 0));
     NCCL_CHECK(ncclGroupEnd());
+    if (cudaStreamSynchronize(0) != cudaSuccess) keel_die("rank %d: the gradient reduce-scatter failed on the GPU", c->rank);
 }
 
-static inline void nccl_allgather_shards_f32(NcclComm* nc, float* buf, const std::vector<int64_t>& lo) {
+static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo) {
     NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r + 1 < lo.size(); r++)
-        NCCL_CHECK(ncclBroadcast(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, (int)r, nc->comm, nc->stream));
+        NCCL_CHECK(ncclBroadcast(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, (int)r, c->nccl, 0));
     NCCL_CHECK(ncclGroupEnd());
-}
-
-static inline void nccl_broadcast(NcclComm* nc, void* buf, size_t bytes, int root) {
-    NCCL_CHECK(ncclBroadcast(buf, buf, bytes, ncclUint8, root, nc->comm, nc->stream));
-}
-
-static inline void nccl_send(NcclComm* nc, const void* buf, size_t bytes, int peer) {
-    NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, peer, nc->comm, nc->stream));
-}
-
-static inline void nccl_recv(NcclComm* nc, void* buf, size_t bytes, int peer) {
-    NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, peer, nc->comm, nc->stream));
+    if (cudaStreamSynchronize(0) != cudaSuccess) keel_die("rank %d: the parameter all-gather failed on the GPU", c->rank);
 }
 #endif

@@ -204,7 +204,7 @@ template <typename F> struct GPT {
     int* inputs;              // (B,T) on the device
     int* targets;             // (B,T) on the device
     std::vector<F> losses_host;
-    std::vector<float> alibi; // (NH) slopes, empty without ALiBi
+    float* alibi;             // (NH) ALiBi slopes in device memory (the attention kernels read them), or null
     DropoutState dropout;
 };
 
@@ -253,9 +253,12 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     m->inputs = (int*)backend_malloc(BT * sizeof(int));
     m->targets = (int*)backend_malloc(BT * sizeof(int));
     m->losses_host.resize(BT);
+    m->alibi = nullptr;
     if (cfg->alibi) {
-        m->alibi.resize(NH);
-        alibi_slopes((int)NH, m->alibi.data());
+        std::vector<float> slopes(NH);
+        alibi_slopes((int)NH, slopes.data());
+        m->alibi = (float*)backend_malloc(NH * sizeof(float));
+        backend_copy_to_device(m->alibi, slopes.data(), NH * sizeof(float));
     }
     m->dropout = {false, 0, 0};
 }
@@ -271,6 +274,7 @@ template <typename F> void gpt_free(GPT<F>* m) {
     for (F* b : bufs) backend_free(b);
     backend_free(m->inputs);
     backend_free(m->targets);
+    backend_free(m->alibi);
 }
 
 // Turns dropout on for the next forward/backward of a training micro-batch whose row 0 is the
@@ -292,7 +296,7 @@ template <typename F> static inline AttentionOpts gpt_attention_opts(const GPT<F
     AttentionOpts o;
     o.scaling = m->config.attention_scaling;
     o.coeff = m->config.qk_layer_scaling ? (double)(layer + 1) : 1.0;  // 1-based layer number, as GPTModel
-    o.alibi = m->alibi.empty() ? nullptr : m->alibi.data();
+    o.alibi = m->alibi;
     o.dropout = gpt_dropout_site(m, m->config.attention_dropout, layer, DROPOUT_SITE_ATTN_PROBS);
     return o;
 }

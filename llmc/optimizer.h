@@ -361,12 +361,12 @@ static inline double grad_norm_sumsq(Optimizer* o, const Comm* comm, const float
     }
     std::vector<double> part(2 * nc);  // (Σ g², zeros) per chunk
     size_t c0 = first[comm->rank], c1 = first[comm->rank + 1];
-#pragma omp parallel for schedule(dynamic, 1)
+    std::vector<int64_t> offsets(c1 - c0), numels(c1 - c0);
     for (size_t c = c0; c < c1; c++) {
-        const float* x = g + o->chunks[c].offset_canonical;
-        part[2 * c] = sumsq_f64(x, o->chunks[c].numel);
-        part[2 * c + 1] = (double)count_zeros(x, o->chunks[c].numel);
+        offsets[c - c0] = o->chunks[c].offset_canonical;
+        numels[c - c0] = o->chunks[c].numel;
     }
+    sumsq_zeros_chunks(part.data() + 2 * c0, g, offsets.data(), numels.data(), c1 - c0);
     for (int r = 0; r < comm->size; r++) counts[r] = (first[r + 1] - first[r]) * 2 * sizeof(double);
     comm_allgatherv(comm, part.data() + 2 * c0, counts[comm->rank], part.data(), counts);
     std::fill(o->unit_sumsq.begin(), o->unit_sumsq.end(), 0.0);
@@ -451,12 +451,17 @@ static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, GPT<floa
     o->step++;
     // percentile statistics describe the gradient the optimizer sees (after clipping, as in
     // Megatron + bitsandbytes): ‖coeff·g‖² = coeff²·Σ g²
-    if (o->pclip_hist)
+    // (the history is optimizer state, in device memory: the host works on a copy of it)
+    if (o->pclip_hist) {
+        std::vector<float> hist(o->units.size() * PCLIP_HISTORY);
+        backend_copy_to_host(hist.data(), o->pclip_hist, hist.size() * sizeof(float));
         for (size_t ui = 0; ui < o->units.size(); ui++) {
-            o->pclip_scale[ui] = percentile_clip_scale(o->pclip_hist + ui * PCLIP_HISTORY, o->step, o->unit_sumsq[ui] * coeff * coeff,
+            o->pclip_scale[ui] = percentile_clip_scale(hist.data() + ui * PCLIP_HISTORY, o->step, o->unit_sumsq[ui] * coeff * coeff,
                                                        (int)c->adam8bit_percentile_clipping);
             r.pclip_units += o->pclip_scale[ui] < 1.0f;
         }
+        backend_copy_to_device(o->pclip_hist, hist.data(), hist.size() * sizeof(float));
+    }
     for (const OptPiece& pc : o->pieces) optimizer_update_piece(o, &pc, model, c, lr);
     return r;
 }

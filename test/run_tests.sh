@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test: the compiled unit tests build/test_* and the scripted tests test/test_*.sh.
 # A test passes when it exits 0. Prints one line per test and ends with `N passed, N failed`;
-# exits non-zero if anything failed. `bash test/run_tests.sh PATTERN` runs only matching tests.
+# exits non-zero if anything failed. `bash test/run_tests.sh PATTERN` runs only matching tests;
+# KEEL_TEST_BIN_DIR=build/gpu takes the compiled tests from there (make test-gpu).
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 pattern="${1:-}"
 passed=0; failed=0; failures=()
 mkdir -p build/test_logs
-for t in build/test_* test/test_*.sh; do
+for t in "${KEEL_TEST_BIN_DIR:-build}"/test_* test/test_*.sh; do
   [ -e "$t" ] || continue
   case "$t" in *.cpp|*/test_logs) continue;; esac
   name=$(basename "$t"); name=${name%.sh}

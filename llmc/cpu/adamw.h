@@ -44,6 +44,17 @@ static inline int64_t count_zeros(const float* x, int64_t n) {
     return z;
 }
 
+// The gradient norm's partials of many chunks at once: out[2c] = Σ x² (sumsq_f64's order) and
+// out[2c+1] = the exact zeros of chunk c = base[offsets[c], offsets[c] + numels[c]). out, offsets
+// and numels are host arrays; one call per step (the CUDA twin is a single launch).
+static inline void sumsq_zeros_chunks(double* out, const float* base, const int64_t* offsets, const int64_t* numels, size_t nchunks) {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t c = 0; c < nchunks; c++) {
+        out[2 * c] = sumsq_f64(base + offsets[c], numels[c]);
+        out[2 * c + 1] = (double)count_zeros(base + offsets[c], numels[c]);
+    }
+}
+
 static inline void grad_scale(float* g, int64_t n, float s) {
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) g[i] *= s;

@@ -1,12 +1,12 @@
 // cuda/device.cuh — what the CUDA build links against, reported at start-up.
 //
-// Until the CUDA op set lands (kernels, cuBLASLt matmuls, bf16), train_gpt runs the CPU kernels on
-// the host. This file is the first piece of the CUDA backend: it queries the CUDA runtime,
-// cuBLASLt, NCCL and MPI, so the start-up line shows which versions the binary really linked and
-// how many GPUs it sees — and so the link is real, not dropped by the linker.
+// It queries the CUDA runtime, cuBLASLt, NCCL and MPI, so the start-up line shows which versions the
+// binary really linked and how many GPUs it sees.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#define OMPI_SKIP_MPICXX 1  // the C API only
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #include <nccl.h>
 

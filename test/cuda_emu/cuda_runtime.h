@@ -44,7 +44,8 @@ inline const char* cudaGetErrorString(cudaError_t e) {
 inline cudaError_t cudaGetLastError() { cudaError_t e = emu_last_error; emu_last_error = cudaSuccess; return e; }
 inline cudaError_t cudaPeekAtLastError() { return emu_last_error; }
 
-inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+// The emulated node has 8 GPUs (one per rank of a local mpirun), like an 8-GPU server.
+inline cudaError_t cudaGetDeviceCount(int* n) { *n = 8; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaRuntimeGetVersion(int* v) { *v = 0; return cudaSuccess; }

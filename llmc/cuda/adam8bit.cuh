@@ -1,0 +1,163 @@
+// cuda/adam8bit.cuh — bitsandbytes' blockwise 8-bit Adam and its fp32 twin; the contract of
+// cpu/adam8bit.h:
+//   adam8bit_update, per quantization block (c1 = 1-β1^t, c2 = sqrt(1-β2^t) passed in):
+//       g = g·gnorm_scale;  m = map_m[code_m]·absmax_m;  v = map_v[code_v]·absmax_v
+//       m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²;  absmax_m = max|m|, absmax_v = max|v| (block)
+//       p = p - lr·(c2/c1)·m/(sqrt(v) + c2·eps);  p = p·(1 - lr·wd) when wd > 0
+//       code_m = adam8bit_quantize_m(m, absmax_m), code_v = adam8bit_quantize_v(v, absmax_v)
+//   adam32_update: the same step with fp32 moments m, v.
+// Legend: n elements of one parameter tensor; BS the quantization block size (≤ ADAM8BIT_MAX_BLOCK),
+// blocks start at element 0 and the last may be partial; nblocks = ceil(n / BS).
+//
+// Layout. One CUDA block of ADAM8BIT_THREADS threads per quantization block; thread t owns the
+// elements t, t + 256, ... of it (at most 8) and keeps their new moments in registers between the
+// passes (dequantize + moments, block absmax, parameter, codes), as the CPU keeps them in its m[],
+// v[] arrays. adam32_update is one thread per element.
+//
+// Numerics: the CPU's float formulas, one rounding per operation (fmul_rn & co. of cuda/adamw.cuh:
+// no FMA contraction), IEEE sqrt and division; the per-step constants step_size, c2·eps and
+// 1 - lr·wd are computed on the host with the CPU op's expressions. The block absmax is a max,
+// exact in any order, and like the CPU's row_max_abs it starts at 0 and never lets a NaN win.
+// So params, codes and absmax are bit-identical to the CPU's, and results do not depend on timing.
+//
+// The maps (Adam8bitMaps, ~140 KB with the lookup tables) arrive as a host pointer: the launcher
+// keeps one device copy and a host copy of its bytes, and uploads again only when the bytes differ
+// (a memcmp per call, microseconds; padding bytes that differ only cost a redundant upload).
+#pragma once
+#include <cstring>
+
+#include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/common.cuh"
+
+namespace keel_cuda {
+
+// nvcc keeps m[], v[] in registers only if the loops over them are unrolled; g++ (the emulation)
+// does not know the pragma.
+#if defined(__CUDACC__)
+#define ADAM8BIT_UNROLL _Pragma("unroll")
+#else
+#define ADAM8BIT_UNROLL
+#endif
+
+enum { ADAM8BIT_THREADS = 256, ADAM8BIT_PER_THREAD = ADAM8BIT_MAX_BLOCK / ADAM8BIT_THREADS };
+
+// The per-step constants, computed once on the host exactly as the CPU op computes them.
+struct AdamStepConsts {
+    float step_size;  // -lr·c2/c1
+    float eps;        // c2·eps
+    float decay;      // 1 - lr·wd
+};
+static inline AdamStepConsts adam_step_consts(AdamHyper h) {
+    return {-h.lr * h.c2 / h.c1, h.c2 * h.eps, 1.0f - h.lr * h.wd};
+}
+
+__device__ inline float max_abs_acc(float acc, float x) {
+    float a = fabsf(x);
+    return acc < a ? a : acc;  // a NaN never wins (as row_max_abs)
+}
+
+// Max over the block of non-negative, non-NaN per-thread values; every thread gets it. shared: 32.
+__device__ inline float block_max_nonneg(float v, float* shared) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();  // shared may still be read by a previous call
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float w = lane < warps ? shared[lane] : 0.0f;
+    return warp_max(w);
+}
+
+// m' = β1·m + (1-β1)·g and v' = β2·v + (1-β2)·g·g, rounded in the CPU's order.
+__device__ inline float adam_moment1(float m, float g, float beta1) {
+    return fadd_rn(fmul_rn(m, beta1), fmul_rn(1.0f - beta1, g));
+}
+__device__ inline float adam_moment2(float v, float g, float beta2) {
+    return fadd_rn(fmul_rn(v, beta2), fmul_rn(fmul_rn(1.0f - beta2, g), g));
+}
+// p + step_size·m/(sqrt(v) + eps), then the decoupled decay.
+__device__ inline float adam_param(float p, float m, float v, float wd, AdamStepConsts s) {
+    float pj = fadd_rn(p, fmul_rn(s.step_size, fdiv_rn(m, fadd_rn(fsqrt_rn(v), s.eps))));
+    return wd > 0.0f ? fmul_rn(pj, s.decay) : pj;
+}
+
+// Grid: (nblocks); block: (ADAM8BIT_THREADS). q: device copy of the maps.
+__global__ void adam8bit_update_kernel(float* p, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
+                                       float* absmax_v, int64_t n, int block_size, const Adam8bitMaps* q, AdamHyper h,
+                                       AdamStepConsts s, float gnorm_scale) {
+    __shared__ float shared[32];
+    int64_t b = blockIdx.x, lo = b * block_size;
+    int len = n - lo < block_size ? (int)(n - lo) : block_size;
+    float m[ADAM8BIT_PER_THREAD], v[ADAM8BIT_PER_THREAD];  // this thread's new moments, fp32
+    float am = absmax_m[b], av = absmax_v[b];                // read by all before thread 0 writes
+    float max_m = 0.0f, max_v = 0.0f;
+ADAM8BIT_UNROLL
+    for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
+        int j = threadIdx.x + k * ADAM8BIT_THREADS;
+        if (j >= len) break;
+        float gj = fmul_rn(g[lo + j], gnorm_scale);
+        m[k] = adam_moment1(fmul_rn(q->map_m[code_m[lo + j]], am), gj, h.beta1);
+        v[k] = adam_moment2(fmul_rn(q->map_v[code_v[lo + j]], av), gj, h.beta2);
+        max_m = max_abs_acc(max_m, m[k]);
+        max_v = max_abs_acc(max_v, v[k]);
+    }
+    float new_am = block_max_nonneg(max_m, shared), new_av = block_max_nonneg(max_v, shared);
+ADAM8BIT_UNROLL
+    for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
+        int j = threadIdx.x + k * ADAM8BIT_THREADS;
+        if (j >= len) break;
+        p[lo + j] = adam_param(p[lo + j], m[k], v[k], h.wd, s);
+        code_m[lo + j] = adam8bit_quantize_m(q, m[k], new_am);
+        code_v[lo + j] = adam8bit_quantize_v(q, v[k], new_av);
+    }
+    if (threadIdx.x == 0) {
+        absmax_m[b] = new_am;
+        absmax_v[b] = new_av;
+    }
+}
+
+__global__ void adam32_update_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamHyper h,
+                                     AdamStepConsts s, float gnorm_scale) {
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float gi = fmul_rn(g[i], gnorm_scale);
+    float mi = adam_moment1(m[i], gi, h.beta1), vi = adam_moment2(v[i], gi, h.beta2);
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = adam_param(p[i], mi, vi, h.wd, s);
+}
+
+// The device copy of the maps, uploaded on first use and again whenever the host bytes change.
+static inline const Adam8bitMaps* adam8bit_maps_device(const Adam8bitMaps* q) {
+    static Adam8bitMaps* device = nullptr;
+    static Adam8bitMaps* uploaded = nullptr;  // host copy of what `device` holds (heap: ~140 KB)
+    if (!device) {
+        CUDA_CHECK(cudaMalloc(&device, sizeof(Adam8bitMaps)));
+        uploaded = new Adam8bitMaps;
+    } else if (memcmp(uploaded, q, sizeof(Adam8bitMaps)) == 0) {
+        return device;
+    }
+    memcpy(uploaded, q, sizeof(Adam8bitMaps));
+    CUDA_CHECK(cudaMemcpy(device, q, sizeof(Adam8bitMaps), cudaMemcpyHostToDevice));
+    return device;
+}
+
+// ---- launchers ----------------------------------------------------------------------------------
+static inline void adam8bit_update(float* p, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
+                                   float* absmax_v, int64_t n, int block_size, const Adam8bitMaps* q, AdamHyper h,
+                                   float gnorm_scale) {
+    if (block_size < 1 || block_size > ADAM8BIT_MAX_BLOCK)
+        keel_die("adam8bit_update: block size %d outside [1, %d]", block_size, (int)ADAM8BIT_MAX_BLOCK);
+    if (n <= 0) return;
+    const Adam8bitMaps* d_q = adam8bit_maps_device(q);
+    KEEL_LAUNCH(adam8bit_update_kernel, ceil_div(n, block_size), ADAM8BIT_THREADS, 0, MAIN_STREAM)(
+        p, g, code_m, code_v, absmax_m, absmax_v, n, block_size, d_q, h, adam_step_consts(h), gnorm_scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+static inline void adam32_update(float* p, const float* g, float* m, float* v, int64_t n, AdamHyper h, float gnorm_scale) {
+    if (n <= 0) return;
+    KEEL_LAUNCH(adam32_update_kernel, ceil_div(n, 256), 256, 0, MAIN_STREAM)(p, g, m, v, n, h, adam_step_consts(h), gnorm_scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace keel_cuda

@@ -1,0 +1,178 @@
+// cublasLt.h (emulation) — the part of cuBLASLt keel's matmul (llmc/cuda/matmul.cuh) uses, computed
+// with plain CPU loops. Strict on purpose: a descriptor attribute, epilogue, data type or compute
+// type keel does not use is refused with CUBLAS_STATUS_NOT_SUPPORTED and a message, so the shim
+// cannot silently compute something other than what the real library would.
+//
+// Semantics implemented (column-major, as cuBLASLt):
+//   D = alpha·op(A)·op(B) + beta·C  [+ bias[i] on row i of D under CUBLASLT_EPILOGUE_BIAS]
+//   op(X) = X or Xᵀ (CUBLASLT_MATMUL_DESC_TRANSA/B); A, B, C, D fp32 or bf16 (read as float,
+//   D rounded to its type); products summed in fp32 in ascending k (the GPU's order differs:
+//   tests compare with a tolerance). C may be D (in-place accumulate).
+#pragma once
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+
+#include "cuda_runtime.h"
+
+typedef enum { CUBLAS_STATUS_SUCCESS = 0, CUBLAS_STATUS_NOT_INITIALIZED = 1, CUBLAS_STATUS_INVALID_VALUE = 7,
+               CUBLAS_STATUS_NOT_SUPPORTED = 15 } cublasStatus_t;
+typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
+typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
+typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
+typedef cudaDataType_t cudaDataType;
+typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
+               CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 } cublasLtMatmulDescAttributes_t;
+typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+
+struct emu_lt_handle { int unused; };
+struct emu_lt_desc {
+    cublasComputeType_t compute;
+    cudaDataType_t scale;
+    cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
+    cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    const void* bias = nullptr;
+};
+struct emu_lt_layout {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+};
+struct emu_lt_pref { uint64_t workspace = 0; };
+typedef emu_lt_handle* cublasLtHandle_t;
+typedef emu_lt_desc* cublasLtMatmulDesc_t;
+typedef emu_lt_layout* cublasLtMatrixLayout_t;
+typedef emu_lt_pref* cublasLtMatmulPreference_t;
+struct cublasLtMatmulAlgo_t { uint64_t data[8]; };
+struct cublasLtMatmulHeuristicResult_t {
+    cublasLtMatmulAlgo_t algo;
+    size_t workspaceSize;
+    cublasStatus_t state;
+    float wavesCount;
+    int reserved[4];
+};
+
+inline cublasStatus_t emu_lt_refuse(const char* what, long long value) {
+    fprintf(stderr, "cuBLASLt emulation: %s %lld is not implemented (keel does not use it)\n", what, value);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+inline size_t cublasLtGetVersion() { return 0; }
+inline const char* cublasLtGetStatusString(cublasStatus_t s) {
+    switch (s) {
+        case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+        case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+        case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+        default: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    }
+}
+inline cublasStatus_t cublasLtCreate(cublasLtHandle_t* h) { *h = new emu_lt_handle{0}; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) { delete h; return CUBLAS_STATUS_SUCCESS; }
+
+inline cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* d, cublasComputeType_t compute, cudaDataType_t scale) {
+    if (compute != CUBLAS_COMPUTE_32F) return emu_lt_refuse("compute type", compute);
+    if (scale != CUDA_R_32F) return emu_lt_refuse("scale type", scale);
+    *d = new emu_lt_desc;
+    (*d)->compute = compute;
+    (*d)->scale = scale;
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) { delete d; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const void* buf, size_t size) {
+    switch (attr) {
+        case CUBLASLT_MATMUL_DESC_TRANSA:
+        case CUBLASLT_MATMUL_DESC_TRANSB: {
+            if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+            int32_t op;
+            memcpy(&op, buf, sizeof op);
+            if (op != CUBLAS_OP_N && op != CUBLAS_OP_T) return emu_lt_refuse("transpose op", op);
+            (attr == CUBLASLT_MATMUL_DESC_TRANSA ? d->transa : d->transb) = (cublasOperation_t)op;
+            return CUBLAS_STATUS_SUCCESS;
+        }
+        case CUBLASLT_MATMUL_DESC_EPILOGUE: {
+            if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+            uint32_t e;
+            memcpy(&e, buf, sizeof e);
+            if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS) return emu_lt_refuse("epilogue", e);
+            d->epilogue = (cublasLtEpilogue_t)e;
+            return CUBLAS_STATUS_SUCCESS;
+        }
+        case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
+            if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+            memcpy(&d->bias, buf, sizeof(void*));
+            return CUBLAS_STATUS_SUCCESS;
+    }
+    return emu_lt_refuse("matmul descriptor attribute", attr);
+}
+
+inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld) {
+    if (type != CUDA_R_32F && type != CUDA_R_16BF) return emu_lt_refuse("matrix data type", type);
+    if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;
+    *l = new emu_lt_layout{type, rows, cols, ld};
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
+
+inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) { *p = new emu_lt_pref; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
+                                                           const void* buf, size_t size) {
+    if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof(uint64_t)) return emu_lt_refuse("preference attribute", attr);
+    memcpy(&p->workspace, buf, sizeof(uint64_t));
+    return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
+                                                     cublasLtMatmulHeuristicResult_t* results, int* returned) {
+    if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(results, 0, sizeof *results);
+    *returned = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+inline float emu_lt_load(const void* base, cudaDataType_t t, size_t i) {
+    if (t == CUDA_R_32F) return ((const float*)base)[i];
+    return __bfloat162float(((const __nv_bfloat16*)base)[i]);
+}
+inline void emu_lt_store(void* base, cudaDataType_t t, size_t i, float v) {
+    if (t == CUDA_R_32F) ((float*)base)[i] = v;
+    else ((__nv_bfloat16*)base)[i] = __float2bfloat16(v);
+}
+
+inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha_p, const void* A, cublasLtMatrixLayout_t la,
+                                     const void* B, cublasLtMatrixLayout_t lb, const void* beta_p, const void* C, cublasLtMatrixLayout_t lc,
+                                     void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+    // op(A) is m×k, op(B) is k×n, C and D are m×n
+    uint64_t m = d->transa == CUBLAS_OP_N ? la->rows : la->cols, k = d->transa == CUBLAS_OP_N ? la->cols : la->rows;
+    uint64_t kb = d->transb == CUBLAS_OP_N ? lb->rows : lb->cols, n = d->transb == CUBLAS_OP_N ? lb->cols : lb->rows;
+    if (k != kb || ld->rows != m || ld->cols != n || lc->rows != m || lc->cols != n) {
+        fprintf(stderr, "cuBLASLt emulation: inconsistent shapes (op(A) %llux%llu, op(B) %llux%llu, D %llux%llu)\n",
+                (unsigned long long)m, (unsigned long long)k, (unsigned long long)kb, (unsigned long long)n,
+                (unsigned long long)ld->rows, (unsigned long long)ld->cols);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (C != D && lc->ld != ld->ld) return emu_lt_refuse("a C layout other than D's, leading dimension", lc->ld);
+    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    float alpha, beta;
+    memcpy(&alpha, alpha_p, 4);
+    memcpy(&beta, beta_p, 4);
+    emu::DeviceScope open;
+    bool ta = d->transa == CUBLAS_OP_T, tb = d->transb == CUBLAS_OP_T;
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < (int64_t)n; j++) {
+        for (uint64_t i = 0; i < m; i++) {
+            float acc = 0.0f;
+            for (uint64_t p = 0; p < k; p++) {
+                float a = emu_lt_load(A, la->type, ta ? i * la->ld + p : p * la->ld + i);
+                float b = emu_lt_load(B, lb->type, tb ? p * lb->ld + j : j * lb->ld + p);
+                acc += a * b;
+            }
+            float r = alpha * acc;
+            if (beta != 0.0f) r += beta * emu_lt_load(C, lc->type, j * lc->ld + i);
+            if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) r += emu_lt_load(d->bias, ld->type, i);
+            emu_lt_store(D, ld->type, j * ld->ld + i, r);
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The CUDA trainer (train_gpt.cu with KEEL_CUDA: the llmc/cuda op set, cuBLASLt, the NCCL comm
+# backend) against the CPU trainer. In CI it is build/train_gpt_emu — the CUDA sources under the CPU
+# emulation of the CUDA execution model, with device memory inaccessible to host code outside
+# kernels and copies; on a GPU `make test-gpu` sets KEEL_CUDA_TRAINER=./train_gpt.
+#   1. parity, fp32: every iteration's loss, grad norm and validation loss within 2e-5 relative of
+#      train_gpt_cpu over 6 iterations of a tiny model with dropout on, for plain GPT-2, the model
+#      knobs (ALiBi, NormFormer, embedding LayerNorm, ReLU, qk-layer scaling), 8-bit Adam with
+#      percentile clipping (1e-4, see below), and --fp16 (loss scaler) plus clipping. The op sets
+#      sum in different orders (cuBLASLt's tiling, warp trees), so bits differ; 2e-5 is ~100 ulp of
+#      fp32 after six updates;
+#   2. determinism: two runs give identical JSONL records and checkpoint bytes;
+#   3. bit-exact resume: 3 iterations, save, resume to 6 = 6 straight;
+#   4. checkpoints are canonical: the CPU trainer loads the CUDA trainer's checkpoint and its first
+#      validation loss matches;
+#   5. data parallel through the NCCL backend (mpirun -np 2, ZeRO-1) within 2e-5 of one process.
+source "$(dirname "$0")/lib.sh"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+CUDA=${KEEL_CUDA_TRAINER:-build/train_gpt_emu}
+[ -x "$CUDA" ] || { fail "$CUDA not built (make build/train_gpt_emu)"; finish; }
+N=6
+ARGS=("${TINY[@]}" --train-iters $N --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 3)
+
+# compare A B TOL: the loss, grad norm and validation loss of every record within TOL relative
+compare() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+tol = float(sys.argv[3])
+if len(a) != len(b) or not a:
+    sys.exit(f"{len(a)} vs {len(b)} records")
+worst = 0.0
+for x, y in zip(a, b):
+    for k in ("lm_loss", "grad_norm", "valid_loss", "loss_scale"):
+        if k in x or k in y:
+            if k not in x or k not in y: sys.exit(f"record {x.get('iteration')}: {k} missing on one side")
+            d = abs(x[k] - y[k]) / max(abs(y[k]), 1e-30)
+            worst = max(worst, d)
+            if d > tol: sys.exit(f"iteration {x.get('iteration')}: {k} {x[k]} vs {y[k]} (relative {d:.3g} > {tol})")
+print(f"worst relative difference {worst:.3g}")
+PY
+}
+parity() {  # name tol flags...: the same run on both trainers
+  local name=$1 tol=$2; shift 2
+  timeout 600 ./train_gpt_cpu "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }
+  timeout 600 $CUDA "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cuda.jsonl" >"$TMP/$name.cuda.log" 2>&1 || { fail "$name: CUDA run failed"; tail -5 "$TMP/$name.cuda.log"; return; }
+  local r; r=$(compare "$TMP/$name.cuda.jsonl" "$TMP/$name.cpu.jsonl" $tol 2>&1) && ok "$name: CUDA = CPU within $tol ($r)" || fail "$name: $r"
+}
+
+grep -q "backend: cuda" < <($CUDA "${ARGS[@]}" --train-iters 1 2>&1) || fail "$CUDA does not report the CUDA backend"
+parity gpt2 2e-5
+parity knobs 2e-5 --position-embedding-type alibi --normformer --embed-layernorm --activation relu --apply-query-key-layer-scaling
+# 8-bit state: a moment that lands near a code boundary rounds to the neighbouring code on one
+# side, which moves its parameter by a quantization step; 1e-4 covers that, not a wrong update
+parity adam8bit 1e-4 --optimizer adam8bit --adam8bit-min-size 1024 --adam8bit-block-size 256 --adam8bit-percentile-clipping 5
+parity fp16 2e-5 --fp16 --initial-loss-scale 65536 --clip-grad 0.05
+
+# 2-3. determinism and bit-exact resume
+$CUDA "${ARGS[@]}" --save "$TMP/a" --save-interval $N --metrics-file "$TMP/a.jsonl" >"$TMP/a.log" 2>&1 || fail "run a failed"
+$CUDA "${ARGS[@]}" --save "$TMP/b" --save-interval $N --metrics-file "$TMP/b.jsonl" >"$TMP/b.log" 2>&1 || fail "run b failed"
+$CUDA "${ARGS[@]}" --save "$TMP/c" --save-interval 3 --exit-interval 3 --metrics-file "$TMP/c.jsonl" >"$TMP/c.log" 2>&1 || fail "run c failed"
+$CUDA "${ARGS[@]}" --load "$TMP/c" --save "$TMP/c" --save-interval 3 --metrics-file "$TMP/c.jsonl" >"$TMP/c2.log" 2>&1 || fail "resume c failed"
+cmp -s <(strip_timing "$TMP/a.jsonl") <(strip_timing "$TMP/b.jsonl") && ok "two CUDA runs: identical records" || fail "two CUDA runs: records differ"
+for f in model.bin optimizer.bin state.txt; do
+  cmp -s "$TMP/a/iter_0000006/$f" "$TMP/b/iter_0000006/$f" || fail "two CUDA runs: $f differs"
+  cmp -s "$TMP/a/iter_0000006/$f" "$TMP/c/iter_0000006/$f" || fail "resume at 3: $f differs from the straight run"
+done
+cmp -s <(strip_timing "$TMP/a.jsonl") <(strip_timing "$TMP/c.jsonl") && ok "stop at 3 + resume = straight run (records and checkpoint bytes)" \
+  || fail "resumed records differ"
+
+# 4. the CPU trainer continues from the CUDA trainer's checkpoint
+$CUDA "${ARGS[@]}" --save "$TMP/d" --save-interval 3 --exit-interval 3 >"$TMP/d.log" 2>&1 || fail "run d failed"
+./train_gpt_cpu "${ARGS[@]}" --load "$TMP/d" --eval-interval 1 --metrics-file "$TMP/x.jsonl" >"$TMP/x.log" 2>&1 || fail "CPU load of a CUDA checkpoint failed"
+$CUDA "${ARGS[@]}" --load "$TMP/d" --eval-interval 1 --metrics-file "$TMP/y.jsonl" >"$TMP/y.log" 2>&1 || fail "CUDA continue failed"
+r=$(compare "$TMP/x.jsonl" "$TMP/y.jsonl" 2e-5 2>&1) && ok "CPU trainer continues the CUDA checkpoint ($r)" || fail "CPU vs CUDA from one checkpoint: $r"
+
+# 5. data parallel through the NCCL backend
+if command -v mpirun >/dev/null; then
+  timeout 600 mpirun --oversubscribe -np 2 $CUDA "${ARGS[@]}" --zero-stage 1 --metrics-file "$TMP/dp2.jsonl" >"$TMP/dp2.log" 2>&1 \
+    || { fail "DP=2 CUDA run failed"; tail -5 "$TMP/dp2.log"; }
+  r=$(compare "$TMP/dp2.jsonl" "$TMP/a.jsonl" 2e-5 2>&1) && ok "DP=2 ZeRO-1 (NCCL backend) = one process ($r)" || fail "DP=2: $r"
+fi
+finish
