@@ -24,7 +24,7 @@ template <typename T> static std::vector<T> dev_download(const T* d, size_t n) {
     if (n) CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
     return h;
 }
-static void dev_free(void* d) { CUDA_CHECK(cudaFree(d)); }
+[[maybe_unused]] static void dev_free(void* d) { CUDA_CHECK(cudaFree(d)); }
 
 // N(0, sigma) values keyed by `key`, so every test input is reproducible.
 static std::vector<float> randn(size_t n, uint64_t key, double sigma = 1.0) {

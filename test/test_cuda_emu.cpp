@@ -1,0 +1,131 @@
+// test_cuda_emu — the CPU emulation of the CUDA execution model itself (test/cuda_emu): what the
+// kernel tests rely on must hold, or they could pass for the wrong reason.
+//   - __syncthreads really waits: a shared-memory reduction whose threads read what others wrote;
+//   - warp shuffles/ballot/any/all give the lanes' values; a block reduction with partial warps;
+//   - a kernel whose barriers do not match is reported as a deadlock (exit 3), not run through;
+//   - host code touching device memory dies (SIGSEGV), copies in the wrong direction are refused;
+//   - bf16/fp16 conversions round to nearest even like the GPU, on known values.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test/cuda_test.h"
+
+using namespace keel_cuda;
+
+// out[block] = Σ in[block·n .. ] through shared memory: thread i writes, the tree reads others'
+__global__ void shared_tree_kernel(float* out, const float* in, int n) {
+    __shared__ float buf[256];
+    int i = threadIdx.x;
+    buf[i] = i < n ? in[blockIdx.x * n + i] : 0.0f;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s /= 2) {
+        if (i < s) buf[i] += buf[i + s];
+        __syncthreads();
+    }
+    if (i == 0) out[blockIdx.x] = buf[0];
+}
+
+__global__ void warp_ops_kernel(int* out) {  // out (blockDim.x, 6)
+    int lane = threadIdx.x % 32, i = threadIdx.x;
+    out[i * 6 + 0] = __shfl_xor_sync(0xffffffffu, i, 1);
+    out[i * 6 + 1] = __shfl_down_sync(0xffffffffu, i, 4);
+    out[i * 6 + 2] = __shfl_sync(0xffffffffu, i, 3);
+    out[i * 6 + 3] = (int)__ballot_sync(0xffffffffu, lane % 3 == 0);
+    out[i * 6 + 4] = __any_sync(0xffffffffu, lane == 7);
+    out[i * 6 + 5] = __all_sync(0xffffffffu, lane < 31);
+}
+
+__global__ void block_sum_kernel(double* out) {
+    __shared__ double sh[32];
+    double v = block_sum((double)(threadIdx.x + 1), sh);
+    if (threadIdx.x == 0) out[blockIdx.x] = v;
+}
+
+__global__ void mismatched_barrier_kernel(int* x) {
+    // half the block waits at the block barrier, the other half at a warp barrier: neither completes
+    if (threadIdx.x < 16) __syncthreads();
+    else __syncwarp(0xffffffffu);
+    x[threadIdx.x] = 1;
+}
+
+static int child_status(void (*fn)()) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        fn();
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return st;
+}
+
+int main() {
+    // shared memory + barriers, several blocks, a partial block
+    int n = 200, blocks = 5;
+    std::vector<float> in = randn((size_t)n * blocks, 1), want(blocks, 0.0f);
+    float *d_in = dev_upload(in), *d_out = dev_upload(std::vector<float>(blocks));
+    KEEL_LAUNCH(shared_tree_kernel, blocks, 256, 0, MAIN_STREAM)(d_out, d_in, n);
+    std::vector<float> got = dev_download(d_out, blocks);
+    for (int b = 0; b < blocks; b++) {  // the same tree on the host
+        std::vector<float> buf(256, 0.0f);
+        for (int i = 0; i < n; i++) buf[i] = in[b * n + i];
+        for (int s = 128; s > 0; s /= 2)
+            for (int i = 0; i < s; i++) buf[i] += buf[i + s];
+        want[b] = buf[0];
+    }
+    check_close("shared-memory tree reduction with __syncthreads", got, want, 0, 0);
+
+    int* d_w = dev_upload(std::vector<int>(64 * 6));
+    KEEL_LAUNCH(warp_ops_kernel, 1, 64, 0, MAIN_STREAM)(d_w);
+    std::vector<int> w = dev_download(d_w, 64 * 6);
+    bool ok = true;
+    for (int i = 0; i < 64; i++) {
+        int lane = i % 32, base = i - lane;
+        unsigned ballot = 0;
+        for (int l = 0; l < 32; l++) ballot |= (l % 3 == 0 ? 1u : 0u) << l;
+        ok = ok && w[i * 6 + 0] == (i ^ 1) && w[i * 6 + 1] == (lane + 4 < 32 ? i + 4 : i) && w[i * 6 + 2] == base + 3 &&
+             (unsigned)w[i * 6 + 3] == ballot && w[i * 6 + 4] == 1 && w[i * 6 + 5] == 0;
+    }
+    check_true("__shfl_xor/down/sync, __ballot/any/all_sync give the lanes' values", ok);
+
+    double* d_s = dev_upload(std::vector<double>(3));
+    KEEL_LAUNCH(block_sum_kernel, 3, 96, 0, MAIN_STREAM)(d_s);
+    std::vector<double> s = dev_download(d_s, 3);
+    check_true("block_sum over 3 warps = 96·97/2 in every block", s[0] == 4656 && s[1] == 4656 && s[2] == 4656);
+
+    int st = child_status([] {
+        int* x = nullptr;
+        cudaMalloc((void**)&x, 32 * sizeof(int));
+        KEEL_LAUNCH(mismatched_barrier_kernel, 1, 32, 0, MAIN_STREAM)(x);
+    });
+    check_true("mismatched barriers reported as a deadlock (exit 3)", WIFEXITED(st) && WEXITSTATUS(st) == 3);
+
+    st = child_status([] {
+        float* p = nullptr;
+        cudaMalloc((void**)&p, 1024);
+        volatile float v = p[3];  // host code reading device memory
+        (void)v;
+    });
+    check_true("host read of device memory dies with SIGSEGV", WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    st = child_status([] {
+        float h[4] = {0, 0, 0, 0}, *p = nullptr;
+        cudaMalloc((void**)&p, sizeof h);
+        cudaMemcpy(p, h, sizeof h, cudaMemcpyDeviceToHost);  // direction swapped
+    });
+    check_true("cudaMemcpy with the wrong direction is refused", WIFEXITED(st) && WEXITSTATUS(st) == 3);
+
+    // round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 → 1 (even); 1 + 3·2^-8 → 1 + 2^-6
+    check_true("bf16 rounding: ties to even, NaN stays NaN",
+               __bfloat162float(__float2bfloat16(1.0f + 0x1p-8f)) == 1.0f && __bfloat162float(__float2bfloat16(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f &&
+                   __float2bfloat16(1.0f).x == 0x3f80 && std::isnan(__bfloat162float(__float2bfloat16(NAN))) &&
+                   __bfloat162float(__float2bfloat16(-2.5f)) == -2.5f);
+    bool half_ok = true;
+    for (float x : {1.0f, 65504.0f, 65519.0f, 65520.0f, 0x1p-24f, 0x1p-25f, 3 * 0x1p-25f, -1.0009765625f, 0.1f, 1e-6f, -0.0f})
+        half_ok = half_ok && __half2float(__float2half(x)) == fp16_round(x) && std::signbit(__half2float(__float2half(x))) == std::signbit(x);
+    check_true("fp16 conversion = fp16_round (the CPU's binary16 rounding) on limits and subnormals", half_ok);
+    printf("emulator: %llu launches, %llu blocks, %llu threads\n", (unsigned long long)emu::stats().launches,
+           (unsigned long long)emu::stats().blocks, (unsigned long long)emu::stats().threads);
+    return cuda_test_finish();
+}
