@@ -515,7 +515,7 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     rampup_init(&tr->rampup, c, tr->comm.size);
     curriculum_init(&tr->curriculum, c);
     skip_ranges_parse(&tr->skips, c->skip_train_iteration_range);
-    if (c->bf16) keel_usage_error("--bf16: this build computes in fp32 (bf16 arrives with the CUDA op set); --fp16 emulates fp16 gradients");
+    if (c->bf16) keel_usage_error("--bf16: bf16 mixed precision is not implemented yet; both trainers compute in fp32 (--fp16 rounds gradients to binary16)");
     tr->train_iters = c->train_iters > 0 ? c->train_iters : rampup_train_iters(&tr->rampup, c->train_samples);
     if (tr->train_iters <= 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
 
