@@ -14,6 +14,7 @@
 
 #include <cfloat>
 
+#include "llmc/cpu/adamw.h"  // grad_round_fp16, grad_unscale_check (the CPU ops of the scaler's gradient passes)
 #include "llmc/loss_scaler.h"
 
 static int failures = 0;

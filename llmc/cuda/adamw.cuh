@@ -66,21 +66,6 @@ __device__ inline float fsqrt_rn(float a) {
 #endif
 }
 
-// A device buffer that grows on demand and is kept for the next call (the reductions' partials,
-// the chunk table): one cudaMalloc per size increase, none in the steady state.
-struct DeviceScratch {
-    void* ptr = nullptr;
-    size_t bytes = 0;
-};
-static inline void* scratch_reserve(DeviceScratch* s, size_t bytes) {
-    if (bytes > s->bytes) {
-        CUDA_CHECK(cudaFree(s->ptr));
-        CUDA_CHECK(cudaMalloc(&s->ptr, bytes));
-        s->bytes = bytes;
-    }
-    return s->ptr;
-}
-
 // ---- elementwise --------------------------------------------------------------------------------
 __global__ void adamw_update_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                                     float beta2, float eps, float wd, float bc1, float bc2) {

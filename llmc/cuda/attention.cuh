@@ -185,17 +185,11 @@ __global__ void attention_backward_dkv_kernel(F* dinp, const float* ds, const F*
 // memory that way (T > 3072), then 1.
 static inline int attention_row_warps(int T) { return 4 * (size_t)T * sizeof(float) <= 48 * 1024 ? 4 : 1; }
 
-// The backward's ds scratch (B,NH,T,T) in fp32: allocated once, grown when a call needs more.
-// size_t: B·NH·T·T overflows int at GPT-2 sizes. cudaFree waits for the work that used the old one.
+// The backward's ds scratch (B,NH,T,T) in fp32, kept between calls. size_t: B·NH·T·T overflows
+// int at GPT-2 sizes.
 inline float* attention_scratch(size_t n) {
-    static float* buf = nullptr;
-    static size_t cap = 0;
-    if (n > cap) {
-        if (buf) CUDA_CHECK(cudaFree(buf));
-        CUDA_CHECK(cudaMalloc((void**)&buf, n * sizeof(float)));
-        cap = n;
-    }
-    return buf;
+    static DeviceScratch s;
+    return (float*)scratch_reserve(&s, n * sizeof(float));
 }
 
 template <typename F>

@@ -50,6 +50,22 @@ static const cudaStream_t MAIN_STREAM = 0;
 
 static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
 
+// A device buffer that grows on demand and is kept for the next call (reduction partials, the
+// attention backward's ds, the chunk table): one cudaMalloc per size increase, none in the steady state.
+struct DeviceScratch {
+    void* ptr = nullptr;
+    size_t bytes = 0;
+};
+static inline void* scratch_reserve(DeviceScratch* s, size_t bytes) {
+    if (bytes > s->bytes) {
+        CUDA_CHECK(cudaFree(s->ptr));
+        CUDA_CHECK(cudaMalloc(&s->ptr, bytes));
+        s->bytes = bytes;
+    }
+    return s->ptr;
+}
+// (cudaFree of the old buffer waits for the work still using it.)
+
 // ---- float types -------------------------------------------------------------------------------
 // Kernels are templated on the storage type F (float, or __nv_bfloat16 under --bf16); arithmetic is
 // always fp32: load with to_f32, store with from_f32 (round to nearest even).

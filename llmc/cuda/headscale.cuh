@@ -15,16 +15,10 @@ namespace keel_cuda {
 
 enum { HS_THREADS = 256, HS_ROW_CHUNK = 64 };
 
-// The scratch of the dscale partials: cudaMalloc'd once, grown when needed, kept for the process.
+// The dscale partials (nchunks, NH), kept between calls.
 inline float* headscale_scratch(size_t floats) {
-    static float* buf = nullptr;  // (nchunks, NH) at the largest shape seen
-    static size_t capacity = 0;
-    if (floats > capacity) {
-        CUDA_CHECK(cudaFree(buf));  // implicitly waits for kernels still reading it
-        CUDA_CHECK(cudaMalloc((void**)&buf, floats * sizeof(float)));
-        capacity = floats;
-    }
-    return buf;
+    static DeviceScratch s;
+    return (float*)scratch_reserve(&s, floats * sizeof(float));
 }
 
 template <typename F>

@@ -19,17 +19,11 @@ namespace keel_cuda {
 
 enum { LN_WARPS_PER_BLOCK = 8, LN_ROW_CHUNK = 64, LN_COL_THREADS = 256 };
 
-// The scratch of the dweight/dbias partials: cudaMalloc'd once, grown when a call needs more, kept
-// for the process (a cudaMalloc per step would synchronize the device every backward).
+// The dweight/dbias partials (2, nchunks, C), kept between calls (a cudaMalloc per step would
+// synchronize the device every backward).
 inline float* layernorm_scratch(size_t floats) {
-    static float* buf = nullptr;  // (2, nchunks, C) at the largest shape seen
-    static size_t capacity = 0;
-    if (floats > capacity) {
-        CUDA_CHECK(cudaFree(buf));  // implicitly waits for kernels still reading it
-        CUDA_CHECK(cudaMalloc((void**)&buf, floats * sizeof(float)));
-        capacity = floats;
-    }
-    return buf;
+    static DeviceScratch s;
+    return (float*)scratch_reserve(&s, floats * sizeof(float));
 }
 
 template <typename F>
