@@ -40,11 +40,16 @@
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
 
+// A: the compute type of the model (llmc/ops.h, DESIGN §3): float in the CPU trainer and under
+// --fp32; bf16 or fp16 on the GPU under --bf16 (its default) or --fp16. Whatever A, the master
+// weights, gradients, optimizer state and checkpoints are fp32, so everything below except the
+// model's forward and backward reads the same buffers in every precision.
+template <typename A>
 struct Trainer {
     Comm comm;               // the data-parallel world (llmc/comm.h)
     Config cfg;
     GPTConfig gcfg;
-    GPT<float> model;
+    GPT<A> model;
     Optimizer opt;
     TrainState st;
     DataLoader train_data, valid_data;
@@ -86,7 +91,8 @@ static int num_threads() {
 }
 
 // Fills inputs/targets (B,T) from the loader's sample numbers first .. first+B-1.
-static void trainer_read_batch(Trainer* tr, DataLoader* dl, int64_t first, int B, int T) {
+template <typename A>
+static void trainer_read_batch(Trainer<A>* tr, DataLoader* dl, int64_t first, int B, int T) {
     for (int b = 0; b < B; b++) {
         dataloader_read(dl, first + b, tr->sample.data());
         for (int t = 0; t < T; t++) {
@@ -99,7 +105,8 @@ static void trainer_read_batch(Trainer* tr, DataLoader* dl, int64_t first, int B
 // Test mode: KEEL_DUMP_TOKENS=PREFIX makes rank r append one line per sample row it trains on to
 // PREFIX.rank<r>:  "<iteration> <rank> <micro-batch step> <row> <sample number> <T+1 token ids>".
 // dev/batch_lookup must print exactly these for the same run (test/test_batch_lookup.sh).
-static void trainer_dump_tokens(Trainer* tr, int64_t iteration, int64_t m, int64_t first, int B, int T) {
+template <typename A>
+static void trainer_dump_tokens(Trainer<A>* tr, int64_t iteration, int64_t m, int64_t first, int B, int T) {
     if (!tr->token_dump) return;
     for (int b = 0; b < B; b++) {
         fprintf(tr->token_dump, "%lld %d %lld %d %lld", (long long)iteration, tr->comm.rank, (long long)m, b, (long long)(first + b));
@@ -126,14 +133,16 @@ static bool trainer_inject_inf(int64_t iteration) {
 
 // Iterations whose batch is consumed unread: --skip-train-iteration-range, and the windows the
 // spike autopilot's rollbacks skip.
-static bool trainer_skips(const Trainer* tr, int64_t iteration) {
+template <typename A>
+static bool trainer_skips(const Trainer<A>* tr, int64_t iteration) {
     return skip_ranges_contains(&tr->skips, iteration) || spike_skips(&tr->st.spike, iteration);
 }
 
 // A skipped iteration (KNOBS §6, NVM semantics): its global batch is consumed unread, the iteration
 // and the consumed-sample/token counters advance, nothing trains (no forward, no update, no LR or
 // scaler step). One line per contiguous stretch.
-static void trainer_skip_iteration(Trainer* tr, int64_t gbs, int T) {
+template <typename A>
+static void trainer_skip_iteration(Trainer<A>* tr, int64_t gbs, int T) {
     int64_t it = tr->st.iteration + 1;
     if (!tr->skipping) {
         int64_t last = it;
@@ -161,7 +170,8 @@ static std::vector<double> trainer_sum_global_order(const Comm* comm, const doub
 
 // The optimizer step found a spike (llmc/spike.h) and did not apply the update. skip: that is all;
 // rollback: the main loop restores the snapshot once this iteration is logged.
-static void trainer_on_spike(Trainer* tr, const SpikeVerdict* v, int64_t it) {
+template <typename A>
+static void trainer_on_spike(Trainer<A>* tr, const SpikeVerdict* v, int64_t it) {
     std::string why = spike_describe(v, &tr->cfg, it);
     if (tr->cfg.spike_policy == "skip") {
         printf("%s: update skipped (--spike-policy skip)\n", why.c_str());
@@ -177,7 +187,8 @@ static void trainer_on_spike(Trainer* tr, const SpikeVerdict* v, int64_t it) {
 }
 
 // --spike-policy rollback: keep this iteration's whole state in host memory (every rank its own).
-static void trainer_snapshot(Trainer* tr) {
+template <typename A>
+static void trainer_snapshot(Trainer<A>* tr) {
     int64_t n = tr->model.table.total;
     tr->snap_params.resize(n);
     backend_copy_to_host(tr->snap_params.data(), tr->model.params, n * sizeof(float));
@@ -191,7 +202,8 @@ static void trainer_snapshot(Trainer* tr) {
 // restart from a checkpoint of s with --skip-train-iteration-range s+1-k would (plus the history
 // and the lowered-LR window, which survive the restore). Every rank does the same: the verdict came
 // from values identical on all ranks.
-static void trainer_rollback(Trainer* tr, int64_t k) {
+template <typename A>
+static void trainer_rollback(Trainer<A>* tr, int64_t k) {
     const Config* c = &tr->cfg;
     const SpikeVerdict* v = &tr->pending_spike;
     tr->rollback_pending = false;
@@ -202,6 +214,7 @@ static void trainer_rollback(Trainer* tr, int64_t k) {
                       v->metric, (long long)k, (long long)kept.rollbacks.size() + 1, (long long)c->spike_max_rollbacks);
     int64_t s = tr->snap_state.iteration;
     backend_copy_to_device(tr->model.params, tr->snap_params.data(), tr->snap_params.size() * sizeof(float));
+    gpt_params_changed(&tr->model);
     backend_copy_to_device(tr->opt.state, tr->snap_opt.data(), tr->opt.state_bytes);
     tr->opt.step = tr->snap_opt_step;
     tr->st = tr->snap_state;
@@ -226,7 +239,8 @@ static void trainer_rollback(Trainer* tr, int64_t k) {
 
 // One training iteration: accumulate gradients over the micro-batches, then one optimizer step.
 // Returns false for an iteration of a skip range (nothing to log).
-static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
+template <typename A>
+static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     const Config* c = &tr->cfg;
     TrainState* st = &tr->st;
     int64_t it = st->iteration + 1;                                // the iteration about to run, 1-based
@@ -278,6 +292,7 @@ static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
     StepResult r = optimizer_step(o, comm, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
     if (r.spike.spike) trainer_on_spike(tr, &r.spike, it);
     if (c->zero_stage == 1 && !r.skipped) comm_allgather_shards_f32(comm, tr->model.params, o->shard_lo);
+    if (!r.skipped) gpt_params_changed(&tr->model);  // the bf16/fp16 weights the next forward reads
     if (!r.skipped) lr_schedule_step(&st->schedule, gbs, st->consumed_tokens);
     st->iteration = it;
     st->consumed_samples += gbs;
@@ -321,7 +336,8 @@ static bool trainer_iteration(Trainer* tr, IterationRecord* rec) {
 
 // Mean loss over the first eval_iters global batches of the validation set (the same samples at
 // every evaluation, so successive values compare).
-static double trainer_evaluate(Trainer* tr) {
+template <typename A>
+static double trainer_evaluate(Trainer<A>* tr) {
     const Config* c = &tr->cfg;
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
     int64_t batches = c->eval_iters * (c->global_batch_size / B);
@@ -339,7 +355,8 @@ static double trainer_evaluate(Trainer* tr) {
 
 // Generates --sample-length tokens after <|endoftext|> by sampling the model's softmax (temperature
 // 1); the random draws are keyed by (seed, GENERATE, iteration, position), so a rerun prints the same.
-static void trainer_print_sample(Trainer* tr) {
+template <typename A>
+static void trainer_print_sample(Trainer<A>* tr) {
     const GPTConfig* g = &tr->gcfg;
     int T = tr->model.T, V = g->vocab_size, Vp = g->padded_vocab_size;
     std::vector<int> toks = {TOKENIZER_EOT};
@@ -349,7 +366,7 @@ static void trainer_print_sample(Trainer* tr) {
         int n = (int)toks.size() < T ? (int)toks.size() : T;
         const int* window = toks.data() + toks.size() - n;
         gpt_forward(&tr->model, window, nullptr, 1, n);
-        backend_copy_to_host(row.data(), tr->model.acts.logits + (size_t)(n - 1) * Vp, Vp * sizeof(float));
+        gpt_logits_row_to_host(&tr->model, (size_t)(n - 1), row.data());
         double maxv = row[0], sum = 0;
         for (int j = 1; j < V; j++) maxv = row[j] > maxv ? row[j] : maxv;
         for (int j = 0; j < V; j++) sum += std::exp((double)row[j] - maxv);
@@ -369,7 +386,8 @@ static void trainer_print_sample(Trainer* tr) {
     fflush(stdout);
 }
 
-static void trainer_save(Trainer* tr) {
+template <typename A>
+static void trainer_save(Trainer<A>* tr) {
     printf("saving checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration, tr->cfg.save.c_str());
     std::vector<float> params(tr->comm.rank == 0 ? tr->model.table.total : 0);
     backend_copy_to_host(params.data(), tr->model.params, params.size() * sizeof(float));
@@ -384,7 +402,8 @@ enum ResumeKind { RESUME_NONE, RESUME_WEIGHTS, RESUME_FULL };
 // Loads --load if it holds a checkpoint (Megatron: none found → start from scratch). tr->st holds
 // the fresh state of this run's flags on entry. RESUME_FULL continues the checkpoint's trajectory
 // (the recovery flags may reset parts of it); RESUME_WEIGHTS (--finetune) keeps only the weights.
-static ResumeKind trainer_resume(Trainer* tr) {
+template <typename A>
+static ResumeKind trainer_resume(Trainer<A>* tr) {
     const Config* c = &tr->cfg;
     const std::string& dir = c->load;
     int64_t it = ckpt_latest(dir);
@@ -398,6 +417,7 @@ static ResumeKind trainer_resume(Trainer* tr) {
     std::string idir, saved_layout;
     ckpt_load(dir, it, params.data(), n, &saved, &tr->gcfg, c, &idir, &saved_layout);
     backend_copy_to_device(tr->model.params, params.data(), n * sizeof(float));
+    gpt_params_changed(&tr->model);
     if (c->finetune) {
         printf(" > --finetune: took the weights of iteration %lld; counters, optimizer, schedule and RNG start fresh\n", (long long)it);
         return RESUME_WEIGHTS;
@@ -498,29 +518,50 @@ static void trainer_dry_run(Config* c, int launched) {
     exit(fits ? 0 : 1);
 }
 
-// Flags → validated config, model, optimizer, data; everything before the first iteration.
-static void trainer_setup(Trainer* tr, int argc, char** argv) {
-    Config* c = &tr->cfg;
+static const char* precision_describe(const Config* c) {
+#ifdef KEEL_CUDA
+    if (c->bf16) return "bf16 (fp32 master weights, gradients, statistics)";
+    if (c->fp16) return "fp16 with loss scaling (fp32 master weights, gradients, statistics)";
+#else
+    if (c->fp16) return "fp32, gradients rounded to fp16 with loss scaling";
+#endif
+    return "fp32";
+}
+
+// Flags → the validated configuration, the same on every rank, with the precision resolved for
+// this backend (DESIGN §3): the GPU defaults to --bf16; the CPU computes in fp32 (its --fp16 keeps
+// fp32 arithmetic and rounds the gradients to binary16, so the loss scaler sees fp16's range).
+static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** argv) {
     if (!flags_parse(c, argc, argv)) {
         flags_usage(stdout, argv[0]);
         exit(0);
     }
     if (!c->load_llmc.empty() && c->max_position_embeddings == 0)
         c->max_position_embeddings = llmc_read_header(c->load_llmc.c_str(), nullptr).maxT;  // GPT-2: 1024
-    if (c->dry_run) trainer_dry_run(c, tr->comm.size);
-    config_validate(c, tr->comm.size);
-    trainer_check_same_flags(&tr->comm, c);
+    if (c->dry_run) trainer_dry_run(c, comm->size);
+    config_validate(c, comm->size);
+#ifdef KEEL_CUDA
+    if (!c->fp16 && !c->fp32) c->bf16 = true;
+#else
+    if (c->bf16) keel_usage_error("--bf16: the CPU trainer computes in fp32 (bf16 mixed precision is the CUDA trainer's, train_gpt)");
+#endif
+    trainer_check_same_flags(comm, c);
+}
+
+// The validated config → model, optimizer, data; everything before the first iteration.
+template <typename A>
+static void trainer_setup(Trainer<A>* tr) {
+    Config* c = &tr->cfg;
     GPTConfig* g = &tr->gcfg;
     gpt_config_from_flags(c, g);
     rampup_init(&tr->rampup, c, tr->comm.size);
     curriculum_init(&tr->curriculum, c);
     skip_ranges_parse(&tr->skips, c->skip_train_iteration_range);
-    if (c->bf16) keel_usage_error("--bf16: bf16 mixed precision is not implemented yet; both trainers compute in fp32 (--fp16 rounds gradients to binary16)");
     tr->train_iters = c->train_iters > 0 ? c->train_iters : rampup_train_iters(&tr->rampup, c->train_samples);
     if (tr->train_iters <= 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
 
-    printf("keel | backend: %s | threads: %d | data-parallel ranks: %d | ZeRO stage %lld\n", backend_name(), num_threads(),
-           tr->comm.size, (long long)c->zero_stage);
+    printf("keel | backend: %s | precision: %s | threads: %d | data-parallel ranks: %d | ZeRO stage %lld\n", backend_name(),
+           precision_describe(c), num_threads(), tr->comm.size, (long long)c->zero_stage);
 #ifdef KEEL_CUDA
     cuda_report();
 #endif
@@ -564,11 +605,13 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
             param_table_init(params.data(), &tr->model.table, g, tr->init_sigma, tr->st.seed);  // a knob's own tensors
             llmc_load(c->load_llmc.c_str(), params.data(), &tr->model.table, g);
             backend_copy_to_device(tr->model.params, params.data(), params.size() * sizeof(float));
+            gpt_params_changed(&tr->model);
             printf("initialised the weights from llm.c model file %s\n", c->load_llmc.c_str());
         } else {
             std::vector<float> params(tr->model.table.total);
             param_table_init(params.data(), &tr->model.table, g, tr->init_sigma, tr->st.seed);
             backend_copy_to_device(tr->model.params, params.data(), params.size() * sizeof(float));
+            gpt_params_changed(&tr->model);
         }
     }
     dataloader_init(&tr->train_data, c->train_data_path.c_str(), T, g->vocab_size, tr->st.seed, true);
@@ -616,12 +659,11 @@ static void trainer_setup(Trainer* tr, int argc, char** argv) {
     }
 }
 
-int main(int argc, char** argv) {
-    setvbuf(stdout, nullptr, _IOLBF, 0);
-    Trainer* tr = new Trainer();
-    comm_init(&tr->comm, &argc, &argv);
-    if (tr->comm.rank != 0 && !freopen("/dev/null", "w", stdout)) keel_die("rank %d: cannot silence stdout", tr->comm.rank);
-    trainer_setup(tr, argc, argv);
+// The run after setup: iterations with their evaluations, samples and checkpoints; then the end
+// of run's validation, save and export. Returns the process's exit status.
+template <typename A>
+static int trainer_run(Trainer<A>* tr) {
+    trainer_setup(tr);
     const Config* c = &tr->cfg;
     // Nothing to train (a finished run started again): no extra validation record, no re-save.
     bool nothing = tr->st.iteration >= tr->train_iters || (c->train_tokens > 0 && tr->st.consumed_tokens >= c->train_tokens);
@@ -681,4 +723,25 @@ int main(int argc, char** argv) {
     comm_finalize(&tr->comm);
     delete tr;
     return 0;
+}
+
+template <typename A> static int trainer_main(const Comm* comm, const Config* c) {
+    Trainer<A>* tr = new Trainer<A>();
+    tr->comm = *comm;
+    tr->cfg = *c;
+    return trainer_run(tr);
+}
+
+int main(int argc, char** argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0);
+    Comm comm{};
+    comm_init(&comm, &argc, &argv);
+    if (comm.rank != 0 && !freopen("/dev/null", "w", stdout)) keel_die("rank %d: cannot silence stdout", comm.rank);
+    Config c;
+    trainer_parse_flags(&c, &comm, argc, argv);
+#ifdef KEEL_CUDA
+    if (c.bf16) return trainer_main<__nv_bfloat16>(&comm, &c);
+    if (c.fp16) return trainer_main<__half>(&comm, &c);
+#endif
+    return trainer_main<float>(&comm, &c);
 }

@@ -17,6 +17,7 @@
 #include "llmc/cuda/adam8bit.cuh"
 #include "llmc/cuda/adamw.cuh"
 #include "llmc/cuda/attention.cuh"
+#include "llmc/cuda/cast.cuh"
 #include "llmc/cuda/classifier.cuh"
 #include "llmc/cuda/device.cuh"
 #include "llmc/cuda/dropout.cuh"
@@ -32,6 +33,7 @@ using namespace keel_cuda;  // the CUDA op set, same names and signatures as the
 #include "llmc/cpu/adam8bit.h"
 #include "llmc/cpu/adamw.h"
 #include "llmc/cpu/attention.h"
+#include "llmc/cpu/cast.h"
 #include "llmc/cpu/classifier.h"
 #include "llmc/cpu/dropout.h"
 #include "llmc/cpu/encoder.h"
@@ -46,9 +48,9 @@ using namespace keel_cuda;  // the CUDA op set, same names and signatures as the
 static inline const char* backend_name() {
 #ifdef KEEL_CUDA
 #ifdef KEEL_CUDA_EMULATION
-    return "cuda (fp32; kernels under the CPU emulation of the CUDA execution model, test/cuda_emu)";
+    return "cuda (kernels under the CPU emulation of the CUDA execution model, test/cuda_emu)";
 #else
-    return "cuda (fp32, cuBLASLt matmul)";
+    return "cuda (cuBLASLt matmul)";
 #endif
 #else
     static char name[64];

@@ -71,6 +71,7 @@ static inline bool comm_launched() {
 }
 
 static inline void comm_init(Comm* c, int* argc, char*** argv) {
+    *c = Comm{};  // every backend's handle null until set
     c->rank = 0;
     c->size = 1;
     c->mpi = false;

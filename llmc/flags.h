@@ -66,7 +66,7 @@ struct Config {
     double spike_zscore = 6.0, spike_lr_factor = 1.0;
     int64_t spike_window = 50, spike_lr_iters = 100, spike_snapshot_interval = 0, spike_max_rollbacks = 10;
     // precision and loss scaling (KNOBS §7.1)
-    bool fp16 = false, bf16 = false;
+    bool fp16 = false, bf16 = false, fp32 = false;
     double loss_scale = 0.0, initial_loss_scale = 4294967296.0, min_loss_scale = 1.0;
     int64_t loss_scale_window = 1000, hysteresis = 2;
     // data
@@ -225,8 +225,10 @@ static const Flag FLAGS[] = {
               "stop the run (exit 1) when a rollback would exceed this many in the run: a human is needed"),
     // precision and loss scaling
     KEEL_FLAG("fp16", NO_MIN, NO_MAX, FT_BOOL, fp16, FK_STATE, nullptr,
-              "fp16 gradients with dynamic loss scaling (CPU: emulated by rounding gradients to binary16)"),
-    KEEL_FLAG("bf16", NO_MIN, NO_MAX, FT_BOOL, bf16, FK_STATE, nullptr, "bf16 mixed precision (CUDA trainer)"),
+              "fp16 mixed precision with dynamic loss scaling (CPU: fp32 arithmetic, gradients rounded to binary16)"),
+    KEEL_FLAG("bf16", NO_MIN, NO_MAX, FT_BOOL, bf16, FK_STATE, nullptr,
+              "bf16 weights and activations, fp32 master weights and gradients (CUDA trainer; its default)"),
+    KEEL_FLAG("fp32", NO_MIN, NO_MAX, FT_BOOL, fp32, FK_STATE, nullptr, "fp32 everywhere (the CPU trainer always; GPU parity runs)"),
     KEEL_FLAG("loss-scale", NO_MIN, NO_MAX, FT_FLOAT, loss_scale, FK_STATE, nullptr, "static loss scale; 0: dynamic under --fp16, none otherwise"),
     KEEL_FLAG("initial-loss-scale", NO_MIN, NO_MAX, FT_FLOAT, initial_loss_scale, FK_STATE, nullptr, "dynamic scaler: starting scale"),
     KEEL_FLAG("min-loss-scale", NO_MIN, NO_MAX, FT_FLOAT, min_loss_scale, FK_STATE, nullptr, "dynamic scaler: floor"),
@@ -449,7 +451,7 @@ static inline void config_validate_knobs(Config* c) {
           : c->spike_window != d.spike_window ? "spike-window" : c->spike_metric != d.spike_metric ? "spike-metric" : nullptr;
         if (f) keel_usage_error("--%s has no effect without --spike-policy skip|rollback", f);
     }
-    if (c->fp16 && c->bf16) keel_usage_error("--fp16 and --bf16 are mutually exclusive");
+    if ((int)c->fp16 + (int)c->bf16 + (int)c->fp32 > 1) keel_usage_error("--fp16, --bf16 and --fp32 are mutually exclusive");
     if (c->loss_scale < 0) keel_usage_error("--loss-scale must be >= 0 (0: dynamic under --fp16)");
     if (c->initial_loss_scale <= 0 || c->min_loss_scale <= 0 || c->min_loss_scale > c->initial_loss_scale)
         keel_usage_error("need 0 < --min-loss-scale (%g) <= --initial-loss-scale (%g)", c->min_loss_scale, c->initial_loss_scale);

@@ -63,7 +63,7 @@ static inline void layer_stats_weights(LayerStats* s, const Optimizer* o, const 
 
 // Σx² of the residual stream of the forward pass just run on (B, T): out[0] the stream entering
 // layer 0, out[1 + l] the stream leaving layer l (L + 1 values, added into out).
-static inline void layer_stats_acts(const GPT<float>* m, int B, int T, double* out) {
+template <typename F> static inline void layer_stats_acts(const GPT<F>* m, int B, int T, double* out) {
     int L = m->config.num_layers, C = m->config.channels;
     size_t BT = (size_t)B * T, stride = (size_t)m->B * m->T * C;  // residual3 holds (L, Bmax, Tmax, C)
     out[0] += sumsq_f64(m->acts.encoded, (int64_t)(BT * C));

@@ -11,13 +11,15 @@
 // Canonical layout = table order, per-layer tensors stored (L, ...) — which is also llm.c's order,
 // so an llm.c model file is the canonical buffer behind a header.
 //
-// The model is templated on its float type F: float in the trainers, double in the gradient
-// checks (test/test_gradcheck.cpp), so a finite difference can be taken in double precision
-// through the very same sequencing code.
+// The model is templated on its compute type F (llmc/ops.h, DESIGN §3): float in the CPU trainer
+// and under --fp32, bf16/fp16 on the GPU under --bf16/--fp16 (with fp32 master weights, gradients,
+// statistics and losses: acc_t<F>), double in the gradient checks (test/test_gradcheck.cpp), so a
+// finite difference can be taken in double precision through the very same sequencing code.
 #pragma once
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "llmc/backend.h"
@@ -138,37 +140,38 @@ static inline void alibi_slopes(int n, float* out) {
 // Activations of one micro-batch; every buffer is sized for the allocated (B, T). Buffers of a
 // knob that is off have no elements.
 template <typename F> struct Activations {
+    typedef acc_t<F> S;  // LayerNorm statistics and losses: fp32 whatever F (double in the gradient checks)
     F* emb;        // (B,T,C)  word embedding before the embedding LayerNorm (--embed-layernorm)
-    F* lne_mean;   // (B,T)
-    F* lne_rstd;   // (B,T)
+    S* lne_mean;   // (B,T)
+    S* lne_rstd;   // (B,T)
     F* encoded;    // (B,T,C)  the residual stream entering layer 0 (after embedding dropout)
     F* ln1;        // (L,B,T,C)
-    F* ln1_mean;   // (L,B,T)
-    F* ln1_rstd;   // (L,B,T)
+    S* ln1_mean;   // (L,B,T)
+    S* ln1_rstd;   // (L,B,T)
     F* qkv;        // (L,B,T,3C)
     F* atty;       // (L,B,T,C)
     F* att;        // (L,B,NH,T,T) softmax probabilities, before attention dropout
     F* atty_hs;    // (L,B,T,C)  atty times the per-head scale (--normformer)
     F* attproj;    // (L,B,T,C)  (the attention branch after dropout, unless --normformer)
     F* lna;        // (L,B,T,C)  post-attention LayerNorm of attproj (--normformer), then dropout
-    F* lna_mean;   // (L,B,T)
-    F* lna_rstd;   // (L,B,T)
+    S* lna_mean;   // (L,B,T)
+    S* lna_rstd;   // (L,B,T)
     F* residual2;  // (L,B,T,C)
     F* ln2;        // (L,B,T,C)
-    F* ln2_mean;   // (L,B,T)
-    F* ln2_rstd;   // (L,B,T)
+    S* ln2_mean;   // (L,B,T)
+    S* ln2_rstd;   // (L,B,T)
     F* fch;        // (L,B,T,4C)
     F* fch_act;    // (L,B,T,4C) GeLU or ReLU of fch
     F* lnfc;       // (L,B,T,4C) LayerNorm of fch_act (--normformer)
-    F* lnfc_mean;  // (L,B,T)
-    F* lnfc_rstd;  // (L,B,T)
+    S* lnfc_mean;  // (L,B,T)
+    S* lnfc_rstd;  // (L,B,T)
     F* fcproj;     // (L,B,T,C)  the MLP branch, after dropout
     F* residual3;  // (L,B,T,C)
     F* lnf;        // (B,T,C)
-    F* lnf_mean;   // (B,T)
-    F* lnf_rstd;   // (B,T)
+    S* lnf_mean;   // (B,T)
+    S* lnf_rstd;   // (B,T)
     F* logits;     // (B,T,Vp): logits → probs → dlogits
-    F* losses;     // (B,T)
+    S* losses;     // (B,T)
 };
 
 // Gradient scratch for one layer at a time, reused down the stack.
@@ -194,37 +197,50 @@ struct DropoutState {
 template <typename F> struct GPT {
     GPTConfig config;
     ParamTable table;
-    F* params;                // (table.total) canonical flat buffer
-    F* grads;                 // same layout
-    F* p[NUM_PARAMS];         // views into params
-    F* g[NUM_PARAMS];         // views into grads
+    acc_t<F>* params;         // (table.total) canonical flat buffer: the master weights (fp32)
+    acc_t<F>* grads;          // same layout, fp32 (DESIGN §3: gradients accumulate in fp32)
+    F* params_c;              // same layout, the weights the ops read: params itself when F is the
+                              // master type, else its bf16/fp16 copy (gpt_params_changed refreshes it)
+    F* p[NUM_PARAMS];         // views into params_c
+    acc_t<F>* g[NUM_PARAMS];  // views into grads
     int B, T;                 // allocated micro-batch shape
     Activations<F> acts;
     GradScratch<F> dacts;
     int* inputs;              // (B,T) on the device
     int* targets;             // (B,T) on the device
-    std::vector<F> losses_host;
+    std::vector<acc_t<F>> losses_host;
     float* alibi;             // (NH) ALiBi slopes in device memory (the attention kernels read them), or null
     DropoutState dropout;
 };
 
 template <typename F> static inline void gpt_bind_views(GPT<F>* m) {
     for (int i = 0; i < NUM_PARAMS; i++) {
-        m->p[i] = m->params + m->table.t[i].offset_canonical;
+        m->p[i] = m->params_c + m->table.t[i].offset_canonical;
         m->g[i] = m->grads + m->table.t[i].offset_canonical;
     }
 }
 
 template <typename F> static inline F* gpt_alloc(size_t n) { return n ? (F*)backend_malloc(n * sizeof(F)) : nullptr; }
 
+// Whether the ops read a separate low-precision copy of the master weights.
+template <typename F> static constexpr bool gpt_has_compute_copy() { return !std::is_same<F, acc_t<F>>::value; }
+
+// After every write to the master weights (initialization, load, optimizer step, rollback):
+// refreshes the copy the ops read (a no-op when they read the master weights themselves).
+template <typename F> void gpt_params_changed(GPT<F>* m) {
+    if constexpr (gpt_has_compute_copy<F>()) cast_from_f32(m->params_c, m->params, (size_t)m->table.total);
+}
+
 // Allocates parameters, gradients and activations for micro-batches of up to (B, T).
 template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int T) {
     m->config = *cfg;
     param_table_build(&m->table, cfg);
     size_t P = (size_t)m->table.total;
-    m->params = gpt_alloc<F>(P);
-    m->grads = gpt_alloc<F>(P);
-    backend_memset_zero(m->grads, P * sizeof(F));
+    m->params = gpt_alloc<acc_t<F>>(P);
+    m->grads = gpt_alloc<acc_t<F>>(P);
+    backend_memset_zero(m->grads, P * sizeof(acc_t<F>));
+    if constexpr (gpt_has_compute_copy<F>()) m->params_c = gpt_alloc<F>(P);
+    else m->params_c = m->params;
     gpt_bind_views(m);
     m->B = B;
     m->T = T;
@@ -233,19 +249,20 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     size_t eln = cfg->embed_layernorm || cfg->stable_embedding ? 1 : 0, nf = cfg->normformer ? 1 : 0;
     Activations<F>* a = &m->acts;
     auto alloc = gpt_alloc<F>;
-    a->emb = alloc(eln * BT * C); a->lne_mean = alloc(eln * BT); a->lne_rstd = alloc(eln * BT);
+    auto stat = gpt_alloc<acc_t<F>>;  // statistics and losses
+    a->emb = alloc(eln * BT * C); a->lne_mean = stat(eln * BT); a->lne_rstd = stat(eln * BT);
     a->encoded = alloc(BT * C);
-    a->ln1 = alloc(L * BT * C); a->ln1_mean = alloc(L * BT); a->ln1_rstd = alloc(L * BT);
+    a->ln1 = alloc(L * BT * C); a->ln1_mean = stat(L * BT); a->ln1_rstd = stat(L * BT);
     a->qkv = alloc(L * BT * 3 * C); a->atty = alloc(L * BT * C); a->att = alloc(L * B * NH * T * T);
     a->atty_hs = alloc(nf * L * BT * C); a->attproj = alloc(L * BT * C);
-    a->lna = alloc(nf * L * BT * C); a->lna_mean = alloc(nf * L * BT); a->lna_rstd = alloc(nf * L * BT);
+    a->lna = alloc(nf * L * BT * C); a->lna_mean = stat(nf * L * BT); a->lna_rstd = stat(nf * L * BT);
     a->residual2 = alloc(L * BT * C);
-    a->ln2 = alloc(L * BT * C); a->ln2_mean = alloc(L * BT); a->ln2_rstd = alloc(L * BT);
+    a->ln2 = alloc(L * BT * C); a->ln2_mean = stat(L * BT); a->ln2_rstd = stat(L * BT);
     a->fch = alloc(L * BT * 4 * C); a->fch_act = alloc(L * BT * 4 * C);
-    a->lnfc = alloc(nf * L * BT * 4 * C); a->lnfc_mean = alloc(nf * L * BT); a->lnfc_rstd = alloc(nf * L * BT);
+    a->lnfc = alloc(nf * L * BT * 4 * C); a->lnfc_mean = stat(nf * L * BT); a->lnfc_rstd = stat(nf * L * BT);
     a->fcproj = alloc(L * BT * C); a->residual3 = alloc(L * BT * C);
-    a->lnf = alloc(BT * C); a->lnf_mean = alloc(BT); a->lnf_rstd = alloc(BT);
-    a->logits = alloc(BT * Vp); a->losses = alloc(BT);
+    a->lnf = alloc(BT * C); a->lnf_mean = stat(BT); a->lnf_rstd = stat(BT);
+    a->logits = alloc(BT * Vp); a->losses = stat(BT);
     GradScratch<F>* d = &m->dacts;
     d->residual = alloc(BT * C); d->branch = alloc(BT * C); d->ln = alloc(BT * C); d->atty = alloc(BT * C);
     d->atty_hs = alloc(nf * BT * C); d->qkv = alloc(BT * 3 * C); d->fch = alloc(BT * 4 * C);
@@ -266,12 +283,14 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
 template <typename F> void gpt_free(GPT<F>* m) {
     Activations<F>* a = &m->acts;
     GradScratch<F>* d = &m->dacts;
-    F* bufs[] = {a->emb, a->lne_mean, a->lne_rstd, a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty,
-                 a->att, a->atty_hs, a->attproj, a->lna, a->lna_mean, a->lna_rstd, a->residual2, a->ln2, a->ln2_mean,
-                 a->ln2_rstd, a->fch, a->fch_act, a->lnfc, a->lnfc_mean, a->lnfc_rstd, a->fcproj, a->residual3,
-                 a->lnf, a->lnf_mean, a->lnf_rstd, a->logits, a->losses, d->residual, d->branch, d->ln, d->atty,
-                 d->atty_hs, d->qkv, d->fch, d->fch_act, d->lnfc, m->params, m->grads};
+    F* bufs[] = {a->emb, a->encoded, a->ln1, a->qkv, a->atty, a->att, a->atty_hs, a->attproj, a->lna, a->residual2,
+                 a->ln2, a->fch, a->fch_act, a->lnfc, a->fcproj, a->residual3, a->lnf, a->logits, d->residual,
+                 d->branch, d->ln, d->atty, d->atty_hs, d->qkv, d->fch, d->fch_act, d->lnfc};
     for (F* b : bufs) backend_free(b);
+    acc_t<F>* stats[] = {a->lne_mean, a->lne_rstd, a->ln1_mean, a->ln1_rstd, a->lna_mean, a->lna_rstd, a->ln2_mean,
+                         a->ln2_rstd, a->lnfc_mean, a->lnfc_rstd, a->lnf_mean, a->lnf_rstd, a->losses, m->params, m->grads};
+    for (acc_t<F>* b : stats) backend_free(b);
+    if constexpr (gpt_has_compute_copy<F>()) backend_free(m->params_c);
     backend_free(m->inputs);
     backend_free(m->targets);
     backend_free(m->alibi);
@@ -338,12 +357,12 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
         dropout_backward(m->dacts.branch, d, B, (size_t)T * C, &ds);
         d = m->dacts.branch;
     }
-    F* dwpe = cfg->alibi ? nullptr : m->g[P_WPE];
+    acc_t<F>* dwpe = cfg->alibi ? nullptr : m->g[P_WPE];
     if (m->table.t[P_LNEW].numel) {
         if (dwpe) position_backward(dwpe, d, B, T, C);
         backend_memset_zero(m->dacts.ln, BTC * sizeof(F));
         layernorm_backward(m->dacts.ln, m->g[P_LNEW], m->g[P_LNEB], d, a->emb, m->p[P_LNEW], a->lne_mean, a->lne_rstd, B * T, C);
-        encoder_backward(m->g[P_WTE], (F*)nullptr, m->dacts.ln, m->inputs, B, T, C);
+        encoder_backward(m->g[P_WTE], (acc_t<F>*)nullptr, m->dacts.ln, m->inputs, B, T, C);
     } else {
         encoder_backward(m->g[P_WTE], dwpe, d, m->inputs, B, T, C);
     }
@@ -418,10 +437,22 @@ template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, cons
         if (targets_host[i] < 0 || targets_host[i] >= V) keel_die("target id %d at position %zu is outside [0, %d)", targets_host[i], i, V);
     backend_copy_to_device(m->targets, targets_host, BT * sizeof(int));
     classifier_forward(a->losses, a->logits, m->targets, (int)BT, V, Vp);
-    backend_copy_to_host(m->losses_host.data(), a->losses, BT * sizeof(F));
+    backend_copy_to_host(m->losses_host.data(), a->losses, BT * sizeof(acc_t<F>));
     double sum = 0;  // fixed order: position 0 .. BT-1
     for (size_t i = 0; i < BT; i++) sum += (double)m->losses_host[i];
     return sum / (double)BT;
+}
+
+// Row `row` of the last forward's logits (Vp values), as fp32 on the host (text samples).
+template <typename F> void gpt_logits_row_to_host(const GPT<F>* m, size_t row, float* out) {
+    size_t Vp = m->config.padded_vocab_size;
+    if constexpr (std::is_same<F, float>::value) {
+        backend_copy_to_host(out, m->acts.logits + row * Vp, Vp * sizeof(float));
+    } else {
+        std::vector<F> tmp(Vp);
+        backend_copy_to_host(tmp.data(), m->acts.logits + row * Vp, Vp * sizeof(F));
+        for (size_t j = 0; j < Vp; j++) out[j] = (float)to_f32(tmp[j]);
+    }
 }
 
 // Backward of a branch's dropout: returns the gradient of the branch before its dropout (dout
@@ -444,12 +475,12 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
     Activations<F>* a = &m->acts;
     GradScratch<F>* d = &m->dacts;
     F** p = m->p;
-    F** g = m->g;
+    acc_t<F>** g = m->g;
     bool nf = cfg->normformer;
     auto zero = [](F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); };
-    classifier_backward(a->logits, m->targets, (F)dloss, (int)BT, V, Vp);
+    classifier_backward(a->logits, m->targets, (acc_t<F>)dloss, (int)BT, V, Vp);
     zero(d->ln, BT * C);
-    matmul_backward(d->ln, g[P_WTE], (F*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, Vp);
+    matmul_backward(d->ln, g[P_WTE], (acc_t<F>*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, Vp);
     zero(d->residual, BT * C);
     F* last = a->residual3 + (L - 1) * BTmax * C;
     layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C);
@@ -504,7 +535,7 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
     gpt_embed_backward(m, d->residual, B, T);
 }
 
-template <typename F> void gpt_zero_grad(GPT<F>* m) { backend_memset_zero(m->grads, (size_t)m->table.total * sizeof(F)); }
+template <typename F> void gpt_zero_grad(GPT<F>* m) { backend_memset_zero(m->grads, (size_t)m->table.total * sizeof(acc_t<F>)); }
 
 // Parameter count without the padding rows of the vocabulary (what users quote as model size).
 static inline int64_t gpt_num_params_real(const ParamTable* pt, const GPTConfig* cfg) {

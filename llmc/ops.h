@@ -11,6 +11,15 @@
 #include "llmc/quantize.h"
 #include "llmc/rand.h"
 
+// ---- precision (DESIGN §3) ------------------------------------------------------------------------
+// The model computes in its storage type F (activations and the weights the ops read): float on
+// the CPU and under --fp32, bf16/fp16 on the GPU under --bf16/--fp16, double in the gradient checks.
+// Everything that accumulates is of acc_t<F>: the master weights the optimizer updates, the
+// gradients, LayerNorm statistics and the per-position losses — fp32, or double for a double model.
+template <typename F> struct AccumType { typedef float type; };
+template <> struct AccumType<double> { typedef double type; };
+template <typename F> using acc_t = typename AccumType<F>::type;
+
 static const double LAYERNORM_EPS = 1e-5;
 static const double GELU_K = 0.7978845608028654;  // sqrt(2/pi)
 

@@ -397,7 +397,8 @@ static inline std::string update_guard_check(const UpdateGuard* g, const Config*
 
 // Step 5 for one piece. The percentile factor of its unit was computed beforehand (per unit, on
 // every rank: the history is replicated).
-static inline void optimizer_update_piece(Optimizer* o, const OptPiece* pc, GPT<float>* model, const Config* c, double lr) {
+template <typename F>
+static inline void optimizer_update_piece(Optimizer* o, const OptPiece* pc, GPT<F>* model, const Config* c, double lr) {
     const OptUnit* u = &o->units[pc->unit];
     float* p = model->params + pc->offset_canonical;
     const float* g = model->grads + pc->offset_canonical;
@@ -421,7 +422,8 @@ static inline void optimizer_update_piece(Optimizer* o, const OptPiece* pc, GPT<
 // Steps 2-5, after grad_reduce and the loss scaler. The gradients of this rank's range hold the
 // reduced values (ZeRO-0: all of them, all-gathered; ZeRO-1: the shard). found_inf: the scaler's
 // verdict, already agreed over ranks. The caller all-gathers the parameters under ZeRO-1.
-static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, GPT<float>* model, UpdateGuard* guard, SpikeState* spike,
+template <typename F>
+static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, GPT<F>* model, UpdateGuard* guard, SpikeState* spike,
                                         const Config* c, int64_t iteration, double lr, double loss, bool found_inf) {
     StepResult r = {0, 0, false, false, 0, {false, "", 0, 0}};
     r.grad_norm = std::sqrt(grad_norm_sumsq(o, comm, model->grads, &r.num_zeros));

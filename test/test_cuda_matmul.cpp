@@ -3,11 +3,51 @@
 // accumulating into non-zero dinp/dweight/dbias, on shapes that are not multiples of anything.
 // Tolerance: both sum in fp32, in different orders (and with different tiling on the GPU):
 // relative 1e-5 of the row's magnitude, i.e. atol 1e-4 on O(1..10) values with K up to 260.
+// bf16 and fp16 storage (--bf16, --fp16): inputs rounded to the type, the CPU's fp32 op on the same
+// rounded values as reference. Outputs of the storage type (out, dinp) are rounded once: rtol
+// 2^-7 (bf16) / 2^-9 (fp16) plus the fp32 tolerance. dweight and dbias are fp32 buffers accumulated
+// in fp32 (DESIGN §3): they keep the fp32 tolerance, which a gradient rounded to bf16 would miss.
 #include "llmc/cpu/matmul.h"
 #include "llmc/cuda/matmul.cuh"
 #include "test/cuda_test.h"
 
+template <typename L> static std::vector<L> to_low(const std::vector<float>& v) {
+    std::vector<L> r(v.size());
+    for (size_t i = 0; i < v.size(); i++) r[i] = keel_cuda::from_f32<L>(v[i]);
+    return r;
+}
+template <typename L> static std::vector<float> from_low(const std::vector<L>& v) {
+    std::vector<float> r(v.size());
+    for (size_t i = 0; i < v.size(); i++) r[i] = keel_cuda::to_f32(v[i]);
+    return r;
+}
+template <typename L> static std::vector<float> round_to(const std::vector<float>& v) { return from_low(to_low<L>(v)); }
+
+template <typename L> static void test_low_precision(const char* name, double rtol, int N, int C, int OC) {
+    std::string sz = std::string(" ") + name + " N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
+    std::vector<float> inp = round_to<L>(randn((size_t)N * C, 11)), w = round_to<L>(randn((size_t)OC * C, 12));
+    std::vector<float> b = round_to<L>(randn(OC, 13)), dout = round_to<L>(randn((size_t)N * OC, 14));
+    std::vector<float> out((size_t)N * OC), dinp = round_to<L>(randn((size_t)N * C, 15)), dw = randn((size_t)OC * C, 16), db = randn(OC, 17);
+    L *d_inp = dev_upload(to_low<L>(inp)), *d_w = dev_upload(to_low<L>(w)), *d_b = dev_upload(to_low<L>(b));
+    L *d_dout = dev_upload(to_low<L>(dout)), *d_out = dev_upload(to_low<L>(out)), *d_dinp = dev_upload(to_low<L>(dinp));
+    float *d_dw = dev_upload(dw), *d_db = dev_upload(db);
+    matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
+    keel_cuda::matmul_forward(d_out, d_inp, d_w, d_b, N, C, OC);
+    check_close("matmul_forward +bias" + sz, from_low(dev_download(d_out, out.size())), out, rtol, 1e-3);
+    matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
+    keel_cuda::matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+    check_close("matmul_backward dinp" + sz, from_low(dev_download(d_dinp, dinp.size())), dinp, rtol, 1e-3);
+    check_close("matmul_backward dweight (fp32)" + sz, dev_download(d_dw, dw.size()), dw, 1e-5, 1e-4);
+    check_close("matmul_backward dbias (fp32)" + sz, dev_download(d_db, db.size()), db, 1e-5, 1e-4);
+    for (L* p : {d_inp, d_w, d_b, d_dout, d_out, d_dinp}) dev_free(p);
+    for (float* p : {d_dw, d_db}) dev_free(p);
+}
+
 int main() {
+    test_low_precision<__nv_bfloat16>("bf16", 1.0 / 128, 37, 48, 144);
+    test_low_precision<__nv_bfloat16>("bf16", 1.0 / 128, 64, 260, 33);
+    test_low_precision<__half>("fp16", 1.0 / 512, 37, 48, 144);
+    test_low_precision<__half>("fp16", 1.0 / 512, 64, 260, 33);
     struct Shape { int N, C, OC; };
     for (Shape s : {Shape{1, 1, 1}, Shape{3, 5, 7}, Shape{37, 48, 144}, Shape{64, 260, 33}}) {
         int N = s.N, C = s.C, OC = s.OC;

@@ -3,17 +3,23 @@
 # backend) against the CPU trainer. In CI it is build/train_gpt_emu — the CUDA sources under the CPU
 # emulation of the CUDA execution model, with device memory inaccessible to host code outside
 # kernels and copies; on a GPU `make test-gpu` sets KEEL_CUDA_TRAINER=./train_gpt.
-#   1. parity, fp32: every iteration's loss, grad norm and validation loss within 2e-5 relative of
-#      train_gpt_cpu over 6 iterations of a tiny model with dropout on, for plain GPT-2, the model
-#      knobs (ALiBi, NormFormer, embedding LayerNorm, ReLU, qk-layer scaling), 8-bit Adam with
-#      percentile clipping (1e-4, see below), and --fp16 (loss scaler) plus clipping. The op sets
-#      sum in different orders (cuBLASLt's tiling, warp trees), so bits differ; 2e-5 is ~100 ulp of
-#      fp32 after six updates;
-#   2. determinism: two runs give identical JSONL records and checkpoint bytes;
-#   3. bit-exact resume: 3 iterations, save, resume to 6 = 6 straight;
-#   4. checkpoints are canonical: the CPU trainer loads the CUDA trainer's checkpoint and its first
+#   1. parity, --fp32: every iteration's loss, grad norm and validation loss within 2e-5 relative
+#      of train_gpt_cpu over 6 iterations of a tiny model with dropout on, for plain GPT-2, the model
+#      knobs (ALiBi, NormFormer, embedding LayerNorm, ReLU, qk-layer scaling) and 8-bit Adam with
+#      percentile clipping (1e-4, see below). The op sets sum in different orders (cuBLASLt's
+#      tiling, warp trees), so bits differ; 2e-5 is ~100 ulp of fp32 after six updates;
+#   2. mixed precision against the fp32 CPU trainer: --bf16 (the GPU default: bf16 weights and
+#      activations, fp32 master weights and gradients) within 5e-3 relative, plain and with the
+#      model knobs; --fp16 (fp16 weights and activations, loss scaler, clipping) within 1e-3 of the
+#      CPU's --fp16 (fp32 arithmetic, binary16 gradient rounding). bf16 keeps 8 significant bits
+#      (2^-9 relative per rounding), fp16 11; measured worst: bf16 1.4e-3, fp16 1.5e-4. And the
+#      low precision must show: each differs from the fp32 numbers by more than 2e-5 somewhere;
+#   3. determinism under --bf16: two runs give identical JSONL records and checkpoint bytes;
+#   4. bit-exact resume under --bf16: 3 iterations, save, resume to 6 = 6 straight (the bf16 weights
+#      are recomputed from the fp32 master weights the checkpoint holds);
+#   5. checkpoints are canonical: the CPU trainer loads the CUDA trainer's checkpoint and its first
 #      validation loss matches;
-#   5. data parallel through the NCCL backend (mpirun -np 2, ZeRO-1) within 2e-5 of one process.
+#   6. data parallel through the NCCL backend (mpirun -np 2, ZeRO-1) within 2e-5 of one process.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 CUDA=${KEEL_CUDA_TRAINER:-build/train_gpt_emu}
@@ -49,14 +55,32 @@ parity() {  # name tol flags...: the same run on both trainers
 }
 
 grep -q "backend: cuda" < <($CUDA "${ARGS[@]}" --train-iters 1 2>&1) || fail "$CUDA does not report the CUDA backend"
-parity gpt2 2e-5
-parity knobs 2e-5 --position-embedding-type alibi --normformer --embed-layernorm --activation relu --apply-query-key-layer-scaling
+KNOBS=(--position-embedding-type alibi --normformer --embed-layernorm --activation relu --apply-query-key-layer-scaling)
+parity gpt2 2e-5 --fp32
+parity knobs 2e-5 --fp32 "${KNOBS[@]}"
 # 8-bit state: a moment that lands near a code boundary rounds to the neighbouring code on one
 # side, which moves its parameter by a quantization step; 1e-4 covers that, not a wrong update
-parity adam8bit 1e-4 --optimizer adam8bit --adam8bit-min-size 1024 --adam8bit-block-size 256 --adam8bit-percentile-clipping 5
-parity fp16 2e-5 --fp16 --initial-loss-scale 65536 --clip-grad 0.05
+parity adam8bit 1e-4 --fp32 --optimizer adam8bit --adam8bit-min-size 1024 --adam8bit-block-size 256 --adam8bit-percentile-clipping 5
 
-# 2-3. determinism and bit-exact resume
+# 2. mixed precision (the CPU trainer computes in fp32: it runs without --bf16)
+parity_mixed() {  # name tol flags...: the CUDA run in bf16 (--bf16 among the flags, or the default), the CPU in fp32
+  local name=$1 tol=$2; shift 2
+  local cpu=(); for a in "$@"; do [ "$a" = --bf16 ] || cpu+=("$a"); done
+  timeout 600 ./train_gpt_cpu "${ARGS[@]}" "${cpu[@]}" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }
+  timeout 600 $CUDA "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cuda.jsonl" >"$TMP/$name.cuda.log" 2>&1 || { fail "$name: CUDA run failed"; tail -5 "$TMP/$name.cuda.log"; return; }
+  grep -q "precision: bf16" "$TMP/$name.cuda.log" || fail "$name: the CUDA run does not report bf16"
+  local r; r=$(compare "$TMP/$name.cuda.jsonl" "$TMP/$name.cpu.jsonl" $tol 2>&1) && ok "$name: CUDA bf16 = CPU fp32 within $tol ($r)" || fail "$name: $r"
+}
+parity_mixed bf16-default 5e-3
+parity_mixed bf16-knobs 5e-3 --bf16 "${KNOBS[@]}"
+parity fp16 1e-3 --fp16 --initial-loss-scale 65536 --clip-grad 0.05
+grep -q "precision: fp16" "$TMP/fp16.cuda.log" || fail "fp16: the CUDA run does not report fp16"
+for name in bf16-default fp16; do  # a bf16/fp16 run that computed in fp32 would pass the above
+  compare "$TMP/$name.cuda.jsonl" "$TMP/$name.cpu.jsonl" 2e-5 >/dev/null 2>&1 && fail "$name: no different from fp32 (inert precision flag)" \
+    || ok "$name: differs from fp32 beyond 2e-5 (it computes in low precision)"
+done
+
+# 3-4. determinism and bit-exact resume (bf16, the default)
 $CUDA "${ARGS[@]}" --save "$TMP/a" --save-interval $N --metrics-file "$TMP/a.jsonl" >"$TMP/a.log" 2>&1 || fail "run a failed"
 $CUDA "${ARGS[@]}" --save "$TMP/b" --save-interval $N --metrics-file "$TMP/b.jsonl" >"$TMP/b.log" 2>&1 || fail "run b failed"
 $CUDA "${ARGS[@]}" --save "$TMP/c" --save-interval 3 --exit-interval 3 --metrics-file "$TMP/c.jsonl" >"$TMP/c.log" 2>&1 || fail "run c failed"
@@ -69,13 +93,13 @@ done
 cmp -s <(strip_timing "$TMP/a.jsonl") <(strip_timing "$TMP/c.jsonl") && ok "stop at 3 + resume = straight run (records and checkpoint bytes)" \
   || fail "resumed records differ"
 
-# 4. the CPU trainer continues from the CUDA trainer's checkpoint
-$CUDA "${ARGS[@]}" --save "$TMP/d" --save-interval 3 --exit-interval 3 >"$TMP/d.log" 2>&1 || fail "run d failed"
+# 5. the CPU trainer continues from the CUDA trainer's checkpoint
+$CUDA "${ARGS[@]}" --fp32 --save "$TMP/d" --save-interval 3 --exit-interval 3 >"$TMP/d.log" 2>&1 || fail "run d failed"
 ./train_gpt_cpu "${ARGS[@]}" --load "$TMP/d" --eval-interval 1 --metrics-file "$TMP/x.jsonl" >"$TMP/x.log" 2>&1 || fail "CPU load of a CUDA checkpoint failed"
-$CUDA "${ARGS[@]}" --load "$TMP/d" --eval-interval 1 --metrics-file "$TMP/y.jsonl" >"$TMP/y.log" 2>&1 || fail "CUDA continue failed"
+$CUDA "${ARGS[@]}" --fp32 --load "$TMP/d" --eval-interval 1 --metrics-file "$TMP/y.jsonl" >"$TMP/y.log" 2>&1 || fail "CUDA continue failed"
 r=$(compare "$TMP/x.jsonl" "$TMP/y.jsonl" 2e-5 2>&1) && ok "CPU trainer continues the CUDA checkpoint ($r)" || fail "CPU vs CUDA from one checkpoint: $r"
 
-# 5. data parallel through the NCCL backend
+# 6. data parallel through the NCCL backend
 if command -v mpirun >/dev/null; then
   timeout 600 mpirun --oversubscribe -np 2 $CUDA "${ARGS[@]}" --zero-stage 1 --metrics-file "$TMP/dp2.jsonl" >"$TMP/dp2.log" 2>&1 \
     || { fail "DP=2 CUDA run failed"; tail -5 "$TMP/dp2.log"; }

@@ -56,17 +56,6 @@ __device__ inline float max_abs_acc(float acc, float x) {
     return acc < a ? a : acc;  // a NaN never wins (as row_max_abs)
 }
 
-// Max over the block of non-negative, non-NaN per-thread values; every thread gets it. shared: 32.
-__device__ inline float block_max_nonneg(float v, float* shared) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = warp_max(v);
-    __syncthreads();  // shared may still be read by a previous call
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    float w = lane < warps ? shared[lane] : 0.0f;
-    return warp_max(w);
-}
-
 // m' = β1·m + (1-β1)·g and v' = β2·v + (1-β2)·g·g, rounded in the CPU's order.
 __device__ inline float adam_moment1(float m, float g, float beta1) {
     return fadd_rn(fmul_rn(m, beta1), fmul_rn(1.0f - beta1, g));
@@ -100,7 +89,7 @@ ADAM8BIT_UNROLL
         max_m = max_abs_acc(max_m, m[k]);
         max_v = max_abs_acc(max_v, v[k]);
     }
-    float new_am = block_max_nonneg(max_m, shared), new_av = block_max_nonneg(max_v, shared);
+    float new_am = block_max(max_m, shared), new_av = block_max(max_v, shared);
 ADAM8BIT_UNROLL
     for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
         int j = threadIdx.x + k * ADAM8BIT_THREADS;

@@ -115,12 +115,16 @@ __global__ void grad_unscale_check_kernel(int* flags, float* g, size_t n, float 
 // What one element adds to the reduction, and its type: a square in double, or a zero count. A
 // float's square is exact in double (24 + 24 significand bits < 53), so whether nvcc fuses it into
 // the accumulating add changes nothing.
+// In: the element type read (converted to float first).
 struct SumSqTerm {
     typedef double T;
+    typedef float In;
     __device__ static T of(float x) { return (double)x * (double)x; }
 };
+template <typename X> struct SumSqOf : SumSqTerm { typedef X In; };
 struct ZeroTerm {
     typedef long long T;
+    typedef float In;
     __device__ static T of(float x) { return x == 0.0f ? 1 : 0; }
 };
 
@@ -134,12 +138,12 @@ static inline unsigned reduce_blocks(int64_t n) {
 }
 
 // partial: (gridDim.x) — block b's sum over the elements i ≡ (b·blockDim + t) mod (grid·blockDim).
-template <typename Term> __global__ void reduce_partials_kernel(typename Term::T* partial, const float* x, int64_t n) {
+template <typename Term> __global__ void reduce_partials_kernel(typename Term::T* partial, const typename Term::In* x, int64_t n) {
     typedef typename Term::T T;
     __shared__ T shared[32];
     T acc = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        acc += Term::of(x[i]);
+        acc += Term::of(to_f32(x[i]));
     acc = block_sum(acc, shared);
     if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
@@ -154,7 +158,7 @@ template <typename T> __global__ void reduce_final_kernel(T* out, const T* parti
 }
 
 // Runs both passes and copies the result to the host (the copy waits for the kernels).
-template <typename Term> static typename Term::T reduce_to_host(const float* x, int64_t n) {
+template <typename Term> static typename Term::T reduce_to_host(const typename Term::In* x, int64_t n) {
     typedef typename Term::T T;
     static DeviceScratch scratch;  // (blocks + 1) partials, the last slot the result
     if (n <= 0) return 0;
@@ -199,7 +203,8 @@ static inline void adamw_update(float* p, const float* g, float* m, float* v, in
     CUDA_CHECK_LAUNCH();
 }
 
-static inline double sumsq_f64(const float* x, int64_t n) { return reduce_to_host<SumSqTerm>(x, n); }
+// Σx² of any storage type (the layer statistics read bf16 activations).
+template <typename X> static inline double sumsq_f64(const X* x, int64_t n) { return reduce_to_host<SumSqOf<X>>(x, n); }
 
 static inline int64_t count_zeros(const float* x, int64_t n) { return (int64_t)reduce_to_host<ZeroTerm>(x, n); }
 

@@ -15,20 +15,8 @@
 
 namespace keel_cuda {
 
-// Max over the block, the twin of block_sum (common.cuh): every thread gets it; `shared` holds 32
-// floats. Local to this file until a second op needs it.
-__device__ inline float classifier_block_max(float v, float* shared) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-    v = warp_max(v);
-    __syncthreads();  // shared may still be read by a previous reduction
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    float w = lane < warps ? shared[lane] : -INFINITY;
-    return warp_max(w);
-}
-
 template <typename F>
-__global__ void classifier_forward_kernel(F* losses, F* logits, const int* targets, int V, int Vp) {
+__global__ void classifier_forward_kernel(float* losses, F* logits, const int* targets, int V, int Vp) {
     __shared__ float red[32];  // (32) warp partials of the reductions
     int n = blockIdx.x;
     F* p = logits + (size_t)n * Vp;  // (Vp) this row
@@ -39,7 +27,7 @@ __global__ void classifier_forward_kernel(F* losses, F* logits, const int* targe
         float x = to_f32(p[j]);
         maxv = x > maxv ? x : maxv;
     }
-    maxv = classifier_block_max(maxv, red);
+    maxv = block_max(maxv, red);
     float sum = 0;
     for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(to_f32(p[j]) - maxv);
     sum = block_sum(sum, red);
@@ -47,23 +35,23 @@ __global__ void classifier_forward_kernel(F* losses, F* logits, const int* targe
     for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = from_f32<F>(expf(to_f32(p[j]) - maxv) * inv);
     for (int j = V + threadIdx.x; j < Vp; j += blockDim.x) p[j] = from_f32<F>(0.0f);
     // log-sum-exp form: finite even where the target's probability underflows
-    if (threadIdx.x == 0) losses[n] = from_f32<F>(logf(sum) - (target_logit - maxv));
+    if (threadIdx.x == 0) losses[n] = logf(sum) - (target_logit - maxv);
 }
 
 // One thread per (n, j), j < V; the padding columns stay 0 from the forward.
 template <typename F>
-__global__ void classifier_backward_kernel(F* dlogits, const int* targets, F dloss, int N, int V, int Vp) {
+__global__ void classifier_backward_kernel(F* dlogits, const int* targets, float dloss, int N, int V, int Vp) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * V) return;
     int n = (int)(i / V), j = (int)(i % V);
     F* p = dlogits + (size_t)n * Vp + j;
-    float d = to_f32(dloss), g = to_f32(*p) * d;
+    float d = dloss, g = to_f32(*p) * d;
     if (j == targets[n]) g -= d;
     *p = from_f32<F>(g);
 }
 
 template <typename F>
-void classifier_forward(F* losses,          // (N)
+void classifier_forward(float* losses,      // (N) fp32 whatever F
                         F* logits,          // (N,Vp): logits in, probs out
                         const int* targets, // (N)
                         int N, int V, int Vp) {
@@ -78,7 +66,7 @@ void classifier_forward(F* losses,          // (N)
 template <typename F>
 void classifier_backward(F* dlogits,          // (N,Vp): probs in, dlogits out
                          const int* targets,  // (N)
-                         F dloss, int N, int V, int Vp) {
+                         float dloss, int N, int V, int Vp) {
     size_t n = (size_t)N * V;
     if (n == 0) return;
     KEEL_LAUNCH(classifier_backward_kernel<F>, ceil_div(n, 256), 256, 0, MAIN_STREAM)(dlogits, targets, dloss, N, V, Vp);

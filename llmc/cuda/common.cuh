@@ -16,6 +16,7 @@
 // smem bytes (nvcc: one extern __shared__ array; emulation: the launch's buffer).
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -67,13 +68,17 @@ static inline void* scratch_reserve(DeviceScratch* s, size_t bytes) {
 // (cudaFree of the old buffer waits for the work still using it.)
 
 // ---- float types -------------------------------------------------------------------------------
-// Kernels are templated on the storage type F (float, or __nv_bfloat16 under --bf16); arithmetic is
-// always fp32: load with to_f32, store with from_f32 (round to nearest even).
+// Kernels are templated on the storage type F of activations and weights (float under --fp32,
+// __nv_bfloat16 under --bf16, __half under --fp16); arithmetic is always fp32: load with to_f32,
+// store with from_f32 (round to nearest even). Statistics, losses and parameter gradients are fp32
+// buffers whatever F (DESIGN §3).
 __device__ __host__ inline float to_f32(float x) { return x; }
 __device__ __host__ inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __host__ inline float to_f32(__half x) { return __half2float(x); }
 template <typename F> __device__ __host__ inline F from_f32(float x);
 template <> __device__ __host__ inline float from_f32<float>(float x) { return x; }
 template <> __device__ __host__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
+template <> __device__ __host__ inline __half from_f32<__half>(float x) { return __float2half(x); }
 
 // ---- fixed-order reductions ----------------------------------------------------------------------
 // Butterfly over the 32 lanes: every lane ends with the same sum, added in the same tree whatever
@@ -100,6 +105,17 @@ template <typename T> __device__ inline T block_sum(T v, T* shared) {
     __syncthreads();
     T w = lane < warps ? shared[lane] : (T)0;
     return warp_sum(w);
+}
+
+// Max over the block, the twin of block_sum: every thread gets it; `shared` holds 32 floats.
+__device__ inline float block_max(float v, float* shared) {
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    v = warp_max(v);
+    __syncthreads();  // shared may still be read by a previous call
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float w = lane < warps ? shared[lane] : -INFINITY;
+    return warp_max(w);
 }
 
 }  // namespace keel_cuda

@@ -4,7 +4,7 @@
 //   position_forward/backward: the position add alone (--embed-layernorm puts the LayerNorm between
 //   the word lookup and the positions, KNOBS.md §2.1).
 // Legend: B batch, T time, C channels, Vp padded vocabulary, maxT position rows.
-// Forward ops: one thread per element of out.
+// Forward ops: one thread per element of out. Gradients dwte, dwpe are fp32 whatever F (DESIGN §3).
 // Determinism (no float atomics, DESIGN §4): several positions share a dwte row when a token
 // repeats, so the dwte scatter gives each thread one channel and lets it walk the B*T positions in
 // order, adding dout into dwte[inp[bt]][c]: the read-modify-writes of one element come from one
@@ -33,29 +33,28 @@ __global__ void encoder_forward_kernel(F* out,                      // (B,T,C)
 
 // dwte: thread c walks every position in order (see the contract above for why one thread).
 template <typename F>
-__global__ void encoder_backward_wte_kernel(F* dwte,          // (Vp,C), accumulated into
+__global__ void encoder_backward_wte_kernel(float* dwte,          // (Vp,C), accumulated into
                                             const F* dout,    // (B,T,C)
                                             const int* inp,   // (B,T)
                                             int BT, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     for (int bt = 0; bt < BT; bt++) {
-        F* w = dwte + (size_t)inp[bt] * C + c;
-        *w = from_f32<F>(to_f32(*w) + to_f32(dout[(size_t)bt * C + c]));
+        dwte[(size_t)inp[bt] * C + c] += to_f32(dout[(size_t)bt * C + c]);
     }
 }
 
 // dwpe inside encoder_backward: the running value starts from dwpe and adds each b in order, the
 // same chain of additions as the CPU op's in-place `pe[c] += d[c]`.
 template <typename F>
-__global__ void encoder_backward_wpe_kernel(F* dwpe,         // (maxT,C), accumulated into
+__global__ void encoder_backward_wpe_kernel(float* dwpe,         // (maxT,C), accumulated into
                                             const F* dout,   // (B,T,C)
                                             int B, size_t TC) {
     size_t tc = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (tc >= TC) return;
-    float v = to_f32(dwpe[tc]);
+    float v = dwpe[tc];
     for (int b = 0; b < B; b++) v += to_f32(dout[(size_t)b * TC + tc]);
-    dwpe[tc] = from_f32<F>(v);
+    dwpe[tc] = v;
 }
 
 template <typename F>
@@ -69,14 +68,14 @@ __global__ void position_forward_kernel(F* out,         // (B,T,C), added to
 
 // position_backward sums over b first, then adds the sum once, as the CPU op does.
 template <typename F>
-__global__ void position_backward_kernel(F* dwpe,        // (maxT,C), accumulated into
+__global__ void position_backward_kernel(float* dwpe,        // (maxT,C), accumulated into
                                          const F* dout,  // (B,T,C)
                                          int B, size_t TC) {
     size_t tc = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (tc >= TC) return;
     float sum = 0.0f;
     for (int b = 0; b < B; b++) sum += to_f32(dout[(size_t)b * TC + tc]);
-    dwpe[tc] = from_f32<F>(to_f32(dwpe[tc]) + sum);
+    dwpe[tc] += sum;
 }
 
 template <typename F>
@@ -91,7 +90,7 @@ void encoder_forward(F* out,                               // (B,T,C)
 }
 
 template <typename F>
-void encoder_backward(F* dwte, F* dwpe,                    // (Vp,C), (maxT,C) or null; accumulated into
+void encoder_backward(float* dwte, float* dwpe,                    // (Vp,C), (maxT,C) or null; accumulated into
                       const F* dout,                       // (B,T,C)
                       const int* inp, int B, int T, int C) {
     if ((size_t)B * T * C == 0) return;
@@ -113,7 +112,7 @@ void position_forward(F* out, const F* wpe, int B, int T, int C) {  // out (B,T,
 }
 
 template <typename F>
-void position_backward(F* dwpe, const F* dout, int B, int T, int C) {  // dwpe (maxT,C) += Σ_b dout[b,t]
+void position_backward(float* dwpe, const F* dout, int B, int T, int C) {  // dwpe (maxT,C) += Σ_b dout[b,t]
     size_t TC = (size_t)T * C;
     if (TC == 0) return;
     KEEL_LAUNCH(position_backward_kernel<F>, ceil_div(TC, ENC_THREADS), ENC_THREADS, 0, MAIN_STREAM)(dwpe, dout, B, TC);

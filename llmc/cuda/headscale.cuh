@@ -1,7 +1,7 @@
 // cuda/headscale.cuh — NormFormer's learned per-head scale (--normformer); the contract of
 // cpu/headscale.h:
 //   forward:  out[n, h·hs + i] = inp[n, h·hs + i] · scale[h]
-//   backward: dinp += dout · scale[h];  dscale[h] += Σ_n Σ_i dout·inp
+//   backward: dinp += dout · scale[h];  dscale[h] += Σ_n Σ_i dout·inp   (dscale fp32 whatever F)
 // Legend: N rows (B*T), C channels, NH heads, hs = C/NH.
 // Element-wise parts: one thread per element, fp32 arithmetic whatever the storage type F.
 // Determinism (no float atomics, DESIGN §4): dscale is a sum over N·hs products per head, done in
@@ -57,15 +57,14 @@ __global__ void headscale_backward_partial_kernel(float* partial,               
 }
 
 // Stage 2: a thread per head adds the chunk partials in chunk order.
-template <typename F>
-__global__ void headscale_backward_final_kernel(F* dscale,              // (NH), accumulated into
+__global__ void headscale_backward_final_kernel(float* dscale,              // (NH), accumulated into
                                                 const float* partial,   // (nchunks, NH)
                                                 int nchunks, int NH) {
     int h = blockIdx.x * blockDim.x + threadIdx.x;
     if (h >= NH) return;
     float sum = 0.0f;
     for (int k = 0; k < nchunks; k++) sum += partial[(size_t)k * NH + h];
-    dscale[h] = from_f32<F>(to_f32(dscale[h]) + sum);
+    dscale[h] += sum;
 }
 
 template <typename F>
@@ -78,7 +77,7 @@ void headscale_forward(F* out, const F* inp, const F* scale,   // (N,C), (N,C), 
 }
 
 template <typename F>
-void headscale_backward(F* dinp, F* dscale,                     // (N,C), (NH) accumulated into
+void headscale_backward(F* dinp, float* dscale,                     // (N,C), (NH) accumulated into
                         const F* dout, const F* inp, const F* scale, int N, int C, int NH) {
     size_t n = (size_t)N * C;
     if (n == 0) return;
@@ -90,7 +89,7 @@ void headscale_backward(F* dinp, F* dscale,                     // (N,C), (NH) a
     dim3 grid(nchunks, NH);  // chunks on x: gridDim.y stops at 65535
     KEEL_LAUNCH(headscale_backward_partial_kernel<F>, grid, HS_THREADS, 0, MAIN_STREAM)(partial, dout, inp, N, C, hs);
     CUDA_CHECK_LAUNCH();
-    KEEL_LAUNCH(headscale_backward_final_kernel<F>, ceil_div(NH, 128), 128, 0, MAIN_STREAM)(dscale, partial, (int)nchunks, NH);
+    KEEL_LAUNCH(headscale_backward_final_kernel, ceil_div(NH, 128), 128, 0, MAIN_STREAM)(dscale, partial, (int)nchunks, NH);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -4,7 +4,8 @@
 //   backward: with xhat = (x-mean)·rstd and g = dout·w:
 //             dx += rstd·(g - mean(g) - xhat·mean(g·xhat));  dw += Σ_rows dout·xhat;  db += Σ_rows dout
 // Legend: N rows (B*T), C channels (any C: 4*hidden under --normformer, not a multiple of 32).
-// Numerics: statistics in fp32 whatever the storage type F, two-pass (subtract-mean) variance.
+// Numerics: statistics in fp32 whatever the storage type F, two-pass (subtract-mean) variance;
+// mean, rstd, dweight and dbias are fp32 buffers (DESIGN §3: fp32 statistics and gradient accumulation).
 // Determinism (no float atomics, DESIGN §4):
 //   - forward and dinp: one warp per row; each lane sums its channels (lane, lane+32, ...) in order,
 //     then warp_sum's fixed butterfly adds the 32 lane sums.
@@ -27,7 +28,7 @@ inline float* layernorm_scratch(size_t floats) {
 }
 
 template <typename F>
-__global__ void layernorm_forward_kernel(F* out, F* mean, F* rstd,        // (N,C), (N), (N)
+__global__ void layernorm_forward_kernel(F* out, float* mean, float* rstd,        // (N,C), (N), (N)
                                          const F* inp,                    // (N,C)
                                          const F* weight, const F* bias,  // (C), (C)
                                          int N, int C) {
@@ -48,8 +49,8 @@ __global__ void layernorm_forward_kernel(F* out, F* mean, F* rstd,        // (N,
     for (int c = lane; c < C; c += 32)
         o[c] = from_f32<F>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
     if (lane == 0) {
-        mean[row] = from_f32<F>(m);
-        rstd[row] = from_f32<F>(s);
+        mean[row] = m;
+        rstd[row] = s;
     }
 }
 
@@ -58,14 +59,14 @@ template <typename F>
 __global__ void layernorm_backward_dinp_kernel(F* dinp,                           // (N,C), accumulated into
                                                const F* dout, const F* inp,       // (N,C), (N,C)
                                                const F* weight,                   // (C)
-                                               const F* mean, const F* rstd,      // (N), (N)
+                                               const float* mean, const float* rstd,      // (N), (N)
                                                int N, int C) {
     int lane = threadIdx.x % 32;
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= N) return;  // whole warp, as in the forward
     const F* d = dout + (size_t)row * C;
     const F* x = inp + (size_t)row * C;
-    float m = to_f32(mean[row]), s = to_f32(rstd[row]);
+    float m = mean[row], s = rstd[row];
     float g_sum = 0.0f, gx_sum = 0.0f;
     for (int c = lane; c < C; c += 32) {
         float g = to_f32(d[c]) * to_f32(weight[c]);
@@ -86,7 +87,7 @@ __global__ void layernorm_backward_dinp_kernel(F* dinp,                         
 template <typename F>
 __global__ void layernorm_backward_partial_kernel(float* partial,                // (2, nchunks, C): dw then db
                                                   const F* dout, const F* inp,   // (N,C), (N,C)
-                                                  const F* mean, const F* rstd,  // (N), (N)
+                                                  const float* mean, const float* rstd,  // (N), (N)
                                                   int N, int C) {
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) return;
@@ -95,7 +96,7 @@ __global__ void layernorm_backward_partial_kernel(float* partial,               
     float dw = 0.0f, db = 0.0f;
     for (int n = r0; n < r1; n++) {
         float d = to_f32(dout[(size_t)n * C + c]);
-        float xhat = (to_f32(inp[(size_t)n * C + c]) - to_f32(mean[n])) * to_f32(rstd[n]);
+        float xhat = (to_f32(inp[(size_t)n * C + c]) - mean[n]) * rstd[n];
         dw += d * xhat;
         db += d;
     }
@@ -104,8 +105,7 @@ __global__ void layernorm_backward_partial_kernel(float* partial,               
 }
 
 // Stage 2: a thread per channel adds the chunk partials in chunk order.
-template <typename F>
-__global__ void layernorm_backward_final_kernel(F* dweight, F* dbias,   // (C), (C), accumulated into
+__global__ void layernorm_backward_final_kernel(float* dweight, float* dbias,   // (C), (C), accumulated into
                                                 const float* partial,   // (2, nchunks, C)
                                                 int nchunks, int C) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -115,12 +115,12 @@ __global__ void layernorm_backward_final_kernel(F* dweight, F* dbias,   // (C), 
         dw += partial[(size_t)k * C + c];
         db += partial[((size_t)nchunks + k) * C + c];
     }
-    dweight[c] = from_f32<F>(to_f32(dweight[c]) + dw);
-    dbias[c] = from_f32<F>(to_f32(dbias[c]) + db);
+    dweight[c] += dw;
+    dbias[c] += db;
 }
 
 template <typename F>
-void layernorm_forward(F* out, F* mean, F* rstd,           // (N,C), (N), (N)
+void layernorm_forward(F* out, float* mean, float* rstd,           // (N,C), (N), (N)
                        const F* inp,                       // (N,C)
                        const F* weight, const F* bias,     // (C), (C)
                        int N, int C) {
@@ -131,9 +131,9 @@ void layernorm_forward(F* out, F* mean, F* rstd,           // (N,C), (N), (N)
 }
 
 template <typename F>
-void layernorm_backward(F* dinp, F* dweight, F* dbias,     // (N,C) (C) (C), accumulated into
+void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) (C), accumulated into
                         const F* dout, const F* inp,       // (N,C), (N,C)
-                        const F* weight, const F* mean, const F* rstd, int N, int C) {
+                        const F* weight, const float* mean, const float* rstd, int N, int C) {
     if (N == 0 || C == 0) return;
     KEEL_LAUNCH(layernorm_backward_dinp_kernel<F>, ceil_div(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0,
                 MAIN_STREAM)(dinp, dout, inp, weight, mean, rstd, N, C);
@@ -144,7 +144,7 @@ void layernorm_backward(F* dinp, F* dweight, F* dbias,     // (N,C) (C) (C), acc
     KEEL_LAUNCH(layernorm_backward_partial_kernel<F>, grid, LN_COL_THREADS, 0, MAIN_STREAM)(
         partial, dout, inp, mean, rstd, N, C);
     CUDA_CHECK_LAUNCH();
-    KEEL_LAUNCH(layernorm_backward_final_kernel<F>, ceil_div(C, LN_COL_THREADS), LN_COL_THREADS, 0, MAIN_STREAM)(
+    KEEL_LAUNCH(layernorm_backward_final_kernel, ceil_div(C, LN_COL_THREADS), LN_COL_THREADS, 0, MAIN_STREAM)(
         dweight, dbias, partial, (int)nchunks, C);
     CUDA_CHECK_LAUNCH();
 }

@@ -107,7 +107,7 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cub
 }
 
 inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld) {
-    if (type != CUDA_R_32F && type != CUDA_R_16BF) return emu_lt_refuse("matrix data type", type);
+    if (type != CUDA_R_32F && type != CUDA_R_16BF && type != CUDA_R_16F) return emu_lt_refuse("matrix data type", type);
     if (ld < (int64_t)rows) return CUBLAS_STATUS_INVALID_VALUE;
     *l = new emu_lt_layout{type, rows, cols, ld};
     return CUBLAS_STATUS_SUCCESS;
@@ -133,10 +133,12 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
 
 inline float emu_lt_load(const void* base, cudaDataType_t t, size_t i) {
     if (t == CUDA_R_32F) return ((const float*)base)[i];
+    if (t == CUDA_R_16F) return __half2float(((const __half*)base)[i]);
     return __bfloat162float(((const __nv_bfloat16*)base)[i]);
 }
 inline void emu_lt_store(void* base, cudaDataType_t t, size_t i, float v) {
     if (t == CUDA_R_32F) ((float*)base)[i] = v;
+    else if (t == CUDA_R_16F) ((__half*)base)[i] = __float2half(v);
     else ((__nv_bfloat16*)base)[i] = __float2bfloat16(v);
 }
 
@@ -153,6 +155,11 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
         return CUBLAS_STATUS_INVALID_VALUE;
     }
     if (C != D && lc->ld != ld->ld) return emu_lt_refuse("a C layout other than D's, leading dimension", lc->ld);
+    // The type combinations keel may use (of cuBLASLt's table for CUBLAS_COMPUTE_32F): A and B of one
+    // type; C and D of that type or fp32 (a bf16/fp16 product accumulated into fp32 gradients).
+    if (la->type != lb->type) return emu_lt_refuse("A and B of different types, B type", lb->type);
+    if (lc->type != ld->type) return emu_lt_refuse("C and D of different types, D type", ld->type);
+    if (ld->type != la->type && ld->type != CUDA_R_32F) return emu_lt_refuse("D type with these inputs", ld->type);
     if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
     float alpha, beta;
     memcpy(&alpha, alpha_p, 4);
