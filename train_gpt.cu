@@ -36,6 +36,7 @@
 #include "llmc/log.h"
 #include "llmc/model.h"
 #include "llmc/optimizer.h"
+#include "llmc/parallel.h"
 #include "llmc/planner.h"
 #include "llmc/schedule.h"
 #include "llmc/tokenizer.h"
@@ -46,7 +47,11 @@
 // model's forward and backward reads the same buffers in every precision.
 template <typename A>
 struct Trainer {
-    Comm comm;               // the data-parallel world (llmc/comm.h)
+    Comm comm;               // this stage's data-parallel group (llmc/comm.h): the world without pipeline parallelism
+    Comm world;              // every rank: TP x PP x DP (llmc/parallel.h); its rank 0 prints and writes the files
+    Comm pipe;               // this rank's pipeline: its rank is the stage (activations, gradients, the loss)
+    Comm embed;              // the first and the last stage (the tied word embedding's gradient); unused at P = 1
+    RankGrid grid;
     Config cfg;
     GPTConfig gcfg;
     GPT<A> model;
@@ -237,6 +242,27 @@ static void trainer_rollback(Trainer<A>* tr, int64_t k) {
     log_spike(&tr->log, k, buf, s);
 }
 
+// Pipeline parallelism keeps the tied word embedding on the first and the last stage; the two
+// copies must stay identical (same gradient sum, same optimizer state, same update). Checked at
+// every log line by a checksum exchange; a mismatch stops the run.
+template <typename A>
+static void trainer_check_tied_embedding(Trainer<A>* tr, int64_t it) {
+    if (tr->grid.pp == 1 || (tr->grid.pp_rank != 0 && tr->grid.pp_rank != tr->grid.pp - 1)) return;
+    size_t n = (size_t)tr->model.table.t[P_WTE].numel;
+    std::vector<float> w(n);
+    backend_copy_to_host(w.data(), tr->model.params + tr->model.table.t[P_WTE].offset_canonical, n * sizeof(float));
+    uint64_t mine = checksum64(w.data(), n * sizeof(float)), both[2];
+    comm_allgather(&tr->embed, &mine, sizeof mine, both);
+    if (both[0] != both[1])
+        keel_die_code(KEEL_EXIT_RUNTIME, "a bug in keel: please report it with the run's flags",
+                      "iteration %lld: the tied word embedding differs between the first and the last pipeline stage "
+                      "(checksums %016llx and %016llx)", (long long)it, (unsigned long long)both[0], (unsigned long long)both[1]);
+}
+
+// Pipeline messages between neighbouring stages: s → s+1 carries activations, s+1 → s their
+// gradients, so one tag is enough (MPI and NCCL deliver a pair's messages in order).
+enum { PIPE_TAG = 7 };
+
 // One training iteration: accumulate gradients over the micro-batches, then one optimizer step.
 // Returns false for an iteration of a skip range (nothing to log).
 template <typename A>
@@ -261,16 +287,66 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     int L = tr->gcfg.num_layers;
     bool stats = c->log_layer_norms_interval > 0 && it % c->log_layer_norms_interval == 0;
     std::vector<double> act_sumsq(stats ? accum * (L + 1) : 0, 0.0);  // per micro-batch step, (L+1) each
-    for (int64_t m = 0; m < accum; m++) {
-        int64_t first = batch_first_sample(st->consumed_samples, m, dp, comm->rank, B);
-        trainer_read_batch(tr, &tr->train_data, first, B, T);
-        trainer_dump_tokens(tr, it, m, first, B, T);
-        gpt_set_dropout(&tr->model, true, st->dropout_seed, first);
-        losses[m] = gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
-        if (stats) layer_stats_acts(&tr->model, B, T, act_sumsq.data() + m * (L + 1));
-        gpt_backward(&tr->model, B, T, scale / ((double)gbs * T) * dp);  // the loss scale rides on dloss; ×DP: the reduction averages
+    // The micro-batches through this stage in 1F1B order (llmc/parallel.h; at P = 1 it is forward 0,
+    // backward 0, forward 1, ...: the plain accumulation loop).
+    GPT<A>* model = &tr->model;
+    int P = tr->grid.pp, stage = tr->grid.pp_rank, slots = (int)model->slots.size();
+    bool first_stage = stage == 0, last_stage = stage == P - 1;
+    size_t act_bytes = (size_t)B * T * c->hidden_size * sizeof(A);
+    double dloss = scale / ((double)gbs * T) * dp;  // the loss scale rides on dloss; ×DP: the reduction averages
+    auto first_sample = [&](int mb) { return batch_first_sample(st->consumed_samples, mb, dp, comm->rank, B); };
+    auto slot_of = [&](int mb) { gpt_use_slot(model, mb % slots); };
+    for (const PipeAction& a : pipeline_schedule_1f1b(stage, P, (int)accum)) {
+        switch (a.op) {
+            case PIPE_RECV_FORWARD:
+                slot_of(a.mb);
+                comm_recv_buf(&tr->pipe, model->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
+                break;
+            case PIPE_FORWARD: {
+                slot_of(a.mb);
+                int64_t first = first_sample(a.mb);
+                if (first_stage || last_stage) trainer_read_batch(tr, &tr->train_data, first, B, T);
+                if (first_stage) trainer_dump_tokens(tr, it, a.mb, first, B, T);
+                gpt_set_dropout(model, true, st->dropout_seed, first);
+                losses[a.mb] = gpt_forward(model, tr->inputs.data(), last_stage ? tr->targets.data() : nullptr, B, T);
+                if (stats) layer_stats_acts(model, B, T, act_sumsq.data() + a.mb * (L + 1));
+                break;
+            }
+            case PIPE_SEND_FORWARD:
+                slot_of(a.mb);
+                comm_send_buf(&tr->pipe, gpt_stage_output(model), act_bytes, stage + 1, PIPE_TAG);
+                break;
+            case PIPE_RECV_BACKWARD:
+                comm_recv_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage + 1, PIPE_TAG);
+                break;
+            case PIPE_BACKWARD:
+                slot_of(a.mb);
+                gpt_set_dropout(model, true, st->dropout_seed, first_sample(a.mb));
+                gpt_backward(model, B, T, dloss);
+                break;
+            case PIPE_SEND_BACKWARD:
+                comm_send_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage - 1, PIPE_TAG);
+                break;
+            case PIPE_SEND_FORWARD_RECV_BACKWARD:  // activation of mb up, gradient for mb2 down, at once
+                slot_of(a.mb);
+                comm_sendrecv_buf(&tr->pipe, gpt_stage_output(model), act_bytes, stage + 1, gpt_stage_grad(model), act_bytes,
+                                  stage + 1, PIPE_TAG);
+                break;
+            case PIPE_SEND_BACKWARD_RECV_FORWARD: {  // gradient of mb down, activation of mb2 in (into mb2's slot)
+                A* grad = gpt_stage_grad(model);
+                slot_of(a.mb2);
+                comm_sendrecv_buf(&tr->pipe, grad, act_bytes, stage - 1, model->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
+                break;
+            }
+        }
     }
+    // the tied word embedding: the first stage's copy got the lookup's gradient, the last stage's the
+    // LM head's; both take the sum, so the two copies step identically (DESIGN §5)
+    // (test hook: KEEL_TEST_UNTIE_PIPELINE_EMBEDDING=1 leaves the copies apart, to prove the exchange matters)
+    if (P > 1 && (first_stage || last_stage) && !getenv("KEEL_TEST_UNTIE_PIPELINE_EMBEDDING"))
+        comm_allreduce_sum_f32_buf(&tr->embed, model->g[P_WTE], (size_t)model->table.t[P_WTE].numel);
     double loss = trainer_sum_global_order(comm, losses.data(), accum, 1)[0] / (double)(accum * dp);
+    comm_broadcast(&tr->pipe, &loss, sizeof loss, P - 1);  // the last stage computed it
     float* grads = tr->model.grads;
     Optimizer* o = &tr->opt;
     grad_reduce(comm, o, grads, c->gradient_predivide_factor, &tr->reduce_scratch);  // this rank's shard now holds the mean
@@ -282,14 +358,14 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     bool found_inf = false;
     if (st->scaler.enabled) {
         if (c->fp16) grad_round_fp16(grads + lo, (size_t)n);
-        found_inf = comm_any(comm, grad_unscale_check(grads + lo, (size_t)n, 1.0 / scale));
+        found_inf = comm_any(&tr->world, grad_unscale_check(grads + lo, (size_t)n, 1.0 / scale));
         LossScaler before = st->scaler;
         std::string line = loss_scaler_describe(&before, &st->scaler, loss_scaler_update(&st->scaler, found_inf), it);
         if (!line.empty()) printf("%s\n", line.c_str());
     }
     if (c->zero_stage == 0) comm_allgather_shards_f32(comm, grads, o->shard_lo);  // every rank updates everything
     double lr = lr_schedule_get(&st->schedule) * spike_lr_factor(&st->spike, c, it);
-    StepResult r = optimizer_step(o, comm, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
+    StepResult r = optimizer_step(o, comm, &tr->pipe, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
     if (r.spike.spike) trainer_on_spike(tr, &r.spike, it);
     if (c->zero_stage == 1 && !r.skipped) comm_allgather_shards_f32(comm, tr->model.params, o->shard_lo);
     if (!r.skipped) gpt_params_changed(&tr->model);  // the bf16/fp16 weights the next forward reads
@@ -342,12 +418,19 @@ static double trainer_evaluate(Trainer<A>* tr) {
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
     int64_t batches = c->eval_iters * (c->global_batch_size / B);
     std::vector<double> loss(batches, 0.0);  // rank r evaluates batches r, r + DP, ...; the others' slots stay 0
-    gpt_set_dropout(&tr->model, false, 0, 0);
-    for (int64_t i = tr->comm.rank; i < batches; i += tr->comm.size) {
-        trainer_read_batch(tr, &tr->valid_data, i * B, B, T);
-        loss[i] = gpt_forward(&tr->model, tr->inputs.data(), tr->targets.data(), B, T);
+    GPT<A>* m = &tr->model;
+    int P = tr->grid.pp, stage = tr->grid.pp_rank;
+    size_t act_bytes = (size_t)B * T * c->hidden_size * sizeof(A);
+    gpt_set_dropout(m, false, 0, 0);
+    gpt_use_slot(m, 0);
+    for (int64_t i = tr->comm.rank; i < batches; i += tr->comm.size) {  // forwards only: down the pipeline, batch by batch
+        if (stage == 0 || stage == P - 1) trainer_read_batch(tr, &tr->valid_data, i * B, B, T);
+        if (stage > 0) comm_recv_buf(&tr->pipe, m->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
+        loss[i] = gpt_forward(m, tr->inputs.data(), stage == P - 1 ? tr->targets.data() : nullptr, B, T);
+        if (stage < P - 1) comm_send_buf(&tr->pipe, gpt_stage_output(m), act_bytes, stage + 1, PIPE_TAG);
     }
     comm_allreduce_sum_f64(&tr->comm, loss.data(), (int)batches);  // x + 0 = x: each slot is exactly one rank's value
+    comm_broadcast(&tr->pipe, loss.data(), batches * sizeof(double), P - 1);
     double sum = 0;
     for (int64_t i = 0; i < batches; i++) sum += loss[i];
     return sum / (double)batches;
@@ -548,12 +631,65 @@ static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** ar
     trainer_check_same_flags(comm, c);
 }
 
+// Uploads this stage's part of the whole model's canonical parameters (all of it at P = 1).
+template <typename A>
+static void trainer_take_stage_params(Trainer<A>* tr, const ParamTable* whole, const std::vector<float>& params) {
+    std::vector<float> mine(tr->model.table.total);
+    for (const ParamSpan& sp : param_table_stage_spans(&tr->model.table, whole, &tr->gcfg))
+        std::copy(params.begin() + sp.offset_canonical, params.begin() + sp.offset_canonical + sp.numel, mine.begin() + sp.offset_local);
+    backend_copy_to_device(tr->model.params, mine.data(), mine.size() * sizeof(float));
+    gpt_params_changed(&tr->model);
+}
+
+// The rank grid and its groups (llmc/parallel.h, DESIGN §5): this stage's data-parallel group
+// becomes tr->comm, which everything data-parallel uses as before; the pipeline and the tied
+// embedding's groups beside it. At P = 1 the data-parallel group is the world itself.
+template <typename A>
+static void trainer_init_groups(Trainer<A>* tr) {
+    const Config* c = &tr->cfg;
+    char err[256];
+    if (!rank_grid_init(&tr->grid, tr->world.size, tr->world.rank, (int)c->tensor_model_parallel_size,
+                        (int)c->pipeline_model_parallel_size, err, sizeof err))
+        keel_usage_error("%s", err);
+    if (tr->grid.pp == 1) {
+        tr->comm = tr->world;
+        tr->pipe = Comm{};
+        tr->pipe.rank = 0;
+        tr->pipe.size = 1;
+        tr->embed = tr->pipe;
+        return;
+    }
+    comm_split(&tr->world, rank_grid_group(&tr->grid, RANK_GROUP_DP), &tr->comm);
+    comm_split(&tr->world, rank_grid_group(&tr->grid, RANK_GROUP_PP), &tr->pipe);
+    // embedding groups {first, last stage} of each pipeline; the middle stages form their own
+    // (unused) groups, since every rank takes part in a split
+    std::vector<int> pp = rank_grid_group(&tr->grid, RANK_GROUP_PP);
+    int stage = tr->grid.pp_rank, P = tr->grid.pp;
+    std::vector<int> members = stage == 0 || stage == P - 1 ? std::vector<int>{pp.front(), pp.back()} : std::vector<int>{tr->world.rank};
+    comm_split(&tr->world, members, &tr->embed);
+}
+
+template <typename A>
+static void trainer_free_groups(Trainer<A>* tr) {
+    if (tr->grid.pp > 1) {
+        comm_free(&tr->comm);
+        comm_free(&tr->pipe);
+        comm_free(&tr->embed);
+    }
+    comm_finalize(&tr->world);
+}
+
 // The validated config → model, optimizer, data; everything before the first iteration.
 template <typename A>
 static void trainer_setup(Trainer<A>* tr) {
     Config* c = &tr->cfg;
     GPTConfig* g = &tr->gcfg;
     gpt_config_from_flags(c, g);
+    trainer_init_groups(tr);
+    int stage = tr->grid.pp_rank, P = tr->grid.pp;
+    pipeline_stage_layers(g->num_layers, P, stage, &g->stage_layer_first, &g->stage_num_layers);
+    g->stage_first = stage == 0;
+    g->stage_last = stage == P - 1;
     rampup_init(&tr->rampup, c, tr->comm.size);
     curriculum_init(&tr->curriculum, c);
     skip_ranges_parse(&tr->skips, c->skip_train_iteration_range);
@@ -571,12 +707,19 @@ static void trainer_setup(Trainer<A>* tr) {
         printf("init: --init-method %s gives sigma = %s (output projections: %s)\n", c->init_method.c_str(),
                double_repr(tr->init_sigma).c_str(), double_repr(tr->init_sigma / std::sqrt(2.0 * c->num_layers)).c_str());
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
-    gpt_build(&tr->model, g, B, T);
+    int64_t accum_max = c->global_batch_size / B / tr->comm.size;  // the ramp-up only lowers it
+    gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max));
+    if (P > 1)
+        printf("pipeline: %d stages, 1F1B; stage %d holds layers %d-%d%s%s and %d micro-batch(es) of activations\n", P, stage,
+               g->stage_layer_first, g->stage_layer_first + g->stage_num_layers - 1, g->stage_first ? ", the embeddings" : "",
+               g->stage_last ? ", the final LayerNorm and the LM head" : "", (int)tr->model.slots.size());
     optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
            g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->model.table, g), (long long)tr->model.table.total);
     printf("%s\n", optimizer_describe(&tr->opt, &tr->model.table, c).c_str());
+    printf("activations: %.2f MiB for %d micro-batch(es) of %d x %d%s\n", tr->model.act_bytes / 1048576.0, (int)tr->model.slots.size(),
+           B, T, c->checkpoint_activations ? " (--checkpoint-activations: each layer's output kept, one layer's activations recomputed in backward)" : "");
     printf("batch: micro-batch %d x %d data-parallel ranks x %lld accumulation steps = global batch %lld samples of %d tokens | %lld iterations\n",
            B, tr->comm.size, (long long)(c->global_batch_size / B / tr->comm.size), (long long)c->global_batch_size, T,
            (long long)tr->train_iters);
@@ -600,19 +743,19 @@ static void trainer_setup(Trainer<A>* tr) {
     if (kind != RESUME_NONE && !c->load_llmc.empty())
         printf(" > note: weights from the checkpoint, so --load-llmc %s is not used\n", c->load_llmc.c_str());
     if (kind == RESUME_NONE) {
-        if (!c->load_llmc.empty()) {
-            std::vector<float> params(tr->model.table.total);
-            param_table_init(params.data(), &tr->model.table, g, tr->init_sigma, tr->st.seed);  // a knob's own tensors
-            llmc_load(c->load_llmc.c_str(), params.data(), &tr->model.table, g);
-            backend_copy_to_device(tr->model.params, params.data(), params.size() * sizeof(float));
-            gpt_params_changed(&tr->model);
-            printf("initialised the weights from llm.c model file %s\n", c->load_llmc.c_str());
-        } else {
-            std::vector<float> params(tr->model.table.total);
-            param_table_init(params.data(), &tr->model.table, g, tr->init_sigma, tr->st.seed);
-            backend_copy_to_device(tr->model.params, params.data(), params.size() * sizeof(float));
-            gpt_params_changed(&tr->model);
-        }
+        // the whole model's canonical buffer, as at P = 1 (so every layout starts from the same
+        // weights), of which this stage takes its part
+        GPTConfig whole = *g;
+        whole.stage_layer_first = 0;
+        whole.stage_num_layers = -1;
+        whole.stage_first = whole.stage_last = true;
+        ParamTable wt;
+        param_table_build(&wt, &whole);
+        std::vector<float> params(wt.total);
+        param_table_init(params.data(), &wt, &whole, tr->init_sigma, tr->st.seed);  // with --load-llmc: a knob's own tensors
+        if (!c->load_llmc.empty()) llmc_load(c->load_llmc.c_str(), params.data(), &wt, &whole);
+        trainer_take_stage_params(tr, &wt, params);
+        if (!c->load_llmc.empty()) printf("initialised the weights from llm.c model file %s\n", c->load_llmc.c_str());
     }
     dataloader_init(&tr->train_data, c->train_data_path.c_str(), T, g->vocab_size, tr->st.seed, true);
     printf("train data: %zu shard(s), %lld samples per epoch\n", tr->train_data.shards.size(), (long long)tr->train_data.nsamples);
@@ -633,18 +776,18 @@ static void trainer_setup(Trainer<A>* tr) {
                              tokenizer_vocab_size(&tr->tok), g->vocab_size);
         tr->have_tok = true;
     }
-    if (const char* dump = getenv("KEEL_DUMP_TOKENS"))
+    if (const char* dump = getenv("KEEL_DUMP_TOKENS"); dump && stage == 0)
         tr->token_dump = fopen_check((std::string(dump) + ".rank" + std::to_string(tr->comm.rank)).c_str(), "ab");
     tr->sample.resize(T + 1);
     tr->inputs.resize((size_t)B * T);
     tr->targets.resize((size_t)B * T);
-    std::string metrics = tr->comm.rank == 0 ? c->metrics_file : "";  // rank 0 writes the files
+    std::string metrics = tr->world.rank == 0 ? c->metrics_file : "";  // rank 0 writes the files
     if (resumed) logger_truncate_after(metrics, tr->st.iteration);
     logger_open(&tr->log, metrics, resumed, tr->train_iters);
     tr->log.show_loss_scale = c->fp16;
     tr->log.show_seqlen = tr->curriculum.enabled;
     tr->log.show_pclip = c->adam8bit_percentile_clipping < 100;
-    if (tr->comm.rank == 0) logger_open_tensorboard(&tr->log, c->tensorboard_dir);
+    if (tr->world.rank == 0) logger_open_tensorboard(&tr->log, c->tensorboard_dir);
     layer_stats_init(&tr->layer_stats, g->num_layers);
     if (c->spike_policy != "off")
         printf("spike autopilot: %s on %s z-score > %s over the last %lld updates%s\n", c->spike_policy.c_str(), c->spike_metric.c_str(),
@@ -681,7 +824,10 @@ static int trainer_run(Trainer<A>* tr) {
             break;
         }
         IterationRecord rec;
-        if (trainer_iteration(tr, &rec)) log_iteration(&tr->log, &rec, c->log_interval);
+        if (trainer_iteration(tr, &rec)) {
+            log_iteration(&tr->log, &rec, c->log_interval);
+            if (rec.iteration % c->log_interval == 0) trainer_check_tied_embedding(tr, rec.iteration);
+        }
         if (tr->rollback_pending) {  // back to the snapshot; the skipped window follows in the next passes
             trainer_rollback(tr, rec.iteration);
             continue;
@@ -692,7 +838,7 @@ static int trainer_run(Trainer<A>* tr) {
             log_validation(&tr->log, it, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
             evaluated_now = true;
         }
-        if (tr->have_tok && it % c->sample_interval == 0 && tr->comm.rank == 0) trainer_print_sample(tr);
+        if (tr->have_tok && it % c->sample_interval == 0 && tr->world.rank == 0) trainer_print_sample(tr);
         if (!c->save.empty() && c->save_interval > 0 && it % c->save_interval == 0) {
             trainer_save(tr);
             saved_now = true;
@@ -702,14 +848,14 @@ static int trainer_run(Trainer<A>* tr) {
             if (!c->save.empty() && !saved_now) trainer_save(tr);
             printf("exiting program at iteration %lld (--exit-interval %lld)\n", (long long)it, (long long)c->exit_interval);
             logger_close(&tr->log);
-            comm_finalize(&tr->comm);
+            trainer_free_groups(tr);
             return 0;
         }
     }
     if (tr->have_valid && c->eval_interval > 0 && !evaluated_now)
         log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
     if (!c->save.empty() && !saved_now) trainer_save(tr);
-    if (!c->export_llmc.empty() && tr->comm.rank == 0) {
+    if (!c->export_llmc.empty() && tr->world.rank == 0) {
         std::vector<float> params(tr->model.table.total);
         backend_copy_to_host(params.data(), tr->model.params, params.size() * sizeof(float));
         llmc_export(c->export_llmc.c_str(), params.data(), &tr->model.table, &tr->gcfg);
@@ -720,14 +866,14 @@ static int trainer_run(Trainer<A>* tr) {
     if (tr->have_valid) dataloader_free(&tr->valid_data);
     optimizer_free(&tr->opt);
     gpt_free(&tr->model);
-    comm_finalize(&tr->comm);
+    trainer_free_groups(tr);
     delete tr;
     return 0;
 }
 
 template <typename A> static int trainer_main(const Comm* comm, const Config* c) {
     Trainer<A>* tr = new Trainer<A>();
-    tr->comm = *comm;
+    tr->world = *comm;
     tr->cfg = *c;
     return trainer_run(tr);
 }

@@ -1,5 +1,5 @@
 // comm.h — the communication interface between ranks (DESIGN §5): all-reduce, reduce-scatter,
-// all-gather, broadcast, send/recv, barrier. Three backends:
+// all-gather, broadcast, send/recv, barrier, over the world or over a process group. Three backends:
 //   - single process (no MPI in the build, or not launched by mpirun): every collective is a copy;
 //   - MPI (CPU trainer, KEEL_MPI): host buffers;
 //   - NCCL (CUDA trainer, KEEL_CUDA + KEEL_MPI): device buffers, one process per GPU, the NCCL id
@@ -7,18 +7,39 @@
 //     which puts the buffers on the device, selects it).
 // Launch: `mpirun -np N ./train_gpt_cpu ...` or `srun ./train_gpt_cpu ...`.
 //
+// Groups. A Comm is one communicator: `rank` and `size` are this process's place within it, and
+// every function talks over it alone (its MPI communicator, and under KEEL_NCCL its own NCCL
+// communicator). comm_init gives the world; comm_split carves groups out of a parent — for 3D
+// parallelism (llmc/parallel.h) the data-parallel group of a stage (gradient reduce-scatter,
+// ZeRO-1 all-gather, loss sums), the pipeline group (activations and gradients between stages, the
+// loss broadcast from the last stage), the embedding group {first stage, last stage} (the tied word
+// embedding's gradient), the tensor-parallel group, while the world keeps the global agreements
+// (grad norm, non-finite verdict). Ranks and peers passed to a function are ranks of its Comm.
+// Split groups are released with comm_free, the world with comm_finalize.
+//
+// Buffers. The host functions (comm_send, comm_sendrecv, comm_allreduce_sum_f32, ...) always take
+// host memory and MPI. The *_device functions (KEEL_NCCL only) take device memory and NCCL. The
+// trainer calls the backend-neutral *_buf functions and comm_reduce_scatter_sum_f32 /
+// comm_allgather_shards_f32, which take the memory the op set computes in: device under KEEL_NCCL,
+// host otherwise.
+//
 // Determinism (DESIGN §4): floating-point sums across ranks are never left to the library's
 // algorithm choice. comm_reduce_scatter_sum_f32 moves every rank's slice to the slice's owner and
-// the owner adds them in rank order 0, 1, ..., N-1; small reductions (norm partials, losses) are
-// all-gathered and added in a fixed order by the caller. So the same partition gives the same bits,
-// and ZeRO-0 (reduce-scatter + all-gather) equals ZeRO-1 bit for bit.
+// the owner adds them in rank order 0, 1, ..., N-1; comm_allreduce_sum_f32 is that reduce-scatter
+// followed by an all-gather; small reductions (norm partials, losses) are all-gathered and added in
+// a fixed order. So the same partition gives the same bits on every rank and in every run, and
+// ZeRO-0 (reduce-scatter + all-gather) equals ZeRO-1 bit for bit. The NCCL backend sums in NCCL's
+// order (see its section).
 //
 // Sizes: MPI counts are int, so one rank's slice must stay below 2 GiB (checked, with a hint).
 #pragma once
+#include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "llmc/common.h"
@@ -46,16 +67,20 @@
 #endif
 
 struct Comm {
-    int rank, size;  // this process and the world
-    bool mpi;        // MPI is initialised (a run under mpirun/srun, or an MPI singleton)
+    int rank, size;       // this process within the communicator, and the communicator's size
+    bool mpi;             // MPI is initialised (a run under mpirun/srun, or an MPI singleton)
+#ifdef KEEL_MPI
+    MPI_Comm mpi_comm;    // MPI_COMM_WORLD after comm_init; the group's own after comm_split (MPI_COMM_NULL without MPI)
+#endif
 #ifdef KEEL_NCCL
-    ncclComm_t nccl; // device-buffer collectives (size > 1)
-    int local_rank;  // this process's GPU on its node
+    ncclComm_t nccl;      // device-buffer collectives (size > 1; nullptr in a group of one)
+    int local_rank;       // this process's GPU on its node: per process, so a group inherits it
 #endif
 };
 
 #ifdef KEEL_NCCL
 static inline void comm_nccl_init(Comm* c);
+static inline void comm_nccl_create(Comm* c);
 static inline void comm_nccl_free(Comm* c);
 static inline void nccl_reduce_scatter_sum_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo);
 static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo);
@@ -83,10 +108,11 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
         keel_die_code(KEEL_EXIT_USAGE, "rebuild with MPI: scripts/setup.sh installs OpenMPI, then make",
                       "launched as one of %s ranks, but this build has no MPI (it was built without mpicxx or with NO_MPI=1)", n);
 #else
+    c->mpi_comm = MPI_COMM_WORLD;
     if (!comm_launched()) return;
     MPI_CHECK(MPI_Init(argc, argv));
-    MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &c->rank));
-    MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &c->size));
+    MPI_CHECK(MPI_Comm_rank(c->mpi_comm, &c->rank));
+    MPI_CHECK(MPI_Comm_size(c->mpi_comm, &c->size));
     c->mpi = true;
 #endif
 #ifdef KEEL_NCCL
@@ -106,7 +132,7 @@ static inline void comm_finalize(Comm* c) {
 
 static inline void comm_barrier(const Comm* c) {
 #ifdef KEEL_MPI
-    if (c->size > 1) MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    if (c->size > 1) MPI_CHECK(MPI_Barrier(c->mpi_comm));
 #endif
 }
 
@@ -115,6 +141,10 @@ static inline int comm_count(size_t bytes) {
         keel_die_code(KEEL_EXIT_RUNTIME, "use more data-parallel ranks or --zero-stage 1 so each rank's slice is smaller",
                       "a message of %zu bytes exceeds MPI's int count", bytes);
     return (int)bytes;
+}
+
+static inline void comm_check_peer(const Comm* c, int peer, const char* what) {
+    if (peer < 0 || peer >= c->size) keel_die("%s: rank %d is outside the group of %d", what, peer, c->size);
 }
 
 // Every rank contributes send (send_bytes, which must equal counts[rank]); recv receives the
@@ -130,7 +160,7 @@ static inline void comm_allgatherv(const Comm* c, const void* send, size_t send_
     if (c->size > 1) {
         std::vector<int> cnt(c->size), dsp(c->size);
         for (int r = 0; r < c->size; r++) { cnt[r] = comm_count(counts[r]); dsp[r] = comm_count(displ[r]); }
-        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, recv, cnt.data(), dsp.data(), MPI_BYTE, MPI_COMM_WORLD));
+        MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, recv, cnt.data(), dsp.data(), MPI_BYTE, c->mpi_comm));
     }
 #endif
 }
@@ -140,25 +170,130 @@ static inline void comm_allgather(const Comm* c, const void* send, size_t bytes,
     comm_allgatherv(c, send, bytes, recv, std::vector<size_t>(c->size, bytes));
 }
 
+// ---- groups ----------------------------------------------------------------------------------------
+
+static inline std::string comm_format_members(const int* m, size_t n) {
+    std::string s = "{";
+    for (size_t i = 0; i < n; i++) s += (i ? ", " : "") + std::to_string(m[i]);
+    return s + "}";
+}
+
+// The group containing this process, out of parent. Collective over the parent: every process of the
+// parent calls it, each with the member list of ITS group, given as ranks of the parent; the groups
+// partition the parent (a process in no group of interest — a middle stage for the embedding group
+// — passes {its own rank}). The group's rank order is the list's order: rank_grid_group lists by
+// the coordinate that varies, so a pipeline group's rank is the stage and a data-parallel group's
+// rank the dp_rank. Release the group with comm_free.
+//
+// Why MPI_Comm_split: each process needs only its own list — no rank has to know the other groups,
+// and one collective call builds every group at once. Its color must be equal within a group and
+// differ between groups: the group's smallest member is exactly that (the groups are disjoint, so a
+// rank is the smallest member of at most one), a non-negative int as MPI requires, and every member
+// computes it alone. The key is the position in the list, which fixes the new rank order.
+// The split cannot see a wrong partition, so the result is checked: the group must have the list's
+// size, this process the list's position, and every member must have passed the same list (lists
+// of one group that disagree would otherwise meet by color and silently mis-rank).
+static inline void comm_split(const Comm* parent, const std::vector<int>& members, Comm* out) {
+    int pos = -1;
+    for (size_t i = 0; i < members.size(); i++) {
+        if (members[i] < 0 || members[i] >= parent->size)
+            keel_die("comm_split: member %d of %s is outside the parent of %d ranks", members[i],
+                     comm_format_members(members.data(), members.size()).c_str(), parent->size);
+        for (size_t j = 0; j < i; j++)
+            if (members[j] == members[i]) keel_die("comm_split: rank %d listed twice in %s", members[i], comm_format_members(members.data(), members.size()).c_str());
+        if (members[i] == parent->rank) pos = (int)i;
+    }
+    if (pos < 0) keel_die("comm_split: rank %d is not a member of the group %s it asked for", parent->rank,
+                          comm_format_members(members.data(), members.size()).c_str());
+    *out = *parent;  // local_rank: the GPU belongs to the process, not to the group
+    out->rank = pos;
+    out->size = (int)members.size();
+#ifdef KEEL_NCCL
+    out->nccl = nullptr;
+#endif
+#ifdef KEEL_MPI
+    out->mpi_comm = MPI_COMM_NULL;
+    if (!parent->mpi) return;  // one process: the checks above leave {0} as the only group, a copy of the parent
+    int color = *std::min_element(members.begin(), members.end()), rank = -1, size = -1;
+    MPI_CHECK(MPI_Comm_split(parent->mpi_comm, color, pos, &out->mpi_comm));
+    MPI_CHECK(MPI_Comm_rank(out->mpi_comm, &rank));
+    MPI_CHECK(MPI_Comm_size(out->mpi_comm, &size));
+    if (size != out->size || rank != out->rank)
+        keel_die("comm_split: rank %d of the parent asked for %s but landed at rank %d of a group of %d: the member lists "
+                 "of its group disagree (the groups must partition the parent)",
+                 parent->rank, comm_format_members(members.data(), members.size()).c_str(), rank, size);
+    std::vector<int> all(members.size() * (size_t)size);
+    comm_allgather(out, members.data(), members.size() * sizeof(int), all.data());
+    for (int r = 0; r < size; r++)
+        if (memcmp(&all[(size_t)r * members.size()], members.data(), members.size() * sizeof(int)) != 0)
+            keel_die("comm_split: one group, two member lists: rank %d passed %s, group rank %d passed %s", parent->rank,
+                     comm_format_members(members.data(), members.size()).c_str(), r,
+                     comm_format_members(&all[(size_t)r * members.size()], members.size()).c_str());
+#endif
+#ifdef KEEL_NCCL
+    comm_nccl_create(out);
+#endif
+}
+
+// Releases a group made by comm_split (not collective in MPI's sense, but every member should call
+// it; NCCL's destroy is local). The world is comm_finalize's.
+static inline void comm_free(Comm* c) {
+#ifdef KEEL_MPI
+    if (c->mpi_comm == MPI_COMM_WORLD) keel_die("comm_free: the world communicator is released by comm_finalize");
+#endif
+#ifdef KEEL_NCCL
+    comm_nccl_free(c);
+#endif
+#ifdef KEEL_MPI
+    if (c->mpi_comm != MPI_COMM_NULL) MPI_CHECK(MPI_Comm_free(&c->mpi_comm));  // sets it to MPI_COMM_NULL
+#endif
+    c->rank = 0;
+    c->size = 1;
+    c->mpi = false;
+}
+
+// ---- host buffers ----------------------------------------------------------------------------------
+
 static inline void comm_broadcast(const Comm* c, void* buf, size_t bytes, int root) {
 #ifdef KEEL_MPI
-    if (c->size > 1) MPI_CHECK(MPI_Bcast(buf, comm_count(bytes), MPI_BYTE, root, MPI_COMM_WORLD));
+    if (c->size > 1) MPI_CHECK(MPI_Bcast(buf, comm_count(bytes), MPI_BYTE, root, c->mpi_comm));
 #endif
 }
 
 static inline void comm_send(const Comm* c, const void* buf, size_t bytes, int peer, int tag) {
+    comm_check_peer(c, peer, "comm_send");
 #ifdef KEEL_MPI
-    MPI_CHECK(MPI_Send(buf, comm_count(bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD));
-#else
-    keel_die("comm_send to rank %d: this build has no MPI", peer);
+    if (c->mpi) { MPI_CHECK(MPI_Send(buf, comm_count(bytes), MPI_BYTE, peer, tag, c->mpi_comm)); return; }
 #endif
+    keel_die("comm_send to rank %d: this process runs without MPI, alone", peer);
 }
 
 static inline void comm_recv(const Comm* c, void* buf, size_t bytes, int peer, int tag) {
+    comm_check_peer(c, peer, "comm_recv");
 #ifdef KEEL_MPI
-    MPI_CHECK(MPI_Recv(buf, comm_count(bytes), MPI_BYTE, peer, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
-#else
-    keel_die("comm_recv from rank %d: this build has no MPI", peer);
+    if (c->mpi) { MPI_CHECK(MPI_Recv(buf, comm_count(bytes), MPI_BYTE, peer, tag, c->mpi_comm, MPI_STATUS_IGNORE)); return; }
+#endif
+    keel_die("comm_recv from rank %d: this process runs without MPI, alone", peer);
+}
+
+// sendbuf to dest and recvbuf from source as ONE operation: the 1F1B steady phase's exchange with a
+// neighbour stage (llmc/parallel.h). Why not comm_send then comm_recv: in the steady phase both
+// neighbours send at once (activation up, gradient down), and a blocking send larger than MPI's eager
+// limit (a few KiB to 64 KiB) completes only when the peer posts its receive (rendezvous); two sends
+// facing each other then wait forever. MPI_Sendrecv posts both halves together, so each side's
+// receive is up while its send waits. In a group of one the only peer is oneself: a copy.
+static inline void comm_sendrecv(const Comm* c, const void* sendbuf, size_t send_bytes, int dest, void* recvbuf,
+                                 size_t recv_bytes, int source, int tag) {
+    comm_check_peer(c, dest, "comm_sendrecv");
+    comm_check_peer(c, source, "comm_sendrecv");
+    if (c->size == 1) {
+        if (send_bytes != recv_bytes) keel_die("comm_sendrecv with oneself: %zu bytes sent, %zu expected", send_bytes, recv_bytes);
+        if (recvbuf != sendbuf) memmove(recvbuf, sendbuf, send_bytes);
+        return;
+    }
+#ifdef KEEL_MPI
+    MPI_CHECK(MPI_Sendrecv(sendbuf, comm_count(send_bytes), MPI_BYTE, dest, tag, recvbuf, comm_count(recv_bytes), MPI_BYTE,
+                           source, tag, c->mpi_comm, MPI_STATUS_IGNORE));
 #endif
 }
 
@@ -180,22 +315,12 @@ static inline bool comm_any(const Comm* c, bool flag) {
     return x > 0;
 }
 
-// buf (n floats, every rank) → out = Σ_r buf_r over this rank's shard [lo[rank], lo[rank+1]),
-// added in rank order. lo has size+1 entries with lo[0] = 0, lo[size] = n. out may alias
-// buf + lo[rank]. scratch is resized as needed (size × shard floats).
-static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* buf, float* out, const std::vector<int64_t>& lo,
-                                               std::vector<float>* scratch) {
-    int64_t mine = lo[c->rank + 1] - lo[c->rank];
-#ifdef KEEL_NCCL
-    if (out != buf + lo[c->rank]) keel_die("comm_reduce_scatter_sum_f32: the CUDA build reduces in place (out = buf + lo[rank])");
-    if (c->size > 1) nccl_reduce_scatter_sum_f32(c, (float*)buf, lo);
-    return;
-#endif
-    if (c->size == 1) {
-        if (out != buf + lo[0]) memmove(out, buf + lo[0], (size_t)mine * sizeof(float));
-        return;
-    }
 #ifdef KEEL_MPI
+// The MPI reduce-scatter on host buffers (see comm_reduce_scatter_sum_f32): every rank's slice r goes
+// to rank r in one all-to-all, and the owner adds the size copies in rank order.
+static inline void comm_reduce_scatter_sum_f32_host(const Comm* c, const float* buf, float* out, const std::vector<int64_t>& lo,
+                                                    std::vector<float>* scratch) {
+    int64_t mine = lo[c->rank + 1] - lo[c->rank];
     std::vector<int> scnt(c->size), sdsp(c->size), rcnt(c->size), rdsp(c->size);
     for (int r = 0; r < c->size; r++) {
         scnt[r] = comm_count((size_t)(lo[r + 1] - lo[r]) * sizeof(float));
@@ -205,7 +330,7 @@ static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* buf, 
     }
     scratch->resize((size_t)c->size * mine);
     MPI_CHECK(MPI_Alltoallv(buf, scnt.data(), sdsp.data(), MPI_BYTE, scratch->data(), rcnt.data(), rdsp.data(), MPI_BYTE,
-                            MPI_COMM_WORLD));
+                            c->mpi_comm));
     const float* s = scratch->data();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < mine; i++) {
@@ -213,6 +338,45 @@ static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* buf, 
         for (int r = 1; r < c->size; r++) acc += s[(size_t)r * mine + i];
         out[i] = acc;
     }
+}
+#endif
+
+// x (n floats, host memory, every rank) → Σ_r x_r on every rank, in place: the tied word embedding's
+// gradient over the embedding group on the CPU backend. A reduce-scatter in rank order, then an
+// all-gather, so every rank holds the same bits, a run repeats them, and the memory beyond x is one
+// shard per rank (the embedding gradient is V×C: a gather-everything sum would hold size copies).
+static inline void comm_allreduce_sum_f32(const Comm* c, float* x, size_t n) {
+    if (c->size == 1 || n == 0) return;
+#ifdef KEEL_MPI
+    std::vector<int64_t> lo(c->size + 1);
+    for (int r = 0; r <= c->size; r++) lo[r] = (int64_t)(n * (size_t)r / (size_t)c->size);
+    std::vector<float> scratch;
+    comm_reduce_scatter_sum_f32_host(c, x, x + lo[c->rank], lo, &scratch);
+    std::vector<size_t> counts(c->size);
+    for (int r = 0; r < c->size; r++) counts[r] = (size_t)(lo[r + 1] - lo[r]) * sizeof(float);
+    comm_allgatherv(c, x + lo[c->rank], counts[c->rank], x, counts);
+#endif
+}
+
+// ---- the op set's buffers (device under KEEL_NCCL, host otherwise) ----------------------------------
+
+// buf (n floats, every rank) → out = Σ_r buf_r over this rank's shard [lo[rank], lo[rank+1]),
+// added in rank order. lo has size+1 entries with lo[0] = 0, lo[size] = n. out may alias
+// buf + lo[rank]. scratch is resized as needed (size × shard floats).
+static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* buf, float* out, const std::vector<int64_t>& lo,
+                                               std::vector<float>* scratch) {
+#ifdef KEEL_NCCL
+    if (out != buf + lo[c->rank]) keel_die("comm_reduce_scatter_sum_f32: the CUDA build reduces in place (out = buf + lo[rank])");
+    if (c->size > 1) nccl_reduce_scatter_sum_f32(c, (float*)buf, lo);
+    return;
+#endif
+    if (c->size == 1) {
+        int64_t mine = lo[1] - lo[0];
+        if (out != buf + lo[0]) memmove(out, buf + lo[0], (size_t)mine * sizeof(float));
+        return;
+    }
+#ifdef KEEL_MPI
+    comm_reduce_scatter_sum_f32_host(c, buf, out, lo, scratch);
 #endif
 }
 
@@ -229,15 +393,65 @@ static inline void comm_allgather_shards_f32(const Comm* c, float* buf, const st
 }
 
 #ifdef KEEL_NCCL
+static inline void comm_send_device(const Comm* c, const void* buf, size_t bytes, int peer);
+static inline void comm_recv_device(const Comm* c, void* buf, size_t bytes, int peer);
+static inline void comm_sendrecv_device(const Comm* c, const void* sendbuf, size_t send_bytes, int dest, void* recvbuf,
+                                        size_t recv_bytes, int source);
+static inline void comm_allreduce_sum_f32_device(const Comm* c, float* buf, size_t n);
+#endif
+
+// The pipeline's point-to-point and the embedding group's sum, without #ifdefs in the trainer. Under
+// KEEL_NCCL the buffers are device memory and NCCL moves them — in a group of one too, where there is
+// no NCCL communicator and the device functions copy or return (MPI must never see a device pointer:
+// it is not CUDA-aware here). Otherwise they are host memory and MPI moves them. The tag matters to
+// MPI only: NCCL matches one peer's sends to its receives in issue order, which the 1F1B schedule
+// makes the same on both sides.
+static inline void comm_send_buf(const Comm* c, const void* buf, size_t bytes, int peer, int tag) {
+#ifdef KEEL_NCCL
+    comm_send_device(c, buf, bytes, peer);
+#else
+    comm_send(c, buf, bytes, peer, tag);
+#endif
+}
+
+static inline void comm_recv_buf(const Comm* c, void* buf, size_t bytes, int peer, int tag) {
+#ifdef KEEL_NCCL
+    comm_recv_device(c, buf, bytes, peer);
+#else
+    comm_recv(c, buf, bytes, peer, tag);
+#endif
+}
+
+static inline void comm_sendrecv_buf(const Comm* c, const void* sendbuf, size_t send_bytes, int dest, void* recvbuf,
+                                     size_t recv_bytes, int source, int tag) {
+#ifdef KEEL_NCCL
+    comm_sendrecv_device(c, sendbuf, send_bytes, dest, recvbuf, recv_bytes, source);
+#else
+    comm_sendrecv(c, sendbuf, send_bytes, dest, recvbuf, recv_bytes, source, tag);
+#endif
+}
+
+static inline void comm_allreduce_sum_f32_buf(const Comm* c, float* buf, size_t n) {
+#ifdef KEEL_NCCL
+    comm_allreduce_sum_f32_device(c, buf, n);
+#else
+    comm_allreduce_sum_f32(c, buf, n);
+#endif
+}
+
+#ifdef KEEL_NCCL
 // ---- NCCL backend (device buffers) ---------------------------------------------------------------
-// The collectives on device buffers (gradients, parameters) in the CUDA trainer; the small host
-// reductions (losses, norm partials, flags) stay on MPI above. One process per GPU: the GPU is the
-// process's rank among the ranks of its node (MPI's shared-memory split), rank 0 creates the NCCL
-// id and broadcasts it over MPI. All calls run on the default stream, ordered with the kernels.
+// The collectives on device buffers (gradients, parameters, activations) in the CUDA trainer; the
+// small host reductions (losses, norm partials, flags) stay on MPI above. One process per GPU: the
+// GPU is the process's rank among the ranks of its node (MPI's shared-memory split). Every Comm of
+// size > 1 has its own NCCL communicator: its rank 0 creates the NCCL id and broadcasts it over the
+// Comm's MPI communicator. All calls run on the default stream, ordered with the kernels, and end
+// with a stream synchronize so that a failure is reported at its call.
 // Reduce-scatter of unequal shards is a group of ncclReduce calls, one per owner (NCCL's own
-// ReduceScatter needs equal counts). NCCL chooses its reduction order (ring/tree) from the world's
-// topology: fixed for a fixed layout and machine, so runs repeat bit for bit; it is not the MPI
-// backend's rank order, so CPU and GPU data-parallel sums differ in the last bits.
+// ReduceScatter needs equal counts). NCCL chooses its reduction order (ring/tree) from the group's
+// topology: fixed for a fixed layout and machine, so runs repeat bit for bit, and every rank ends
+// with the same bits (each element is reduced once and then copied); it is not the MPI backend's
+// rank order, so CPU and GPU data-parallel sums differ in the last bits.
 #define NCCL_CHECK(call)                                                                              \
     do {                                                                                              \
         ncclResult_t nccl_status_ = (call);                                                           \
@@ -250,7 +464,7 @@ static inline void comm_nccl_init(Comm* c) {
     c->nccl = nullptr;
     if (c->size == 1) return;
     MPI_Comm node;
-    MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
+    MPI_CHECK(MPI_Comm_split_type(c->mpi_comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &node));
     MPI_CHECK(MPI_Comm_rank(node, &c->local_rank));
     MPI_CHECK(MPI_Comm_free(&node));
     int devices = 0;
@@ -260,10 +474,23 @@ static inline void comm_nccl_init(Comm* c) {
         keel_die_code(KEEL_EXIT_USAGE, "start one process per GPU (mpirun -np <GPUs> / srun --ntasks-per-node=<GPUs>)",
                       "rank %d is process %d on its node, which has %d GPU(s)", c->rank, c->local_rank, devices);
     if (cudaSetDevice(c->local_rank) != cudaSuccess) keel_die("rank %d: cudaSetDevice(%d) failed", c->rank, c->local_rank);
+    comm_nccl_create(c);
+}
+
+// The NCCL communicator of c (the world or a group), collective over c; the device is already set.
+static inline void comm_nccl_create(Comm* c) {
+    c->nccl = nullptr;
+    if (c->size == 1) return;  // no one to talk to: the device functions copy or return
     ncclUniqueId id;
     if (c->rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     comm_broadcast(c, &id, sizeof id, 0);
+#ifdef KEEL_CUDA_EMULATION
+    // The emulated NCCL runs over MPI and cannot reach the group from the id's bytes, as real NCCL
+    // does from the root address inside it: it is handed the group's MPI communicator (test/cuda_emu/nccl.h).
+    NCCL_CHECK(emu_nccl_comm_init_rank(&c->nccl, c->size, id, c->rank, c->mpi_comm));
+#else
     NCCL_CHECK(ncclCommInitRank(&c->nccl, c->size, id, c->rank));
+#endif
 }
 
 static inline void comm_nccl_free(Comm* c) {
@@ -271,12 +498,16 @@ static inline void comm_nccl_free(Comm* c) {
     c->nccl = nullptr;
 }
 
+static inline void nccl_sync(const Comm* c, const char* what) {
+    if (cudaStreamSynchronize(0) != cudaSuccess) keel_die("rank %d: the %s failed on the GPU", c->rank, what);
+}
+
 static inline void nccl_reduce_scatter_sum_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo) {
     NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r + 1 < lo.size(); r++)
         NCCL_CHECK(ncclReduce(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, ncclSum, (int)r, c->nccl, 0));
     NCCL_CHECK(ncclGroupEnd());
-    if (cudaStreamSynchronize(0) != cudaSuccess) keel_die("rank %d: the gradient reduce-scatter failed on the GPU", c->rank);
+    nccl_sync(c, "gradient reduce-scatter");
 }
 
 static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo) {
@@ -284,6 +515,49 @@ static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const st
     for (size_t r = 0; r + 1 < lo.size(); r++)
         NCCL_CHECK(ncclBroadcast(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, (int)r, c->nccl, 0));
     NCCL_CHECK(ncclGroupEnd());
-    if (cudaStreamSynchronize(0) != cudaSuccess) keel_die("rank %d: the parameter all-gather failed on the GPU", c->rank);
+    nccl_sync(c, "parameter all-gather");
+}
+
+// A lone send (or receive) to a peer of c; the peer posts the matching receive (send) in the same
+// order. NCCL has no tags. A group of one has no peer: a lone send to oneself could never complete.
+static inline void comm_send_device(const Comm* c, const void* buf, size_t bytes, int peer) {
+    comm_check_peer(c, peer, "comm_send_device");
+    if (c->size == 1) keel_die("comm_send_device to rank %d in a group of one: a lone send to oneself cannot complete", peer);
+    NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, peer, c->nccl, 0));
+    nccl_sync(c, "pipeline send");
+}
+
+static inline void comm_recv_device(const Comm* c, void* buf, size_t bytes, int peer) {
+    comm_check_peer(c, peer, "comm_recv_device");
+    if (c->size == 1) keel_die("comm_recv_device from rank %d in a group of one: a lone receive from oneself cannot complete", peer);
+    NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, peer, c->nccl, 0));
+    nccl_sync(c, "pipeline receive");
+}
+
+// The 1F1B exchange (see comm_sendrecv) on device buffers: the send and the receive in one NCCL group,
+// so that NCCL progresses both together, as MPI_Sendrecv does.
+static inline void comm_sendrecv_device(const Comm* c, const void* sendbuf, size_t send_bytes, int dest, void* recvbuf,
+                                        size_t recv_bytes, int source) {
+    comm_check_peer(c, dest, "comm_sendrecv_device");
+    comm_check_peer(c, source, "comm_sendrecv_device");
+    if (c->size == 1) {
+        if (send_bytes != recv_bytes) keel_die("comm_sendrecv_device with oneself: %zu bytes sent, %zu expected", send_bytes, recv_bytes);
+        if (recvbuf != sendbuf && cudaMemcpy(recvbuf, sendbuf, send_bytes, cudaMemcpyDeviceToDevice) != cudaSuccess)
+            keel_die("rank %d: the pipeline exchange with itself failed on the GPU", c->rank);
+        return;
+    }
+    NCCL_CHECK(ncclGroupStart());
+    NCCL_CHECK(ncclSend(sendbuf, send_bytes, ncclUint8, dest, c->nccl, 0));
+    NCCL_CHECK(ncclRecv(recvbuf, recv_bytes, ncclUint8, source, c->nccl, 0));
+    NCCL_CHECK(ncclGroupEnd());
+    nccl_sync(c, "pipeline exchange");
+}
+
+// In place: buf (n floats, device) → Σ_r buf_r on every rank, in NCCL's order (see above). Over the
+// embedding group of two ranks the order cannot matter: a + b = b + a exactly.
+static inline void comm_allreduce_sum_f32_device(const Comm* c, float* buf, size_t n) {
+    if (c->size == 1 || n == 0) return;
+    NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, 0));
+    nccl_sync(c, "all-reduce");
 }
 #endif

@@ -12,9 +12,11 @@
 // Each flag has a `kind`: FK_STATE flags define the training trajectory and are recorded in every
 // checkpoint (a resume reports what changed); FK_RUN flags only steer this process (paths, logs).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -266,11 +268,11 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("tensor-model-parallel-size", 1, NO_MAX, FT_INT, tensor_model_parallel_size, FK_RUN, nullptr,
               "tensor-parallel ranks T (training: 1 until tensor parallelism lands; --dry-run plans any)"),
     KEEL_FLAG("pipeline-model-parallel-size", 1, NO_MAX, FT_INT, pipeline_model_parallel_size, FK_RUN, nullptr,
-              "pipeline stages P (training: 1 until pipeline parallelism lands; --dry-run plans any)"),
+              "pipeline stages P: layers split over P ranks, 1F1B schedule (launch TP x P x DP ranks)"),
     KEEL_FLAG("data-parallel-size", 0, NO_MAX, FT_INT, data_parallel_size, FK_RUN, nullptr,
               "--dry-run: data-parallel ranks to plan for (0: the launched ranks / (T*P)); training takes the launched ranks"),
     KEEL_FLAG("checkpoint-activations", NO_MIN, NO_MAX, FT_BOOL, checkpoint_activations, FK_RUN, nullptr,
-              "recompute each layer's forward in backward (--dry-run plans it; training: arrives with pipeline parallelism)"),
+              "recompute each layer's forward in backward: keep one layer's activations instead of L (same bits)"),
     KEEL_FLAG("dry-run", NO_MIN, NO_MAX, FT_BOOL, dry_run, FK_RUN, nullptr,
               "print parameters, bytes/parameter and per-rank memory of the GPU layout, then exit (no data, no allocation)"),
     KEEL_FLAG("gpu-memory-gb", NO_MIN, NO_MAX, FT_FLOAT, gpu_memory_gb, FK_RUN, nullptr,
@@ -472,8 +474,20 @@ static inline void config_validate_knobs(Config* c) {
         keel_usage_error("--no-load-optim/--no-load-rng need --load DIR");
 }
 
-// Rejects contradictory or impossible combinations (exit 2, one line naming the flags).
-static inline void config_validate(Config* c, int dp_size) {
+// The ranks of one pipeline stage that train data-parallel: the launched world over TP x PP (exit 2
+// if they do not divide it).
+static inline int config_dp_size(const Config* c, int world) {
+    int64_t tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+    if (tp < 1 || pp < 1 || world % (tp * pp) != 0)
+        keel_usage_error("%d launched ranks are not divisible by --tensor-model-parallel-size %lld x --pipeline-model-parallel-size %lld",
+                         world, (long long)tp, (long long)pp);
+    return (int)(world / (tp * pp));
+}
+
+// Rejects contradictory or impossible combinations (exit 2, one line naming the flags). world: the
+// launched ranks (TP x PP x DP).
+static inline void config_validate(Config* c, int world) {
+    int dp_size = config_dp_size(c, world);
     if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
     if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp_size;
     // Bounds from the table: counts that must be positive or non-negative, shapes that must fit an int.
@@ -519,9 +533,26 @@ static inline void config_validate(Config* c, int dp_size) {
     if (c->clip_grad < 0) keel_usage_error("--clip-grad must be >= 0 (0 turns clipping off)");
     if (c->init_method_std <= 0) keel_usage_error("--init-method-std must be > 0");
     config_validate_knobs(c);
-    if (c->tensor_model_parallel_size > 1 || c->pipeline_model_parallel_size > 1 || c->checkpoint_activations)
-        keel_usage_error("--tensor-model-parallel-size/--pipeline-model-parallel-size > 1 and --checkpoint-activations are not "
-                         "built into training yet; --dry-run plans them");
+    if (c->tensor_model_parallel_size > 1)
+        keel_usage_error("--tensor-model-parallel-size > 1 is not built into training yet; --dry-run plans it");
+    int64_t P = c->pipeline_model_parallel_size;
+    if (P > c->num_layers)
+        keel_usage_error("--pipeline-model-parallel-size %lld exceeds --num-layers %lld: every stage needs a layer", (long long)P,
+                         (long long)c->num_layers);
+    if (P > 1) {
+        // 1F1B keeps P micro-batches in flight; with fewer the pipeline never fills (stages idle most of the step)
+        int64_t gbs_min = c->global_batch_size;
+        if (!c->rampup_batch_size.empty()) gbs_min = std::min(gbs_min, (int64_t)std::atoll(c->rampup_batch_size.c_str()));
+        int64_t M = gbs_min / (c->micro_batch_size * dp_size);
+        if (M < P)
+            keel_usage_error("%lld micro-batches per data-parallel rank (global batch %lld / (micro-batch %lld x %d data-parallel ranks)) "
+                             "cannot fill %lld pipeline stages: raise --global-batch-size or lower --micro-batch-size",
+                             (long long)M, (long long)gbs_min, (long long)c->micro_batch_size, dp_size, (long long)P);
+        const char* no = !c->save.empty() ? "--save" : !c->load.empty() ? "--load" : !c->export_llmc.empty() ? "--export-llmc"
+                       : c->sample_interval > 0 ? "--sample-interval" : c->log_layer_norms_interval > 0 ? "--log-layer-norms-interval"
+                       : nullptr;
+        if (no) keel_usage_error("%s is not built for --pipeline-model-parallel-size > 1 yet", no);
+    }
     if (c->data_parallel_size != 0 && c->data_parallel_size != dp_size)
         keel_usage_error("--data-parallel-size %lld: training uses the launched ranks (%d); the flag is for --dry-run",
                          (long long)c->data_parallel_size, dp_size);

@@ -32,9 +32,19 @@ struct GPTConfig {
     int max_seq_len;        // maxT: rows of the position embedding
     int vocab_size;         // V
     int padded_vocab_size;  // Vp, a multiple of --make-vocab-size-divisible-by
-    int num_layers;         // L
+    int num_layers;         // L, the whole model's
     int num_heads;          // NH
     int channels;           // C
+    // The pipeline stage this model is (DESIGN §5; llmc/parallel.h splits the layers): layers
+    // [stage_layer_first, stage_layer_first + stage_num_layers) of the L; the first stage owns the
+    // embeddings, the last the final LayerNorm and the LM head (the tied word embedding: both own a
+    // copy of wte). The defaults are the whole model on one stage.
+    int stage_layer_first = 0;
+    int stage_num_layers = -1;          // -1: all L
+    bool stage_first = true, stage_last = true;
+    // --checkpoint-activations: keep only each layer's output (the residual stream) and recompute the
+    // layer's forward right before its backward; the other activations exist for one layer at a time.
+    bool checkpoint_activations = false;
     // the knobs that change the network (KNOBS.md §2, §10, §11, §12); the defaults are GPT-2
     bool embed_layernorm = false;       // LayerNorm on the word embedding (also on under stable_embedding)
     bool stable_embedding = false;      // xavier-uniform word embedding (bitsandbytes StableEmbedding)
@@ -48,6 +58,9 @@ struct GPTConfig {
 };
 
 static inline int gpt_padded_vocab(int V, int multiple) { return (V + multiple - 1) / multiple * multiple; }
+
+// The layers this stage computes (L without pipeline parallelism).
+static inline int gpt_stage_layers(const GPTConfig* cfg) { return cfg->stage_num_layers < 0 ? cfg->num_layers : cfg->stage_num_layers; }
 
 // The first LLMC_NUM_PARAMS tensors are GPT-2's, in llm.c's order; the knobs' tensors follow and
 // have zero rows (no elements) when their knob is off, so a plain model's buffer is llm.c's.
@@ -78,7 +91,8 @@ struct ParamTensor {
     TPSplit tp;
     InitRule init;
     int64_t numel;             // derived: (L ·) rows · cols
-    int64_t offset_canonical;  // derived: position in the canonical flat buffer
+    int64_t offset_canonical;  // derived: position in the canonical flat buffer (of a pipeline stage: in the
+                               // stage's own buffer; param_table_stage_spans maps it to the whole model's)
 };
 
 struct ParamTable {
@@ -86,15 +100,20 @@ struct ParamTable {
     int64_t total;
 };
 
+// The table of the tensors a stage holds: a tensor the stage does not own has zero rows, exactly
+// like the tensor of a knob that is off, so a stage's flat buffer is its own tensors in table order
+// (per-layer tensors with its layers only). param_table_stage_spans maps it to the canonical buffer.
 static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
     int64_t C = cfg->channels, Vp = cfg->padded_vocab_size, maxT = cfg->max_seq_len, NH = cfg->num_heads;
-    int64_t pos_rows = cfg->alibi ? 0 : maxT;
-    int64_t eln = cfg->embed_layernorm || cfg->stable_embedding ? 1 : 0, nf = cfg->normformer ? 1 : 0;
+    bool first = cfg->stage_first, last = cfg->stage_last;
+    int64_t pos_rows = cfg->alibi || !first ? 0 : maxT;
+    int64_t eln = (cfg->embed_layernorm || cfg->stable_embedding) && first ? 1 : 0, nf = cfg->normformer ? 1 : 0;
+    int64_t wte_rows = first || last ? Vp : 0, lnf_rows = last ? 1 : 0;
     InitRule wte_init = cfg->stable_embedding ? INIT_XAVIER_VOCAB : INIT_NORMAL_VOCAB;
     InitRule wpe_init = cfg->sinusoidal_positions ? INIT_SINUSOIDAL : INIT_NORMAL;
     //        id           name        layer rows      cols   decay  tp       init
     const ParamTensor rows[NUM_PARAMS] = {
-        {"wte",       false, Vp,       C,     true,  TP_ROWS, wte_init, 0, 0},
+        {"wte",       false, wte_rows, C,     true,  TP_ROWS, wte_init, 0, 0},
         {"wpe",       false, pos_rows, C,     true,  TP_NONE, wpe_init, 0, 0},
         {"ln1w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0},
         {"ln1b",      true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
@@ -108,8 +127,8 @@ static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
         {"fcb",       true,  1,        4 * C, false, TP_COLS, INIT_ZERO, 0, 0},
         {"fcprojw",   true,  C,        4 * C, true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0},
         {"fcprojb",   true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"lnfw",      false, 1,        C,     false, TP_NONE, INIT_ONE, 0, 0},
-        {"lnfb",      false, 1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
+        {"lnfw",      false, lnf_rows, C,     false, TP_NONE, INIT_ONE, 0, 0},
+        {"lnfb",      false, lnf_rows, C,     false, TP_NONE, INIT_ZERO, 0, 0},
         {"lnew",      false, eln,      C,     false, TP_NONE, INIT_ONE, 0, 0},
         {"lneb",      false, eln,      C,     false, TP_NONE, INIT_ZERO, 0, 0},
         {"headscale", true,  nf,       NH,    false, TP_COLS, INIT_ONE, 0, 0},
@@ -121,11 +140,26 @@ static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
     int64_t offset = 0;
     for (int i = 0; i < NUM_PARAMS; i++) {
         pt->t[i] = rows[i];
-        pt->t[i].numel = (rows[i].per_layer ? cfg->num_layers : 1) * rows[i].rows * rows[i].cols;
+        pt->t[i].numel = (rows[i].per_layer ? gpt_stage_layers(cfg) : 1) * rows[i].rows * rows[i].cols;
         pt->t[i].offset_canonical = offset;
         offset += pt->t[i].numel;
     }
     pt->total = offset;
+}
+
+// A stage's buffer against the canonical (whole-model) buffer: contiguous spans, in stage order.
+struct ParamSpan {
+    int64_t offset_local, offset_canonical, numel;
+};
+static inline std::vector<ParamSpan> param_table_stage_spans(const ParamTable* stage, const ParamTable* whole, const GPTConfig* cfg) {
+    std::vector<ParamSpan> spans;
+    for (int i = 0; i < NUM_PARAMS; i++) {
+        const ParamTensor* s = &stage->t[i];
+        if (s->numel == 0) continue;
+        int64_t skip = s->per_layer ? (int64_t)cfg->stage_layer_first * s->rows * s->cols : 0;  // the earlier stages' layers
+        spans.push_back({s->offset_canonical, whole->t[i].offset_canonical + skip, s->numel});
+    }
+    return spans;
 }
 
 // ALiBi slopes for n heads (KNOBS.md §12.4): for n a power of two, slope_i = 2^(-8(i+1)/n); otherwise
@@ -172,6 +206,8 @@ template <typename F> struct Activations {
     S* lnf_rstd;   // (B,T)
     F* logits;     // (B,T,Vp): logits → probs → dlogits
     S* losses;     // (B,T)
+    int* inputs;   // (B,T) token ids on the device
+    int* targets;  // (B,T)
 };
 
 // Gradient scratch for one layer at a time, reused down the stack.
@@ -204,10 +240,12 @@ template <typename F> struct GPT {
     F* p[NUM_PARAMS];         // views into params_c
     acc_t<F>* g[NUM_PARAMS];  // views into grads
     int B, T;                 // allocated micro-batch shape
-    Activations<F> acts;
+    Activations<F> acts;      // the slot in use (gpt_use_slot)
+    std::vector<Activations<F>> slots;  // one per micro-batch in flight (1F1B keeps up to P on a stage)
+    size_t act_bytes;                   // their size, all slots
     GradScratch<F> dacts;
-    int* inputs;              // (B,T) on the device
-    int* targets;             // (B,T) on the device
+    int* inputs;              // (B,T) on the device: the slot's
+    int* targets;             // (B,T) on the device: the slot's
     std::vector<acc_t<F>> losses_host;
     float* alibi;             // (NH) ALiBi slopes in device memory (the attention kernels read them), or null
     DropoutState dropout;
@@ -232,7 +270,46 @@ template <typename F> void gpt_params_changed(GPT<F>* m) {
 }
 
 // Allocates parameters, gradients and activations for micro-batches of up to (B, T).
-template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int T) {
+// Returns the bytes allocated.
+template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, const GPTConfig* cfg, int B, int T) {
+    size_t L = gpt_stage_layers(cfg), C = cfg->channels, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    size_t eln = (cfg->embed_layernorm || cfg->stable_embedding) && cfg->stage_first ? 1 : 0, nf = cfg->normformer ? 1 : 0;
+    size_t head = cfg->stage_last ? 1 : 0;
+    size_t Lr = L;  // the residual stream leaving each layer: always kept
+    if (cfg->checkpoint_activations) L = L > 0 ? 1 : 0;  // the rest: one layer's worth, recomputed
+    size_t bytes = 2 * BT * sizeof(int);
+    auto alloc = [&](size_t n) { bytes += n * sizeof(F); return gpt_alloc<F>(n); };
+    auto stat = [&](size_t n) { bytes += n * sizeof(acc_t<F>); return gpt_alloc<acc_t<F>>(n); };  // statistics and losses
+    a->emb = alloc(eln * BT * C); a->lne_mean = stat(eln * BT); a->lne_rstd = stat(eln * BT);
+    a->encoded = alloc(BT * C);
+    a->ln1 = alloc(L * BT * C); a->ln1_mean = stat(L * BT); a->ln1_rstd = stat(L * BT);
+    a->qkv = alloc(L * BT * 3 * C); a->atty = alloc(L * BT * C); a->att = alloc(L * B * NH * T * T);
+    a->atty_hs = alloc(nf * L * BT * C); a->attproj = alloc(L * BT * C);
+    a->lna = alloc(nf * L * BT * C); a->lna_mean = stat(nf * L * BT); a->lna_rstd = stat(nf * L * BT);
+    a->residual2 = alloc(L * BT * C);
+    a->ln2 = alloc(L * BT * C); a->ln2_mean = stat(L * BT); a->ln2_rstd = stat(L * BT);
+    a->fch = alloc(L * BT * 4 * C); a->fch_act = alloc(L * BT * 4 * C);
+    a->lnfc = alloc(nf * L * BT * 4 * C); a->lnfc_mean = stat(nf * L * BT); a->lnfc_rstd = stat(nf * L * BT);
+    a->fcproj = alloc(L * BT * C); a->residual3 = alloc(Lr * BT * C);
+    a->lnf = alloc(head * BT * C); a->lnf_mean = stat(head * BT); a->lnf_rstd = stat(head * BT);
+    a->logits = alloc(head * BT * Vp); a->losses = stat(head * BT);
+    a->inputs = (int*)backend_malloc(BT * sizeof(int));
+    a->targets = (int*)backend_malloc(BT * sizeof(int));
+    return bytes;
+}
+
+// The activations of slot k become the ones the forward and backward use (1F1B: micro-batch mb
+// lives in slot mb mod slots from its forward to its backward).
+template <typename F> void gpt_use_slot(GPT<F>* m, int k) {
+    m->acts = m->slots[k];
+    m->inputs = m->acts.inputs;
+    m->targets = m->acts.targets;
+}
+
+// Allocates parameters, gradients and activations for micro-batches of up to (B, T), with `slots`
+// sets of activations (micro-batches in flight; 1 without pipeline parallelism).
+template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int T, int slots = 1) {
     m->config = *cfg;
     param_table_build(&m->table, cfg);
     size_t P = (size_t)m->table.total;
@@ -244,31 +321,18 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     gpt_bind_views(m);
     m->B = B;
     m->T = T;
-    size_t L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
+    size_t C = cfg->channels, NH = cfg->num_heads;
     size_t BT = (size_t)B * T;
-    size_t eln = cfg->embed_layernorm || cfg->stable_embedding ? 1 : 0, nf = cfg->normformer ? 1 : 0;
-    Activations<F>* a = &m->acts;
+    size_t nf = cfg->normformer ? 1 : 0;
     auto alloc = gpt_alloc<F>;
-    auto stat = gpt_alloc<acc_t<F>>;  // statistics and losses
-    a->emb = alloc(eln * BT * C); a->lne_mean = stat(eln * BT); a->lne_rstd = stat(eln * BT);
-    a->encoded = alloc(BT * C);
-    a->ln1 = alloc(L * BT * C); a->ln1_mean = stat(L * BT); a->ln1_rstd = stat(L * BT);
-    a->qkv = alloc(L * BT * 3 * C); a->atty = alloc(L * BT * C); a->att = alloc(L * B * NH * T * T);
-    a->atty_hs = alloc(nf * L * BT * C); a->attproj = alloc(L * BT * C);
-    a->lna = alloc(nf * L * BT * C); a->lna_mean = stat(nf * L * BT); a->lna_rstd = stat(nf * L * BT);
-    a->residual2 = alloc(L * BT * C);
-    a->ln2 = alloc(L * BT * C); a->ln2_mean = stat(L * BT); a->ln2_rstd = stat(L * BT);
-    a->fch = alloc(L * BT * 4 * C); a->fch_act = alloc(L * BT * 4 * C);
-    a->lnfc = alloc(nf * L * BT * 4 * C); a->lnfc_mean = stat(nf * L * BT); a->lnfc_rstd = stat(nf * L * BT);
-    a->fcproj = alloc(L * BT * C); a->residual3 = alloc(L * BT * C);
-    a->lnf = alloc(BT * C); a->lnf_mean = stat(BT); a->lnf_rstd = stat(BT);
-    a->logits = alloc(BT * Vp); a->losses = stat(BT);
+    m->slots.resize(slots);
+    m->act_bytes = 0;
+    for (Activations<F>& a : m->slots) m->act_bytes += gpt_alloc_activations(&a, cfg, B, T);
+    gpt_use_slot(m, 0);
     GradScratch<F>* d = &m->dacts;
     d->residual = alloc(BT * C); d->branch = alloc(BT * C); d->ln = alloc(BT * C); d->atty = alloc(BT * C);
     d->atty_hs = alloc(nf * BT * C); d->qkv = alloc(BT * 3 * C); d->fch = alloc(BT * 4 * C);
     d->fch_act = alloc(BT * 4 * C); d->lnfc = alloc(nf * BT * 4 * C);
-    m->inputs = (int*)backend_malloc(BT * sizeof(int));
-    m->targets = (int*)backend_malloc(BT * sizeof(int));
     m->losses_host.resize(BT);
     m->alibi = nullptr;
     if (cfg->alibi) {
@@ -281,18 +345,23 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
 }
 
 template <typename F> void gpt_free(GPT<F>* m) {
-    Activations<F>* a = &m->acts;
     GradScratch<F>* d = &m->dacts;
-    F* bufs[] = {a->emb, a->encoded, a->ln1, a->qkv, a->atty, a->att, a->atty_hs, a->attproj, a->lna, a->residual2,
-                 a->ln2, a->fch, a->fch_act, a->lnfc, a->fcproj, a->residual3, a->lnf, a->logits, d->residual,
-                 d->branch, d->ln, d->atty, d->atty_hs, d->qkv, d->fch, d->fch_act, d->lnfc};
-    for (F* b : bufs) backend_free(b);
-    acc_t<F>* stats[] = {a->lne_mean, a->lne_rstd, a->ln1_mean, a->ln1_rstd, a->lna_mean, a->lna_rstd, a->ln2_mean,
-                         a->ln2_rstd, a->lnfc_mean, a->lnfc_rstd, a->lnf_mean, a->lnf_rstd, a->losses, m->params, m->grads};
-    for (acc_t<F>* b : stats) backend_free(b);
+    for (Activations<F>& sl : m->slots) {
+        Activations<F>* a = &sl;
+        F* bufs[] = {a->emb, a->encoded, a->ln1, a->qkv, a->atty, a->att, a->atty_hs, a->attproj, a->lna, a->residual2,
+                     a->ln2, a->fch, a->fch_act, a->lnfc, a->fcproj, a->residual3, a->lnf, a->logits};
+        for (F* b : bufs) backend_free(b);
+        acc_t<F>* stats[] = {a->lne_mean, a->lne_rstd, a->ln1_mean, a->ln1_rstd, a->lna_mean, a->lna_rstd, a->ln2_mean,
+                             a->ln2_rstd, a->lnfc_mean, a->lnfc_rstd, a->lnf_mean, a->lnf_rstd, a->losses};
+        for (acc_t<F>* b : stats) backend_free(b);
+        backend_free(a->inputs);
+        backend_free(a->targets);
+    }
+    F* dbufs[] = {d->residual, d->branch, d->ln, d->atty, d->atty_hs, d->qkv, d->fch, d->fch_act, d->lnfc};
+    for (F* b : dbufs) backend_free(b);
+    backend_free(m->params);
+    backend_free(m->grads);
     if constexpr (gpt_has_compute_copy<F>()) backend_free(m->params_c);
-    backend_free(m->inputs);
-    backend_free(m->targets);
     backend_free(m->alibi);
 }
 
@@ -368,6 +437,61 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
     }
 }
 
+// Which layer's slice of the per-layer activations layer l uses: its own, or under
+// --checkpoint-activations the one slice every layer shares (residual3 always has all layers).
+template <typename F> static inline size_t gpt_act_layer(const GPT<F>* m, int l) { return m->config.checkpoint_activations ? 0 : (size_t)l; }
+
+// Layer l of the stage, forward: reads the residual stream entering it, writes its activations and
+// the stream leaving it (residual3 of layer l).
+template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int T) {
+    const GPTConfig* cfg = &m->config;
+    int L0 = cfg->stage_layer_first, C = cfg->channels, NH = cfg->num_heads;
+    size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
+    Activations<F>* a = &m->acts;
+    F** p = m->p;
+    bool nf = cfg->normformer;
+    F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
+    size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, lr = k * BTmax, CC = (size_t)C * C;
+    F* ln1 = a->ln1 + lc; F* qkv = a->qkv + 3 * lc; F* atty = a->atty + lc;
+    F* att = a->att + k * m->B * NH * m->T * m->T;
+    F* attproj = a->attproj + lc; F* residual2 = a->residual2 + lc; F* ln2 = a->ln2 + lc;
+    F* fch = a->fch + 4 * lc; F* fch_act = a->fch_act + 4 * lc; F* fcproj = a->fcproj + lc;
+    F* residual3 = a->residual3 + l * BTmax * C;
+    // attention branch
+    layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
+    matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CC, p[P_QKVB] + l * 3 * C, (int)BT, C, 3 * C);
+    AttentionOpts ao = gpt_attention_opts(m, L0 + l);
+    attention_forward(atty, att, qkv, B, T, C, NH, &ao);
+    F* attin = atty;
+    if (nf) {
+        attin = a->atty_hs + lc;
+        headscale_forward(attin, atty, p[P_HEADSCALE] + l * NH, (int)BT, C, NH);
+    }
+    matmul_forward(attproj, attin, p[P_ATTPROJW] + l * CC, p[P_ATTPROJB] + l * C, (int)BT, C, C);
+    F* branch = attproj;
+    if (nf) {
+        branch = a->lna + lc;
+        layernorm_forward(branch, a->lna_mean + lr, a->lna_rstd + lr, attproj, p[P_LNAW] + l * C, p[P_LNAB] + l * C, (int)BT, C);
+    }
+    DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
+    if (d.p > 0) dropout_forward(branch, branch, B, (size_t)T * C, &d);
+    residual_forward(residual2, residual, branch, BT * C);
+    // MLP branch
+    layernorm_forward(ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)BT, C);
+    matmul_forward(fch, ln2, p[P_FCW] + l * 4 * CC, p[P_FCB] + l * 4 * C, (int)BT, C, 4 * C);
+    gpt_activation_forward(m, fch_act, fch, BT * 4 * C);
+    F* fcin = fch_act;
+    if (nf) {
+        fcin = a->lnfc + 4 * lc;
+        layernorm_forward(fcin, a->lnfc_mean + lr, a->lnfc_rstd + lr, fch_act, p[P_LNFCW] + l * 4 * C, p[P_LNFCB] + l * 4 * C,
+                          (int)BT, 4 * C);
+    }
+    matmul_forward(fcproj, fcin, p[P_FCPROJW] + l * 4 * CC, p[P_FCPROJB] + l * C, (int)BT, 4 * C, C);
+    d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
+    if (d.p > 0) dropout_forward(fcproj, fcproj, B, (size_t)T * C, &d);
+    residual_forward(residual3, residual2, fcproj, BT * C);
+}
+
 // Forward pass over tokens (B,T) with B·T within the allocated shape. With targets, computes the
 // per-position losses and returns their mean; without (generation), leaves logits and returns 0.
 // The activation layout keeps the allocated stride, so a shorter T (curriculum, sampling) works.
@@ -375,61 +499,29 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
 // One layer (pre-LN GPT-2; [..] only under its knob):
 //   x → LN1 → QKV → attention → [head scale] → out-proj → [LN_attn] → [dropout] → + x = r2
 //   r2 → LN2 → FC → GeLU/ReLU → [LN_fc] → proj → [dropout] → + r2 = r3
+//
+// Pipeline stages (GPTConfig::stage_*): the first stage starts from the tokens; a later stage starts
+// from acts.encoded, which the caller has filled with the previous stage's output (inputs_host is
+// then unused). The last stage ends with the loss; an earlier one ends at gpt_stage_output (no
+// targets needed, returns 0). Layer l of the stage is layer stage_layer_first + l of the model: its
+// dropout masks and layer-scaling coefficient are the ones it has without pipeline parallelism.
 template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, int B, int T) {
     const GPTConfig* cfg = &m->config;
-    int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    int L = gpt_stage_layers(cfg);
+    int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     if (B * T > m->B * m->T || T > m->T) keel_die("gpt_forward: batch (%d,%d) exceeds the allocated (%d,%d)", B, T, m->B, m->T);
     size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
-    for (size_t i = 0; i < BT; i++)
-        if (inputs_host[i] < 0 || inputs_host[i] >= V) keel_die("token id %d at position %zu is outside [0, %d)", inputs_host[i], i, V);
-    backend_copy_to_device(m->inputs, inputs_host, BT * sizeof(int));
     Activations<F>* a = &m->acts;
     F** p = m->p;
-    bool nf = cfg->normformer;
-    gpt_embed_forward(m, B, T);
-    for (int l = 0; l < L; l++) {
-        F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
-        size_t lc = l * BTmax * C, lr = l * BTmax, CC = (size_t)C * C;
-        F* ln1 = a->ln1 + lc; F* qkv = a->qkv + 3 * lc; F* atty = a->atty + lc;
-        F* att = a->att + (size_t)l * m->B * NH * m->T * m->T;
-        F* attproj = a->attproj + lc; F* residual2 = a->residual2 + lc; F* ln2 = a->ln2 + lc;
-        F* fch = a->fch + 4 * lc; F* fch_act = a->fch_act + 4 * lc; F* fcproj = a->fcproj + lc;
-        F* residual3 = a->residual3 + lc;
-        // attention branch
-        layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
-        matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CC, p[P_QKVB] + l * 3 * C, (int)BT, C, 3 * C);
-        AttentionOpts ao = gpt_attention_opts(m, l);
-        attention_forward(atty, att, qkv, B, T, C, NH, &ao);
-        F* attin = atty;
-        if (nf) {
-            attin = a->atty_hs + lc;
-            headscale_forward(attin, atty, p[P_HEADSCALE] + l * NH, (int)BT, C, NH);
-        }
-        matmul_forward(attproj, attin, p[P_ATTPROJW] + l * CC, p[P_ATTPROJB] + l * C, (int)BT, C, C);
-        F* branch = attproj;
-        if (nf) {
-            branch = a->lna + lc;
-            layernorm_forward(branch, a->lna_mean + lr, a->lna_rstd + lr, attproj, p[P_LNAW] + l * C, p[P_LNAB] + l * C, (int)BT, C);
-        }
-        DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, l, DROPOUT_SITE_ATTN_OUT);
-        if (d.p > 0) dropout_forward(branch, branch, B, (size_t)T * C, &d);
-        residual_forward(residual2, residual, branch, BT * C);
-        // MLP branch
-        layernorm_forward(ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)BT, C);
-        matmul_forward(fch, ln2, p[P_FCW] + l * 4 * CC, p[P_FCB] + l * 4 * C, (int)BT, C, 4 * C);
-        gpt_activation_forward(m, fch_act, fch, BT * 4 * C);
-        F* fcin = fch_act;
-        if (nf) {
-            fcin = a->lnfc + 4 * lc;
-            layernorm_forward(fcin, a->lnfc_mean + lr, a->lnfc_rstd + lr, fch_act, p[P_LNFCW] + l * 4 * C, p[P_LNFCB] + l * 4 * C,
-                              (int)BT, 4 * C);
-        }
-        matmul_forward(fcproj, fcin, p[P_FCPROJW] + l * 4 * CC, p[P_FCPROJB] + l * C, (int)BT, 4 * C, C);
-        d = gpt_dropout_site(m, cfg->hidden_dropout, l, DROPOUT_SITE_MLP_OUT);
-        if (d.p > 0) dropout_forward(fcproj, fcproj, B, (size_t)T * C, &d);
-        residual_forward(residual3, residual2, fcproj, BT * C);
+    if (cfg->stage_first) {
+        for (size_t i = 0; i < BT; i++)
+            if (inputs_host[i] < 0 || inputs_host[i] >= V) keel_die("token id %d at position %zu is outside [0, %d)", inputs_host[i], i, V);
+        backend_copy_to_device(m->inputs, inputs_host, BT * sizeof(int));
+        gpt_embed_forward(m, B, T);
     }
-    F* last = a->residual3 + (L - 1) * BTmax * C;
+    for (int l = 0; l < L; l++) gpt_layer_forward(m, l, B, T);
+    if (!cfg->stage_last) return 0.0;
+    F* last = L > 0 ? a->residual3 + (L - 1) * BTmax * C : a->encoded;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p[P_LNFW], p[P_LNFB], (int)BT, C);
     matmul_forward(a->logits, a->lnf, p[P_WTE], (const F*)nullptr, (int)BT, C, Vp);
     if (!targets_host) return 0.0;
@@ -442,6 +534,17 @@ template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, cons
     for (size_t i = 0; i < BT; i++) sum += (double)m->losses_host[i];
     return sum / (double)BT;
 }
+
+// The activation a stage hands to the next one: (B,T,C), the residual stream leaving its last layer
+// (contiguous for any B·T within the allocation). Its gradient comes back into gpt_stage_grad.
+template <typename F> F* gpt_stage_output(const GPT<F>* m) {
+    int L = gpt_stage_layers(&m->config);
+    return L > 0 ? m->acts.residual3 + (size_t)(L - 1) * m->B * m->T * m->config.channels : m->acts.encoded;
+}
+// Where gpt_backward of a stage that is not the last expects the gradient of gpt_stage_output (the
+// caller fills it, B·T·C values), and where any stage but the first leaves the gradient of its
+// input (acts.encoded) for the previous stage.
+template <typename F> F* gpt_stage_grad(const GPT<F>* m) { return m->dacts.residual; }
 
 // Row `row` of the last forward's logits (Vp values), as fp32 on the host (text samples).
 template <typename F> void gpt_logits_row_to_host(const GPT<F>* m, size_t row, float* out) {
@@ -470,7 +573,8 @@ template <typename F> static F* gpt_dropout_backward(GPT<F>* m, F* dout, int B, 
 // (1 / positions in the global batch for the mean loss).
 template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
     const GPTConfig* cfg = &m->config;
-    int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    int L = gpt_stage_layers(cfg), L0 = cfg->stage_layer_first;
+    int C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
     size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
     Activations<F>* a = &m->acts;
     GradScratch<F>* d = &m->dacts;
@@ -478,17 +582,22 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
     acc_t<F>** g = m->g;
     bool nf = cfg->normformer;
     auto zero = [](F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); };
-    classifier_backward(a->logits, m->targets, (acc_t<F>)dloss, (int)BT, V, Vp);
-    zero(d->ln, BT * C);
-    matmul_backward(d->ln, g[P_WTE], (acc_t<F>*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, Vp);
-    zero(d->residual, BT * C);
-    F* last = a->residual3 + (L - 1) * BTmax * C;
-    layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C);
+    if (cfg->stage_last) {  // else d->residual holds the gradient of gpt_stage_output (gpt_stage_grad)
+        classifier_backward(a->logits, m->targets, (acc_t<F>)dloss, (int)BT, V, Vp);
+        zero(d->ln, BT * C);
+        matmul_backward(d->ln, g[P_WTE], (acc_t<F>*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, Vp);
+        zero(d->residual, BT * C);
+        F* last = gpt_stage_output(m);
+        layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C);
+    }
     for (int l = L - 1; l >= 0; l--) {
+        // --checkpoint-activations: the layer's forward again, from its kept input; the same ops on
+        // the same inputs with the same dropout masks give the same bytes as the first time
+        if (cfg->checkpoint_activations) gpt_layer_forward(m, l, B, T);
         F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
-        size_t lc = l * BTmax * C, lr = l * BTmax, CC = (size_t)C * C;
+        size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, lr = k * BTmax, CC = (size_t)C * C;
         // MLP: residual3 = residual2 + dropout(proj([LN_fc](act(fc(ln2(residual2))))))
-        DropoutSite ds = gpt_dropout_site(m, cfg->hidden_dropout, l, DROPOUT_SITE_MLP_OUT);
+        DropoutSite ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
         F* dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
         F* fcin = nf ? a->lnfc + 4 * lc : a->fch_act + 4 * lc;
         F* dfcin = nf ? d->lnfc : d->fch_act;
@@ -507,7 +616,7 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
         layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
                            p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C);
         // attention: residual2 = residual + dropout([LN_attn](proj([head scale](attention(qkv(ln1(residual)))))))
-        ds = gpt_dropout_site(m, cfg->hidden_dropout, l, DROPOUT_SITE_ATTN_OUT);
+        ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
         dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
         if (nf) {  // d->ln is free here: the LayerNorm's input gradient goes there
             zero(d->ln, BT * C);
@@ -524,15 +633,15 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
         if (nf)
             headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + lc, p[P_HEADSCALE] + l * NH, (int)BT, C, NH);
         zero(d->qkv, BT * 3 * C);
-        AttentionOpts ao = gpt_attention_opts(m, l);
-        attention_backward(d->qkv, d->atty, a->qkv + 3 * lc, a->att + (size_t)l * m->B * NH * m->T * m->T, B, T, C, NH, &ao);
+        AttentionOpts ao = gpt_attention_opts(m, L0 + l);
+        attention_backward(d->qkv, d->atty, a->qkv + 3 * lc, a->att + k * m->B * NH * m->T * m->T, B, T, C, NH, &ao);
         zero(d->ln, BT * C);
         matmul_backward(d->ln, g[P_QKVW] + l * 3 * CC, g[P_QKVB] + l * 3 * C, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CC,
                         (int)BT, C, 3 * C);
         layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
                            a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C);
     }
-    gpt_embed_backward(m, d->residual, B, T);
+    if (cfg->stage_first) gpt_embed_backward(m, d->residual, B, T);
 }
 
 template <typename F> void gpt_zero_grad(GPT<F>* m) { backend_memset_zero(m->grads, (size_t)m->table.total * sizeof(acc_t<F>)); }
@@ -558,6 +667,7 @@ static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->attention_scaling = c->attention_scaling == "qk-inward" ? ATTN_SCALING_QK_INWARD : ATTN_SCALING_STANDARD;
     g->qk_layer_scaling = c->apply_query_key_layer_scaling;
     g->normformer = c->normformer;
+    g->checkpoint_activations = c->checkpoint_activations;
     g->hidden_dropout = c->hidden_dropout;
     g->attention_dropout = c->attention_dropout;
     g->embed_dropout = std::isnan(c->embed_dropout) ? c->hidden_dropout : c->embed_dropout;  // Megatron: = hidden

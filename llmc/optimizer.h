@@ -351,7 +351,9 @@ static inline void grad_reduce(const Comm* comm, const Optimizer* o, float* g, d
 // added in a fixed tree), all-gathered, then
 // added per unit in chunk order and over units in table order: every rank gets the same bits, at
 // any DP size. Fills o->unit_sumsq; returns the total and adds the exact zeros to *zeros.
-static inline double grad_norm_sumsq(Optimizer* o, const Comm* comm, const float* g, int64_t* zeros) {
+// exclude_id: a parameter whose chunks count in unit_sumsq but not in the total or the zeros (the
+// tied word embedding's second copy on the last pipeline stage: the first stage counts it).
+static inline double grad_norm_sumsq(Optimizer* o, const Comm* comm, const float* g, int64_t* zeros, int exclude_id = -1) {
     size_t nc = o->chunks.size();
     std::vector<size_t> first(comm->size + 1, nc), counts(comm->size);
     for (int r = comm->size - 1; r >= 0; r--) {
@@ -372,10 +374,26 @@ static inline double grad_norm_sumsq(Optimizer* o, const Comm* comm, const float
     std::fill(o->unit_sumsq.begin(), o->unit_sumsq.end(), 0.0);
     for (size_t c = 0; c < nc; c++) {
         o->unit_sumsq[o->chunks[c].unit] += part[2 * c];
-        *zeros += (int64_t)part[2 * c + 1];
+        if (o->units[o->chunks[c].unit].id != exclude_id) *zeros += (int64_t)part[2 * c + 1];
     }
     double total = 0;
-    for (double u : o->unit_sumsq) total += u;
+    for (size_t u = 0; u < o->unit_sumsq.size(); u++)
+        if (o->units[u].id != exclude_id) total += o->unit_sumsq[u];
+    return total;
+}
+
+// Pipeline stages each hold a part of the model: the global Σg² and zero count are the stages'
+// totals added in stage order (the same value on every rank).
+static inline double grad_norm_across_stages(const Comm* pipe, double sumsq, int64_t* zeros) {
+    double mine[2] = {sumsq, (double)*zeros};
+    std::vector<double> all(2 * pipe->size);
+    comm_allgather(pipe, mine, sizeof mine, all.data());
+    double total = 0, z = 0;
+    for (int s = 0; s < pipe->size; s++) {
+        total += all[2 * s];
+        z += all[2 * s + 1];
+    }
+    *zeros = (int64_t)z;
     return total;
 }
 
@@ -423,10 +441,14 @@ static inline void optimizer_update_piece(Optimizer* o, const OptPiece* pc, GPT<
 // reduced values (ZeRO-0: all of them, all-gathered; ZeRO-1: the shard). found_inf: the scaler's
 // verdict, already agreed over ranks. The caller all-gathers the parameters under ZeRO-1.
 template <typename F>
-static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, GPT<F>* model, UpdateGuard* guard, SpikeState* spike,
+static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, const Comm* pipe, GPT<F>* model, UpdateGuard* guard, SpikeState* spike,
                                         const Config* c, int64_t iteration, double lr, double loss, bool found_inf) {
     StepResult r = {0, 0, false, false, 0, {false, "", 0, 0}};
-    r.grad_norm = std::sqrt(grad_norm_sumsq(o, comm, model->grads, &r.num_zeros));
+    bool staged = pipe && pipe->size > 1;
+    int exclude = staged && !model->config.stage_first ? P_WTE : -1;  // the tied embedding's second copy
+    double sumsq = grad_norm_sumsq(o, comm, model->grads, &r.num_zeros, exclude);
+    if (staged) sumsq = grad_norm_across_stages(pipe, sumsq, &r.num_zeros);
+    r.grad_norm = std::sqrt(sumsq);
     if (found_inf || !std::isfinite(r.grad_norm) || !std::isfinite(loss)) {
         r.skipped = r.nonfinite = true;
         return r;

@@ -307,7 +307,7 @@ static void test_stable_embedding() {
         SpikeState spike;
         spike_init(&spike, &c);
         Comm comm = {0, 1, false};
-        optimizer_step(&o, &comm, &model, &guard, &spike, &c, 1, c.lr, 1.0, false);
+        optimizer_step(&o, &comm, nullptr, &model, &guard, &spike, &c, 1, c.lr, 1.0, false);
         const ParamTensor* wte = &model.table.t[P_WTE];
         const OptUnit* u = nullptr;
         for (const OptUnit& x : o.units) if (x.id == P_WTE) u = &x;

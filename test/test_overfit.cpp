@@ -36,7 +36,7 @@ static bool overfit(const char* optimizer) {
         if (loss < 0.1) break;
         gpt_backward(&m, B, T, 1.0 / (B * T));
         Comm comm = {0, 1, false};
-        optimizer_step(&opt, &comm, &m, &guard, &spike, &c, 0, c.lr, loss, false);
+        optimizer_step(&opt, &comm, nullptr, &m, &guard, &spike, &c, 0, c.lr, loss, false);
         if (step % 25 == 0) printf("step %3d loss %.4f\n", step, loss);
     }
     printf("%s: loss %.4f -> %.4f after %d steps\n", optimizer, first, loss, step);

@@ -1,35 +1,103 @@
 // nccl.h (emulation) — the NCCL calls of llmc/comm.h's NCCL backend, carried out over MPI on the
-// emulated device memory, so the emulated CUDA trainer runs data parallel under mpirun through the
-// very code path the GPU build uses. Group semantics: keel's groups hold collectives only, which
-// every rank issues in the same order, so running each call as it comes is equivalent. Sums use
-// MPI_Reduce's order (like NCCL, not the MPI backend's rank order).
+// emulated device memory, so the emulated CUDA trainer runs data and pipeline parallel under mpirun
+// through the very code path the GPU build uses. Sums use MPI_Reduce's order (like NCCL, not the MPI
+// backend's rank order). Device memory is opened (emu::DeviceScope) for exactly as long as MPI may
+// touch it: one blocking call, or from the first post of a group's sends and receives to its last wait.
+//
+// Communicators. Real NCCL builds a communicator from the unique id alone: the id carries the root's
+// socket address and ncclCommInitRank connects the members over the network. The emulation has no
+// network of its own, only MPI, and an MPI communicator cannot travel as bytes in an id (handles are
+// process-local). So it is handed the group's MPI communicator, explicitly, through the one
+// emulation-only entry point emu_nccl_comm_init_rank(comm, nranks, id, rank, mpi_comm); llmc/comm.h
+// calls it instead of ncclCommInitRank under KEEL_CUDA_EMULATION, at the one place it holds both the
+// id and the group. No global "current communicator": the argument is the whole story. The shim
+//   - duplicates the communicator (MPI_Comm_dup), so the NCCL traffic has a matching context of its
+//     own and can never be confused with host MPI messages keel sends over the same group — as real
+//     NCCL's transport is separate from MPI's;
+//   - checks that nranks/rank are the communicator's, and that every member holds the root's id
+//     (ids are unique per ncclGetUniqueId call). An id broadcast over the wrong ranks is a bug that
+//     real NCCL turns into a hang; here it fails at once.
+// The plain ncclCommInitRank refuses: guessing MPI_COMM_WORLD would hide exactly the bug the group
+// tests must catch (a group's collective run over the world).
+//
+// Groups. ncclGroupStart/End nest (a depth counter, per thread as in NCCL). Collectives run as they
+// are issued: keel's groups of collectives are issued by every rank in the same order, so running
+// each at once is equivalent. Sends and receives are queued and run at the outermost ncclGroupEnd
+// as nonblocking MPI, all posted, then all waited: NCCL progresses a group's point-to-point ops
+// together, and running them blocking in issue order would deadlock two ranks that both send first
+// (1F1B's exchange with a neighbour does exactly that). A lone send or receive is a group of one.
+// A collective issued while sends/receives are queued is refused (keel never mixes them in a group,
+// and running it first would reorder it).
 #pragma once
 #include <mpi.h>
+#include <unistd.h>
 
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "cuda_runtime.h"
 
-typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4 } ncclResult_t;
+typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4, ncclInvalidUsage = 5 } ncclResult_t;
 typedef enum { ncclUint8 = 1, ncclFloat32 = 7, ncclFloat = 7 } ncclDataType_t;
 typedef enum { ncclSum = 0 } ncclRedOp_t;
 struct ncclUniqueId { char internal[128]; };
-struct emu_nccl_comm { int rank, size; };
+struct emu_nccl_comm {
+    int rank, size;
+    MPI_Comm mpi;  // a duplicate of the group's MPI communicator: this communicator's own context
+};
 typedef emu_nccl_comm* ncclComm_t;
 #define NCCL_VERSION_CODE 0
 
-inline const char* ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "emulated NCCL error"; }
+inline const char* ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "emulated NCCL error (see the line above)"; }
 inline ncclResult_t ncclGetVersion(int* v) { *v = 0; return ncclSuccess; }
-inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) { memset(id, 0x6b, sizeof *id); return ncclSuccess; }
-inline ncclResult_t ncclCommInitRank(ncclComm_t* c, int size, ncclUniqueId, int rank) {
-    *c = new emu_nccl_comm{rank, size};
+
+inline ncclResult_t emu_nccl_fail(ncclResult_t r, const char* msg) {
+    fprintf(stderr, "NCCL emulation: %s\n", msg);
+    return r;
+}
+
+// Unique per call: the creating process and a per-process count.
+inline ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
+    static unsigned long long created = 0;
+    memset(id, 0, sizeof *id);
+    snprintf(id->internal, sizeof id->internal, "keel-emu-nccl pid %ld id %llu", (long)getpid(), created++);
     return ncclSuccess;
 }
-inline ncclResult_t ncclCommDestroy(ncclComm_t c) { delete c; return ncclSuccess; }
-inline ncclResult_t ncclGroupStart() { return ncclSuccess; }
-inline ncclResult_t ncclGroupEnd() { return ncclSuccess; }
+
+inline ncclResult_t emu_nccl_comm_init_rank(ncclComm_t* c, int nranks, ncclUniqueId id, int rank, MPI_Comm group) {
+    *c = nullptr;
+    int size = -1, me = -1;
+    if (group == MPI_COMM_NULL || MPI_Comm_size(group, &size) != MPI_SUCCESS || MPI_Comm_rank(group, &me) != MPI_SUCCESS)
+        return emu_nccl_fail(ncclInvalidArgument, "ncclCommInitRank: no valid MPI communicator for the group");
+    if (size != nranks || me != rank)
+        return emu_nccl_fail(ncclInvalidArgument, "ncclCommInitRank: nranks/rank are not the group communicator's size/rank");
+    MPI_Comm dup;
+    if (MPI_Comm_dup(group, &dup) != MPI_SUCCESS) return emu_nccl_fail(ncclSystemError, "MPI_Comm_dup failed");
+    ncclUniqueId root = id;
+    if (MPI_Bcast(&root, (int)sizeof root, MPI_BYTE, 0, dup) != MPI_SUCCESS) return emu_nccl_fail(ncclSystemError, "MPI_Bcast failed");
+    int mine_ok = memcmp(&root, &id, sizeof id) == 0, all_ok = 0;
+    if (MPI_Allreduce(&mine_ok, &all_ok, 1, MPI_INT, MPI_MIN, dup) != MPI_SUCCESS) return emu_nccl_fail(ncclSystemError, "MPI_Allreduce failed");
+    if (!all_ok) {
+        MPI_Comm_free(&dup);
+        return emu_nccl_fail(ncclInvalidUsage, "ncclCommInitRank: the members of one communicator hold different unique ids "
+                                               "(the id was not broadcast over exactly this group)");
+    }
+    *c = new emu_nccl_comm{rank, nranks, dup};
+    return ncclSuccess;
+}
+inline ncclResult_t ncclCommInitRank(ncclComm_t* c, int, ncclUniqueId, int) {
+    *c = nullptr;
+    return emu_nccl_fail(ncclInvalidUsage, "ncclCommInitRank needs the group's MPI communicator under the emulation: "
+                                           "call emu_nccl_comm_init_rank (llmc/comm.h does)");
+}
+inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
+    if (c) MPI_Comm_free(&c->mpi);
+    delete c;
+    return ncclSuccess;
+}
 
 inline MPI_Datatype emu_nccl_type(ncclDataType_t t) { return t == ncclFloat ? MPI_FLOAT : MPI_BYTE; }
 inline bool emu_nccl_device(const void* p) {
@@ -37,21 +105,89 @@ inline bool emu_nccl_device(const void* p) {
     fprintf(stderr, "NCCL emulation: a host pointer handed to NCCL (NCCL takes device buffers)\n");
     return false;
 }
+inline bool emu_nccl_count(size_t count) {
+    if (count <= (size_t)INT_MAX) return true;
+    fprintf(stderr, "NCCL emulation: a count of %zu exceeds MPI's int\n", count);
+    return false;
+}
 
-inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, int root, ncclComm_t c, cudaStream_t) {
-    if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;  // keel reduces in place
-    emu::DeviceScope open;
-    int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, recv, (int)count, emu_nccl_type(t), MPI_SUM, root, MPI_COMM_WORLD)
-                             : MPI_Reduce(send, nullptr, (int)count, emu_nccl_type(t), MPI_SUM, root, MPI_COMM_WORLD);
+// ---- groups ----------------------------------------------------------------------------------------
+struct emu_nccl_p2p { bool send; void* buf; int count; MPI_Datatype type; int peer; MPI_Comm mpi; };
+struct emu_nccl_group_state {
+    int depth = 0;
+    std::vector<emu_nccl_p2p> queued;
+};
+inline emu_nccl_group_state& emu_nccl_group() {
+    static thread_local emu_nccl_group_state g;
+    return g;
+}
+
+inline ncclResult_t emu_nccl_run_p2p() {
+    std::vector<emu_nccl_p2p>& q = emu_nccl_group().queued;
+    std::vector<MPI_Request> req(q.size(), MPI_REQUEST_NULL);
+    int rc = MPI_SUCCESS;
+    {
+        emu::DeviceScope open;  // MPI reads and writes these buffers until the last wait returns
+        // receives first: every send then finds its receive posted, whatever the MPI protocol
+        for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
+            if (!q[i].send) rc = MPI_Irecv(q[i].buf, q[i].count, q[i].type, q[i].peer, 0, q[i].mpi, &req[i]);
+        for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
+            if (q[i].send) rc = MPI_Isend(q[i].buf, q[i].count, q[i].type, q[i].peer, 0, q[i].mpi, &req[i]);
+        if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE);
+    }
+    q.clear();
     return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
-inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t, cudaStream_t) {
-    if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
-    emu::DeviceScope open;
-    return MPI_Bcast(recv, (int)count, emu_nccl_type(t), root, MPI_COMM_WORLD) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+
+inline ncclResult_t ncclGroupStart() {
+    emu_nccl_group().depth++;
+    return ncclSuccess;
 }
-inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, ncclComm_t, cudaStream_t) {
-    if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
+inline ncclResult_t ncclGroupEnd() {
+    emu_nccl_group_state& g = emu_nccl_group();
+    if (g.depth == 0) return emu_nccl_fail(ncclInvalidUsage, "ncclGroupEnd without ncclGroupStart");
+    return --g.depth == 0 ? emu_nccl_run_p2p() : ncclSuccess;
+}
+
+// A collective runs at once; it may not overtake queued point-to-point ops (see the contract).
+inline bool emu_nccl_collective_ok() {
+    if (emu_nccl_group().queued.empty()) return true;
+    fprintf(stderr, "NCCL emulation: a collective in the same group as a send/recv (not supported)\n");
+    return false;
+}
+
+inline ncclResult_t emu_nccl_p2p_post(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c) {
+    if (!emu_nccl_device(buf) || !emu_nccl_count(count)) return ncclInvalidArgument;
+    if (peer < 0 || peer >= c->size) return emu_nccl_fail(ncclInvalidArgument, "send/recv: the peer is outside the communicator");
+    emu_nccl_group().queued.push_back({send, (void*)buf, (int)count, emu_nccl_type(t), peer, c->mpi});
+    ncclGroupStart();  // a lone op is a group of one
+    return ncclGroupEnd();
+}
+inline ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t) {
+    return emu_nccl_p2p_post(true, send, count, t, peer, c);
+}
+inline ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t) {
+    return emu_nccl_p2p_post(false, recv, count, t, peer, c);
+}
+
+// ---- collectives -----------------------------------------------------------------------------------
+inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, int root, ncclComm_t c, cudaStream_t) {
+    if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;  // keel reduces in place
+    if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
     emu::DeviceScope open;
-    return MPI_Allreduce(MPI_IN_PLACE, recv, (int)count, emu_nccl_type(t), MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, recv, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi)
+                             : MPI_Reduce(send, nullptr, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi);
+    return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t) {
+    if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
+    if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    emu::DeviceScope open;
+    return MPI_Bcast(recv, (int)count, emu_nccl_type(t), root, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+}
+inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, ncclComm_t c, cudaStream_t) {
+    if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
+    if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    emu::DeviceScope open;
+    return MPI_Allreduce(MPI_IN_PLACE, recv, (int)count, emu_nccl_type(t), MPI_SUM, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
