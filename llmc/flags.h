@@ -487,6 +487,8 @@ static inline int config_dp_size(const Config* c, int world) {
 // Rejects contradictory or impossible combinations (exit 2, one line naming the flags). world: the
 // launched ranks (TP x PP x DP).
 static inline void config_validate(Config* c, int world) {
+    if (c->tensor_model_parallel_size > 1)
+        keel_usage_error("--tensor-model-parallel-size > 1 is not built into training yet; --dry-run plans it");
     int dp_size = config_dp_size(c, world);
     if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
     if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp_size;
@@ -533,8 +535,6 @@ static inline void config_validate(Config* c, int world) {
     if (c->clip_grad < 0) keel_usage_error("--clip-grad must be >= 0 (0 turns clipping off)");
     if (c->init_method_std <= 0) keel_usage_error("--init-method-std must be > 0");
     config_validate_knobs(c);
-    if (c->tensor_model_parallel_size > 1)
-        keel_usage_error("--tensor-model-parallel-size > 1 is not built into training yet; --dry-run plans it");
     int64_t P = c->pipeline_model_parallel_size;
     if (P > c->num_layers)
         keel_usage_error("--pipeline-model-parallel-size %lld exceeds --num-layers %lld: every stage needs a layer", (long long)P,

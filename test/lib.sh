@@ -26,3 +26,26 @@ expect_fail() {
   ok "rejected ($rc): $(grep '^error:' <<<"$out")"
 }
 finish() { [ "$fails" -eq 0 ] && { echo PASS; exit 0; } || { echo "FAIL ($fails)"; exit 1; }; }
+
+# compare_jsonl A B TOL: the loss, grad norm, validation loss and loss scale of every record of
+# JSONL file A within TOL relative of B's; prints the worst difference, exits non-zero on the first
+# miss (or a record count that differs).
+compare_jsonl() {
+  python3 - "$1" "$2" "$3" <<'PY'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+tol = float(sys.argv[3])
+if len(a) != len(b) or not a:
+    sys.exit(f"{len(a)} vs {len(b)} records")
+worst = 0.0
+for x, y in zip(a, b):
+    for k in ("lm_loss", "grad_norm", "valid_loss", "loss_scale"):
+        if k in x or k in y:
+            if k not in x or k not in y: sys.exit(f"record {x.get('iteration')}: {k} missing on one side")
+            d = abs(x[k] - y[k]) / max(abs(y[k]), 1e-30)
+            worst = max(worst, d)
+            if d > tol: sys.exit(f"iteration {x.get('iteration')}: {k} {x[k]} vs {y[k]} (relative {d:.3g} > {tol})")
+print(f"worst relative difference {worst:.3g}")
+PY
+}

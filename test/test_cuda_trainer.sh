@@ -27,26 +27,7 @@ CUDA=${KEEL_CUDA_TRAINER:-build/train_gpt_emu}
 N=6
 ARGS=("${TINY[@]}" --train-iters $N --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 3)
 
-# compare A B TOL: the loss, grad norm and validation loss of every record within TOL relative
-compare() {
-  python3 - "$1" "$2" "$3" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-tol = float(sys.argv[3])
-if len(a) != len(b) or not a:
-    sys.exit(f"{len(a)} vs {len(b)} records")
-worst = 0.0
-for x, y in zip(a, b):
-    for k in ("lm_loss", "grad_norm", "valid_loss", "loss_scale"):
-        if k in x or k in y:
-            if k not in x or k not in y: sys.exit(f"record {x.get('iteration')}: {k} missing on one side")
-            d = abs(x[k] - y[k]) / max(abs(y[k]), 1e-30)
-            worst = max(worst, d)
-            if d > tol: sys.exit(f"iteration {x.get('iteration')}: {k} {x[k]} vs {y[k]} (relative {d:.3g} > {tol})")
-print(f"worst relative difference {worst:.3g}")
-PY
-}
+compare() { compare_jsonl "$@"; }  # (test/lib.sh)
 parity() {  # name tol flags...: the same run on both trainers
   local name=$1 tol=$2; shift 2
   timeout 600 ./train_gpt_cpu "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }

@@ -26,24 +26,7 @@ run() {  # name np binary args...
   timeout 300 "${MPI[@]}" "$np" $bin "$@" --metrics-file "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1 \
     || { fail "$name: run failed"; tail -8 "$TMP/$name.log"; }
 }
-compare() {  # a b tol: loss, grad norm and validation loss of every record within tol relative
-  python3 - "$TMP/$1.jsonl" "$TMP/$2.jsonl" "$3" <<'PY'
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1])]
-b = [json.loads(l) for l in open(sys.argv[2])]
-tol = float(sys.argv[3])
-if len(a) != len(b) or not a: sys.exit(f"{len(a)} vs {len(b)} records")
-worst = 0.0
-for x, y in zip(a, b):
-    for k in ("lm_loss", "grad_norm", "valid_loss"):
-        if k in x or k in y:
-            if k not in x or k not in y: sys.exit(f"record {x.get('iteration')}: {k} missing on one side")
-            d = abs(x[k] - y[k]) / max(abs(y[k]), 1e-30)
-            worst = max(worst, d)
-            if d > tol: sys.exit(f"iteration {x.get('iteration')}: {k} {x[k]} vs {y[k]} (relative {d:.3g} > {tol})")
-print(f"worst relative difference {worst:.3g}")
-PY
-}
+compare() { compare_jsonl "$TMP/$1.jsonl" "$TMP/$2.jsonl" "$3"; }  # runs a b by name (test/lib.sh)
 
 # 1. PP=2, PP=4 vs one process
 timeout 300 $KEEL "${PPARGS[@]}" --metrics-file "$TMP/pp1.jsonl" >"$TMP/pp1.log" 2>&1 || fail "single-process run failed"
