@@ -651,31 +651,23 @@ static void trainer_init_groups(Trainer<A>* tr) {
     if (!rank_grid_init(&tr->grid, tr->world.size, tr->world.rank, (int)c->tensor_model_parallel_size,
                         (int)c->pipeline_model_parallel_size, err, sizeof err))
         keel_usage_error("%s", err);
-    if (tr->grid.pp == 1) {
-        tr->comm = tr->world;
-        tr->pipe = Comm{};
-        tr->pipe.rank = 0;
-        tr->pipe.size = 1;
-        tr->embed = tr->pipe;
-        return;
-    }
-    comm_split(&tr->world, rank_grid_group(&tr->grid, RANK_GROUP_DP), &tr->comm);
+    if (tr->grid.pp == 1) tr->comm = tr->world;  // the NCCL communicator of the world serves, no second one
+    else comm_split(&tr->world, rank_grid_group(&tr->grid, RANK_GROUP_DP), &tr->comm);
     comm_split(&tr->world, rank_grid_group(&tr->grid, RANK_GROUP_PP), &tr->pipe);
     // embedding groups {first, last stage} of each pipeline; the middle stages form their own
     // (unused) groups, since every rank takes part in a split
     std::vector<int> pp = rank_grid_group(&tr->grid, RANK_GROUP_PP);
     int stage = tr->grid.pp_rank, P = tr->grid.pp;
-    std::vector<int> members = stage == 0 || stage == P - 1 ? std::vector<int>{pp.front(), pp.back()} : std::vector<int>{tr->world.rank};
+    bool ends = P > 1 && (stage == 0 || stage == P - 1);
+    std::vector<int> members = ends ? std::vector<int>{pp.front(), pp.back()} : std::vector<int>{tr->world.rank};
     comm_split(&tr->world, members, &tr->embed);
 }
 
 template <typename A>
 static void trainer_free_groups(Trainer<A>* tr) {
-    if (tr->grid.pp > 1) {
-        comm_free(&tr->comm);
-        comm_free(&tr->pipe);
-        comm_free(&tr->embed);
-    }
+    if (tr->grid.pp > 1) comm_free(&tr->comm);  // else it is the world
+    comm_free(&tr->pipe);
+    comm_free(&tr->embed);
     comm_finalize(&tr->world);
 }
 

@@ -61,6 +61,22 @@ for name in bf16-default fp16; do  # a bf16/fp16 run that computed in fp32 would
     || ok "$name: differs from fp32 beyond 2e-5 (it computes in low precision)"
 done
 
+# bf16 activations read on the host side: per-layer statistics (Σx² of bf16 buffers) and text
+# samples (bf16 logits converted on the host) run, and the statistics agree with the CPU's
+ST=(--log-layer-norms-interval 1 --sample-interval 6 --sample-length 8)
+./train_gpt_cpu "${ARGS[@]}" "${ST[@]}" --metrics-file "$TMP/st.cpu.jsonl" >"$TMP/st.cpu.log" 2>&1 || fail "stats: CPU run failed"
+$CUDA "${ARGS[@]}" "${ST[@]}" --metrics-file "$TMP/st.cuda.jsonl" >"$TMP/st.cuda.log" 2>&1 || fail "stats: bf16 run failed"
+grep -q "sample at iteration 6" "$TMP/st.cuda.log" || fail "bf16: no text sample"
+python3 - "$TMP/st.cuda.jsonl" "$TMP/st.cpu.jsonl" <<'PY' && ok "bf16: per-layer statistics within 5e-3 of the CPU's, text sample printed" || fail "bf16 per-layer statistics"
+import json, sys
+a, b = ([json.loads(l) for l in open(f) if '"layer_act_rms"' in l] for f in sys.argv[1:3])
+assert len(a) == len(b) == 6, (len(a), len(b))
+for x, y in zip(a, b):
+    for k in ("layer_act_rms", "layer_grad_norm", "layer_weight_norm"):
+        for u, v in zip(x[k], y[k]):
+            assert abs(u - v) <= 5e-3 * abs(v), (x["iteration"], k, u, v)
+PY
+
 # 3-4. determinism and bit-exact resume (bf16, the default)
 $CUDA "${ARGS[@]}" --save "$TMP/a" --save-interval $N --metrics-file "$TMP/a.jsonl" >"$TMP/a.log" 2>&1 || fail "run a failed"
 $CUDA "${ARGS[@]}" --save "$TMP/b" --save-interval $N --metrics-file "$TMP/b.jsonl" >"$TMP/b.log" 2>&1 || fail "run b failed"
