@@ -53,7 +53,8 @@ struct Trainer {
     Comm embed;              // the first and the last stage (the tied word embedding's gradient); unused at P = 1
     RankGrid grid;
     Config cfg;
-    GPTConfig gcfg;
+    GPTConfig gcfg;          // this rank's stage of the model (the whole model at P = 1)
+    ParamTable whole;        // the whole model's parameter table: the canonical layout of checkpoints and exports
     GPT<A> model;
     Optimizer opt;
     TrainState st;
@@ -405,6 +406,11 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
         if (comm->rank == 0) layer_stats_weights(ls, o, &tr->model.table, tr->model.params);
         ls->act_sumsq = trainer_sum_global_order(comm, act_sumsq.data(), accum, L + 1);
         ls->act_count = (double)gbs * T * c->hidden_size;
+        if (P > 1) {  // each stage filled its own entries (llmc/layer_stats.h): x + 0 = x, so the sum is exact
+            comm_allreduce_sum_f64(&tr->pipe, ls->grad_sumsq.data(), (int)ls->grad_sumsq.size());
+            comm_allreduce_sum_f64(&tr->pipe, ls->weight_sumsq.data(), (int)ls->weight_sumsq.size());
+            comm_allreduce_sum_f64(&tr->pipe, ls->act_sumsq.data(), (int)ls->act_sumsq.size());
+        }
         rec->layers = ls;
     }
     return true;
@@ -438,18 +444,32 @@ static double trainer_evaluate(Trainer<A>* tr) {
 
 // Generates --sample-length tokens after <|endoftext|> by sampling the model's softmax (temperature
 // 1); the random draws are keyed by (seed, GENERATE, iteration, position), so a rerun prints the same.
+// The stages of the first data-parallel rank's pipeline take part: each token's window goes down the
+// pipeline, the last stage draws the next token and broadcasts it back; rank 0 prints.
 template <typename A>
 static void trainer_print_sample(Trainer<A>* tr) {
     const GPTConfig* g = &tr->gcfg;
-    int T = tr->model.T, V = g->vocab_size, Vp = g->padded_vocab_size;
+    GPT<A>* m = &tr->model;
+    int T = m->T, V = g->vocab_size, Vp = g->padded_vocab_size, P = tr->grid.pp, stage = tr->grid.pp_rank;
     std::vector<int> toks = {TOKENIZER_EOT};
     std::vector<float> row(Vp);
-    gpt_set_dropout(&tr->model, false, 0, 0);
+    gpt_set_dropout(m, false, 0, 0);
+    gpt_use_slot(m, 0);
     for (int64_t pos = 0; pos < tr->cfg.sample_length; pos++) {
         int n = (int)toks.size() < T ? (int)toks.size() : T;
         const int* window = toks.data() + toks.size() - n;
-        gpt_forward(&tr->model, window, nullptr, 1, n);
-        gpt_logits_row_to_host(&tr->model, (size_t)(n - 1), row.data());
+        size_t act_bytes = (size_t)n * g->channels * sizeof(A);
+        if (stage > 0) comm_recv_buf(&tr->pipe, m->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
+        gpt_forward(m, window, nullptr, 1, n);
+        if (stage < P - 1) {
+            comm_send_buf(&tr->pipe, gpt_stage_output(m), act_bytes, stage + 1, PIPE_TAG);
+            int next = 0;
+            comm_broadcast(&tr->pipe, &next, sizeof next, P - 1);
+            if (next == TOKENIZER_EOT) break;
+            toks.push_back(next);
+            continue;
+        }
+        gpt_logits_row_to_host(m, (size_t)(n - 1), row.data());
         double maxv = row[0], sum = 0;
         for (int j = 1; j < V; j++) maxv = row[j] > maxv ? row[j] : maxv;
         for (int j = 0; j < V; j++) sum += std::exp((double)row[j] - maxv);
@@ -459,9 +479,11 @@ static void trainer_print_sample(Trainer<A>* tr) {
             acc += std::exp((double)row[j] - maxv);
             if (u < acc) { next = j; break; }
         }
+        if (P > 1) comm_broadcast(&tr->pipe, &next, sizeof next, P - 1);
         if (next == TOKENIZER_EOT) break;
         toks.push_back(next);
     }
+    if (tr->world.rank != 0) return;
     std::string text;
     tokenizer_decode(&tr->tok, toks.data() + 1, toks.size() - 1, text);
     printf("---------------- sample at iteration %lld ----------------\n%s\n", (long long)tr->st.iteration, text.c_str());
@@ -469,13 +491,51 @@ static void trainer_print_sample(Trainer<A>* tr) {
     fflush(stdout);
 }
 
+// The whole model's canonical parameters on world rank 0 (empty elsewhere): at P = 1 its own
+// buffer; under pipeline parallelism the first data-parallel rank of every stage sends its buffer
+// and rank 0 places the stage's spans (the tied embedding from the first stage). Every rank calls it.
+// Uploads this stage's part of the whole model's canonical parameters (all of it at P = 1).
+template <typename A>
+static void trainer_take_stage_params(Trainer<A>* tr, const std::vector<float>& params) {
+    std::vector<float> mine(tr->model.table.total);
+    for (const ParamSpan& sp : param_table_stage_spans(&tr->model.table, &tr->whole, &tr->gcfg))
+        std::copy(params.begin() + sp.offset_canonical, params.begin() + sp.offset_canonical + sp.numel, mine.begin() + sp.offset_local);
+    backend_copy_to_device(tr->model.params, mine.data(), mine.size() * sizeof(float));
+    gpt_params_changed(&tr->model);
+}
+
+template <typename A>
+static std::vector<float> trainer_gather_params(Trainer<A>* tr) {
+    const RankGrid* g = &tr->grid;
+    bool root = tr->world.rank == 0, sender = g->dp_rank == 0 && g->tp_rank == 0;
+    std::vector<float> mine(sender ? tr->model.table.total : 0), whole;
+    backend_copy_to_host(mine.data(), tr->model.params, mine.size() * sizeof(float));
+    if (g->pp == 1) return root ? mine : whole;
+    enum { GATHER_TAG = 8 };
+    if (sender && !root) comm_send(&tr->world, mine.data(), mine.size() * sizeof(float), 0, GATHER_TAG);
+    if (!root) return whole;
+    whole.assign(tr->whole.total, 0.0f);
+    for (int s = 0; s < g->pp; s++) {
+        GPTConfig sc = gpt_config_stage(&tr->gcfg, g->pp, s);
+        ParamTable st;
+        param_table_build(&st, &sc);
+        std::vector<float> buf(s == 0 ? 0 : st.total);
+        if (s > 0) comm_recv(&tr->world, buf.data(), buf.size() * sizeof(float), rank_grid_rank_of(g, 0, s, 0), GATHER_TAG);
+        const float* src = s == 0 ? mine.data() : buf.data();
+        for (const ParamSpan& sp : param_table_stage_spans(&st, &tr->whole, &sc))
+            std::copy(src + sp.offset_local, src + sp.offset_local + sp.numel, whole.begin() + sp.offset_canonical);
+    }
+    return whole;
+}
+
+// Every rank takes part: rank 0 writes the gathered parameters and the state, every rank its
+// shard of the optimizer state (a pipeline stage's part of the canonical payload).
 template <typename A>
 static void trainer_save(Trainer<A>* tr) {
     printf("saving checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration, tr->cfg.save.c_str());
-    std::vector<float> params(tr->comm.rank == 0 ? tr->model.table.total : 0);
-    backend_copy_to_host(params.data(), tr->model.params, params.size() * sizeof(float));
-    ckpt_save(tr->cfg.save, &tr->comm, params.data(), tr->opt.n, optimizer_save_spans(&tr->opt), tr->opt.canonical_bytes,
-              optimizer_layout(&tr->opt, &tr->model.table), &tr->st, &tr->gcfg, &tr->cfg);
+    std::vector<float> params = trainer_gather_params(tr);
+    ckpt_save(tr->cfg.save, &tr->world, params.data(), tr->whole.total, optimizer_save_spans(&tr->opt), tr->opt.canonical_bytes,
+              optimizer_layout(&tr->opt), &tr->st, &tr->gcfg, &tr->cfg);
     printf("  successfully saved checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration,
            ckpt_iter_dir(tr->cfg.save, tr->st.iteration).c_str());
 }
@@ -494,13 +554,12 @@ static ResumeKind trainer_resume(Trainer<A>* tr) {
         printf("WARNING: could not find %s/latest_checkpointed_iteration.txt: starting from random\n", dir.c_str());
         return RESUME_NONE;
     }
-    int64_t n = tr->model.table.total;
+    int64_t n = tr->whole.total;  // the canonical buffer; this rank's stage takes its part
     std::vector<float> params(n);
     TrainState saved{};
     std::string idir, saved_layout;
     ckpt_load(dir, it, params.data(), n, &saved, &tr->gcfg, c, &idir, &saved_layout);
-    backend_copy_to_device(tr->model.params, params.data(), n * sizeof(float));
-    gpt_params_changed(&tr->model);
+    trainer_take_stage_params(tr, params);
     if (c->finetune) {
         printf(" > --finetune: took the weights of iteration %lld; counters, optimizer, schedule and RNG start fresh\n", (long long)it);
         return RESUME_WEIGHTS;
@@ -508,7 +567,7 @@ static ResumeKind trainer_resume(Trainer<A>* tr) {
     const TrainState fresh = tr->st;
     if (!c->no_load_optim) {
         std::vector<uint8_t> opt(tr->opt.canonical_bytes);  // the whole canonical state; this rank keeps its part
-        ckpt_load_optimizer(idir, saved_layout, optimizer_layout(&tr->opt, &tr->model.table), opt.data(), opt.size(), n);
+        ckpt_load_optimizer(idir, saved_layout, optimizer_layout(&tr->opt), opt.data(), opt.size(), n);
         optimizer_load_canonical(&tr->opt, opt.data());
         tr->opt.step = saved.optimizer_step;
     }
@@ -631,16 +690,6 @@ static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** ar
     trainer_check_same_flags(comm, c);
 }
 
-// Uploads this stage's part of the whole model's canonical parameters (all of it at P = 1).
-template <typename A>
-static void trainer_take_stage_params(Trainer<A>* tr, const ParamTable* whole, const std::vector<float>& params) {
-    std::vector<float> mine(tr->model.table.total);
-    for (const ParamSpan& sp : param_table_stage_spans(&tr->model.table, whole, &tr->gcfg))
-        std::copy(params.begin() + sp.offset_canonical, params.begin() + sp.offset_canonical + sp.numel, mine.begin() + sp.offset_local);
-    backend_copy_to_device(tr->model.params, mine.data(), mine.size() * sizeof(float));
-    gpt_params_changed(&tr->model);
-}
-
 // The rank grid and its groups (llmc/parallel.h, DESIGN §5): this stage's data-parallel group
 // becomes tr->comm, which everything data-parallel uses as before; the pipeline and the tied
 // embedding's groups beside it. At P = 1 the data-parallel group is the world itself.
@@ -679,9 +728,9 @@ static void trainer_setup(Trainer<A>* tr) {
     gpt_config_from_flags(c, g);
     trainer_init_groups(tr);
     int stage = tr->grid.pp_rank, P = tr->grid.pp;
-    pipeline_stage_layers(g->num_layers, P, stage, &g->stage_layer_first, &g->stage_num_layers);
-    g->stage_first = stage == 0;
-    g->stage_last = stage == P - 1;
+    GPTConfig whole = gpt_config_stage(g, 1, 0);
+    param_table_build(&tr->whole, &whole);
+    *g = gpt_config_stage(g, P, stage);
     rampup_init(&tr->rampup, c, tr->comm.size);
     curriculum_init(&tr->curriculum, c);
     skip_ranges_parse(&tr->skips, c->skip_train_iteration_range);
@@ -706,9 +755,10 @@ static void trainer_setup(Trainer<A>* tr) {
                g->stage_layer_first, g->stage_layer_first + g->stage_num_layers - 1, g->stage_first ? ", the embeddings" : "",
                g->stage_last ? ", the final LayerNorm and the LM head" : "", (int)tr->model.slots.size());
     optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
+    optimizer_set_stage(&tr->opt, &tr->whole, c, g->stage_layer_first, !g->stage_first);  // the units' places in the whole model
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
            g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
-           (long long)gpt_num_params_real(&tr->model.table, g), (long long)tr->model.table.total);
+           (long long)gpt_num_params_real(&tr->whole, &whole), (long long)tr->whole.total);
     printf("%s\n", optimizer_describe(&tr->opt, &tr->model.table, c).c_str());
     printf("activations: %.2f MiB for %d micro-batch(es) of %d x %d%s\n", tr->model.act_bytes / 1048576.0, (int)tr->model.slots.size(),
            B, T, c->checkpoint_activations ? " (--checkpoint-activations: each layer's output kept, one layer's activations recomputed in backward)" : "");
@@ -737,16 +787,10 @@ static void trainer_setup(Trainer<A>* tr) {
     if (kind == RESUME_NONE) {
         // the whole model's canonical buffer, as at P = 1 (so every layout starts from the same
         // weights), of which this stage takes its part
-        GPTConfig whole = *g;
-        whole.stage_layer_first = 0;
-        whole.stage_num_layers = -1;
-        whole.stage_first = whole.stage_last = true;
-        ParamTable wt;
-        param_table_build(&wt, &whole);
-        std::vector<float> params(wt.total);
-        param_table_init(params.data(), &wt, &whole, tr->init_sigma, tr->st.seed);  // with --load-llmc: a knob's own tensors
-        if (!c->load_llmc.empty()) llmc_load(c->load_llmc.c_str(), params.data(), &wt, &whole);
-        trainer_take_stage_params(tr, &wt, params);
+        std::vector<float> params(tr->whole.total);
+        param_table_init(params.data(), &tr->whole, &whole, tr->init_sigma, tr->st.seed);  // with --load-llmc: a knob's own tensors
+        if (!c->load_llmc.empty()) llmc_load(c->load_llmc.c_str(), params.data(), &tr->whole, &whole);
+        trainer_take_stage_params(tr, params);
         if (!c->load_llmc.empty()) printf("initialised the weights from llm.c model file %s\n", c->load_llmc.c_str());
     }
     dataloader_init(&tr->train_data, c->train_data_path.c_str(), T, g->vocab_size, tr->st.seed, true);
@@ -830,7 +874,7 @@ static int trainer_run(Trainer<A>* tr) {
             log_validation(&tr->log, it, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
             evaluated_now = true;
         }
-        if (tr->have_tok && it % c->sample_interval == 0 && tr->world.rank == 0) trainer_print_sample(tr);
+        if (tr->have_tok && it % c->sample_interval == 0 && tr->comm.rank == 0) trainer_print_sample(tr);  // the first pipeline
         if (!c->save.empty() && c->save_interval > 0 && it % c->save_interval == 0) {
             trainer_save(tr);
             saved_now = true;
@@ -847,11 +891,13 @@ static int trainer_run(Trainer<A>* tr) {
     if (tr->have_valid && c->eval_interval > 0 && !evaluated_now)
         log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
     if (!c->save.empty() && !saved_now) trainer_save(tr);
-    if (!c->export_llmc.empty() && tr->world.rank == 0) {
-        std::vector<float> params(tr->model.table.total);
-        backend_copy_to_host(params.data(), tr->model.params, params.size() * sizeof(float));
-        llmc_export(c->export_llmc.c_str(), params.data(), &tr->model.table, &tr->gcfg);
-        printf("exported the weights as llm.c model file %s\n", c->export_llmc.c_str());
+    if (!c->export_llmc.empty()) {
+        std::vector<float> params = trainer_gather_params(tr);
+        if (tr->world.rank == 0) {
+            GPTConfig whole = gpt_config_stage(&tr->gcfg, 1, 0);
+            llmc_export(c->export_llmc.c_str(), params.data(), &tr->whole, &whole);
+            printf("exported the weights as llm.c model file %s\n", c->export_llmc.c_str());
+        }
     }
     logger_close(&tr->log);
     dataloader_free(&tr->train_data);

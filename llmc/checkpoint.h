@@ -276,9 +276,11 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
 }
 
 // Saves a checkpoint of iteration s->iteration under dir (created if needed) and publishes it; every
-// rank calls it. Rank 0 writes model.bin (parameters are whole on every rank) and state.txt; each
-// rank writes its spans of the optimizer's canonical state (opt_bytes in all, described by
-// opt_layout); rank 0 publishes. Returns on every rank once the checkpoint is published.
+// rank of comm (the world) calls it. Rank 0 writes model.bin from params (the whole model's n
+// canonical parameters, gathered to it under pipeline parallelism) and state.txt; each rank writes
+// its spans of the optimizer's canonical state (opt_bytes in all, described by opt_layout; under
+// pipeline parallelism a stage's spans sit where the whole model's layout puts them); rank 0
+// publishes. Returns on every rank once the checkpoint is published.
 static inline void ckpt_save(const std::string& dir, const Comm* comm, const float* params, int64_t n,
                              const std::vector<StateSpan>& opt_spans, size_t opt_bytes, const std::string& opt_layout,
                              const TrainState* s, const GPTConfig* g, const Config* c) {

@@ -548,10 +548,6 @@ static inline void config_validate(Config* c, int world) {
             keel_usage_error("%lld micro-batches per data-parallel rank (global batch %lld / (micro-batch %lld x %d data-parallel ranks)) "
                              "cannot fill %lld pipeline stages: raise --global-batch-size or lower --micro-batch-size",
                              (long long)M, (long long)gbs_min, (long long)c->micro_batch_size, dp_size, (long long)P);
-        const char* no = !c->save.empty() ? "--save" : !c->load.empty() ? "--load" : !c->export_llmc.empty() ? "--export-llmc"
-                       : c->sample_interval > 0 ? "--sample-interval" : c->log_layer_norms_interval > 0 ? "--log-layer-norms-interval"
-                       : nullptr;
-        if (no) keel_usage_error("%s is not built for --pipeline-model-parallel-size > 1 yet", no);
     }
     if (c->data_parallel_size != 0 && c->data_parallel_size != dp_size)
         keel_usage_error("--data-parallel-size %lld: training uses the launched ranks (%d); the flag is for --dry-run",

@@ -159,7 +159,8 @@ static inline void rolling_init(RollingWindow* w, int64_t capacity) {
 // keeps the storage in the order everything else reads it.
 static inline void rolling_push(RollingWindow* w, double x) {
     if (!std::isfinite(x)) keel_die("rolling window: non-finite value %g pushed (only applied updates belong in it)", x);
-    if ((int64_t)w->values.size() == w->capacity) w->values.erase(w->values.begin());
+    if (w->capacity <= 0) return;  // a window of no values keeps none
+    if ((int64_t)w->values.size() >= w->capacity) w->values.erase(w->values.begin());
     w->values.push_back(x);
 }
 

@@ -24,6 +24,7 @@
 
 #include "llmc/backend.h"
 #include "llmc/flags.h"
+#include "llmc/parallel.h"
 #include "llmc/rand.h"
 
 enum Activation { ACT_GELU, ACT_RELU };
@@ -61,6 +62,17 @@ static inline int gpt_padded_vocab(int V, int multiple) { return (V + multiple -
 
 // The layers this stage computes (L without pipeline parallelism).
 static inline int gpt_stage_layers(const GPTConfig* cfg) { return cfg->stage_num_layers < 0 ? cfg->num_layers : cfg->stage_num_layers; }
+
+// Stage `stage` of a P-stage pipeline of the model cfg describes (whichever stage cfg itself is);
+// gpt_config_stage(cfg, 1, 0) is the whole model.
+static inline GPTConfig gpt_config_stage(const GPTConfig* cfg, int P, int stage) {
+    GPTConfig g = *cfg;
+    pipeline_stage_layers(g.num_layers, P, stage, &g.stage_layer_first, &g.stage_num_layers);
+    if (P == 1) g.stage_num_layers = -1;
+    g.stage_first = stage == 0;
+    g.stage_last = stage == P - 1;
+    return g;
+}
 
 // The first LLMC_NUM_PARAMS tensors are GPT-2's, in llm.c's order; the knobs' tensors follow and
 // have zero rows (no elements) when their knob is off, so a plain model's buffer is llm.c's.

@@ -63,12 +63,19 @@ enum OptimizerType { OPTIMIZER_ADAM, OPTIMIZER_ADAM8BIT };
 static_assert(GRAD_CHUNK % ADAM8BIT_MAX_BLOCK == 0, "a shard boundary (a chunk boundary) must be a block boundary");
 
 struct OptUnit {
-    int id, layer;              // table tensor; layer (0 for a global tensor)
+    int id, layer;              // table tensor; layer: the model's layer number (0 for a global tensor)
     int64_t offset_canonical;   // first element in the flat parameter buffer
     int64_t numel;
     bool q8;                    // 8-bit state (else fp32 m, v)
     int64_t offset_state;       // into m32/v32 (fp32 unit) or code_m/code_v (8-bit unit)
     int64_t offset_block;       // into absmax_m/absmax_v (8-bit unit)
+    // Its place in the whole model's canonical state (the checkpoint payload). Without pipeline
+    // parallelism these equal the fields above; a pipeline stage's units are a part of the whole
+    // model's (optimizer_set_stage).
+    int canon_index;            // the unit's number among the whole model's units
+    int64_t canon_state, canon_block;
+    bool mirror;                // the tied word embedding's copy on the last stage: its state equals the
+                                // first stage's copy, which is the one saved
 };
 
 // A unit's part of this rank's optimizer range (the whole unit unless ZeRO-1 cut it).
@@ -102,6 +109,9 @@ struct Optimizer {
     uint8_t* state;             // this rank's state, in the canonical layout's section order; state_bytes long
     size_t state_bytes;
     size_t canonical_bytes;     // the whole model's state (the checkpoint payload)
+    int64_t canon_n, canon_n32, canon_n8, canon_nblocks, canon_units;  // the whole model's totals
+    std::string layout;         // what a checkpoint must match (optimizer_layout)
+    std::vector<bool> fp32_tensor;   // per table id: the whole model has a unit of it with 32-bit state
     float* m32;                 // (local_n32)
     float* v32;                 // (local_n32)
     float* absmax_m;            // (local_nblocks)
@@ -162,37 +172,79 @@ static inline std::vector<int64_t> optimizer_shards(const std::vector<OptUnit>& 
     return lo;
 }
 
+// The units of a parameter table, in table order, with their offsets in its canonical state;
+// *n32, *n8, *nblocks: the state's totals.
+static inline std::vector<OptUnit> optimizer_units(const ParamTable* pt, const Config* c, int64_t* n32, int64_t* n8, int64_t* nblocks) {
+    std::vector<OptUnit> units;
+    int64_t block = c->adam8bit_block_size;
+    *n32 = *n8 = *nblocks = 0;
+    for (int id = 0; id < NUM_PARAMS; id++) {
+        const ParamTensor* t = &pt->t[id];
+        if (t->numel == 0) continue;
+        int64_t per = t->per_layer ? t->rows * t->cols : t->numel, layers = t->numel / per;
+        for (int64_t l = 0; l < layers; l++) {
+            OptUnit u = {id, (int)l, t->offset_canonical + l * per, per, optimizer_unit_is_8bit(c, id, per), 0, 0, 0, 0, 0, false};
+            if (u.q8) {
+                u.offset_state = *n8;
+                u.offset_block = *nblocks;
+                *n8 += per;
+                *nblocks += (per + block - 1) / block;
+            } else {
+                u.offset_state = *n32;
+                *n32 += per;
+            }
+            u.canon_index = (int)units.size();
+            u.canon_state = u.offset_state;
+            u.canon_block = u.offset_block;
+            units.push_back(u);
+        }
+    }
+    return units;
+}
+
+// "adam", or "adam8bit block B: wte 32, wpe 8, ..." (the bits of every tensor's units); and which
+// tensors keep 32-bit state (for the start-up line).
+static inline std::string optimizer_layout_of(const std::vector<OptUnit>& units, const ParamTable* pt, const Config* c,
+                                              std::vector<bool>* fp32_tensor) {
+    fp32_tensor->assign(NUM_PARAMS, false);
+    for (const OptUnit& u : units) (*fp32_tensor)[u.id] = (*fp32_tensor)[u.id] || !u.q8;
+    if (c->optimizer != "adam8bit") return "adam";
+    std::string s = "adam8bit block " + std::to_string(c->adam8bit_block_size) + ":";
+    int last = -1;
+    for (const OptUnit& u : units) {
+        if (u.id == last) continue;
+        last = u.id;
+        s += std::string(last == units[0].id ? " " : ", ") + pt->t[u.id].name + (u.q8 ? " 8" : " 32");
+    }
+    return s;
+}
+
+static inline size_t optimizer_state_bytes(const Optimizer* o, int64_t n32, int64_t n8, int64_t nblocks, int64_t units) {
+    int64_t hist = o->type == OPTIMIZER_ADAM8BIT ? units * PCLIP_HISTORY : 0;
+    return (size_t)(2 * n32 + 2 * nblocks + hist) * sizeof(float) + (size_t)n8 * 2;
+}
+
 // Units and chunks from the table; the shards for dp ranks; this rank's pieces (all units under
-// ZeRO-0, the units cut to its shard under ZeRO-1); state allocated and zeroed.
+// ZeRO-0, the units cut to its shard under ZeRO-1); state allocated and zeroed. The table is the
+// whole model's; a pipeline stage's optimizer then learns its place in the whole with
+// optimizer_set_stage.
 static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Config* c, int rank = 0, int dp = 1,
                                   int zero_stage = 0) {
     o->type = c->optimizer == "adam8bit" ? OPTIMIZER_ADAM8BIT : OPTIMIZER_ADAM;
     o->block_size = (int)c->adam8bit_block_size;
     o->n = pt->total;
     o->step = 0;
-    o->units.clear();
+    o->units = optimizer_units(pt, c, &o->n32, &o->n8, &o->nblocks);
     o->chunks.clear();
-    o->n32 = o->n8 = o->nblocks = 0;
-    for (int id = 0; id < NUM_PARAMS; id++) {
-        const ParamTensor* t = &pt->t[id];
-        if (t->numel == 0) continue;
-        int64_t per = t->per_layer ? t->rows * t->cols : t->numel, layers = t->numel / per;
-        for (int64_t l = 0; l < layers; l++) {
-            OptUnit u = {id, (int)l, t->offset_canonical + l * per, per, optimizer_unit_is_8bit(c, id, per), 0, 0};
-            if (u.q8) {
-                u.offset_state = o->n8;
-                u.offset_block = o->nblocks;
-                o->n8 += per;
-                o->nblocks += (per + o->block_size - 1) / o->block_size;
-            } else {
-                u.offset_state = o->n32;
-                o->n32 += per;
-            }
-            for (int64_t k = 0; k < per; k += GRAD_CHUNK)
-                o->chunks.push_back({(int)o->units.size(), u.offset_canonical + k, std::min<int64_t>(GRAD_CHUNK, per - k)});
-            o->units.push_back(u);
-        }
-    }
+    for (size_t ui = 0; ui < o->units.size(); ui++)
+        for (int64_t k = 0; k < o->units[ui].numel; k += GRAD_CHUNK)
+            o->chunks.push_back({(int)ui, o->units[ui].offset_canonical + k, std::min<int64_t>(GRAD_CHUNK, o->units[ui].numel - k)});
+    o->canon_n = o->n;
+    o->canon_n32 = o->n32;
+    o->canon_n8 = o->n8;
+    o->canon_nblocks = o->nblocks;
+    o->canon_units = (int64_t)o->units.size();
+    o->layout = optimizer_layout_of(o->units, pt, c, &o->fp32_tensor);
     o->shard_lo = optimizer_shards(o->units, o->n, dp);
     o->rank = rank;
     o->range_lo = zero_stage == 1 ? o->shard_lo[rank] : 0;
@@ -218,7 +270,7 @@ static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Conf
     int64_t hist = o->type == OPTIMIZER_ADAM8BIT ? (int64_t)o->units.size() * PCLIP_HISTORY : 0;
     int64_t floats = 2 * o->local_n32 + 2 * o->local_nblocks + hist;
     o->state_bytes = (size_t)floats * sizeof(float) + (size_t)o->local_n8 * 2;
-    o->canonical_bytes = (size_t)(2 * o->n32 + 2 * o->nblocks + hist) * sizeof(float) + (size_t)o->n8 * 2;
+    o->canonical_bytes = optimizer_state_bytes(o, o->n32, o->n8, o->nblocks, o->canon_units);
     o->state = (uint8_t*)backend_malloc(o->state_bytes);
     float* f = (float*)o->state;
     o->m32 = f;
@@ -238,48 +290,86 @@ static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Conf
     optimizer_reset(o);
 }
 
+// A pipeline stage's optimizer (built from the stage's table) learns where its units sit in the
+// whole model's canonical state: unit (tensor, layer l of the stage) is the whole model's unit
+// (tensor, layer_first + l). mirror_wte: this stage holds the tied word embedding's second copy
+// (the last stage, when it is not also the first). The checkpoint layout and the per-layer
+// statistics then speak of the whole model, whatever the pipeline size.
+static inline void optimizer_set_stage(Optimizer* o, const ParamTable* whole, const Config* c, int layer_first, bool mirror_wte) {
+    std::vector<OptUnit> all = optimizer_units(whole, c, &o->canon_n32, &o->canon_n8, &o->canon_nblocks);
+    for (OptUnit& u : o->units) {
+        int layer = whole->t[u.id].per_layer ? layer_first + u.layer : 0;
+        const OptUnit* w = nullptr;
+        for (const OptUnit& x : all)
+            if (x.id == u.id && x.layer == layer) w = &x;
+        if (!w || w->numel != u.numel || w->q8 != u.q8) keel_die("optimizer: stage unit %s layer %d is not in the whole model", whole->t[u.id].name, layer);
+        u.layer = layer;
+        u.canon_index = w->canon_index;
+        u.canon_state = w->canon_state;
+        u.canon_block = w->canon_block;
+        u.mirror = mirror_wte && u.id == P_WTE;
+    }
+    o->canon_n = whole->total;
+    o->canon_units = (int64_t)all.size();
+    o->canonical_bytes = optimizer_state_bytes(o, o->canon_n32, o->canon_n8, o->canon_nblocks, o->canon_units);
+    o->layout = optimizer_layout_of(all, whole, c, &o->fp32_tensor);
+}
+
 // Where state sits in the canonical payload: (canonical byte offset, local pointer, bytes) per
-// contiguous stretch, for the pieces' parts inside [lo, hi). With [lo, hi) = the rank's shard the
-// ranks' spans tile the payload exactly once (each byte has one writer; the percentile history,
-// replicated, is listed when with_history); with [lo, hi) = the rank's whole range they are
-// everything the rank holds (for loading).
+// contiguous stretch, for the pieces' parts inside [lo, hi) of this rank's buffer, and with
+// with_history each unit's percentile history (replicated over the data-parallel ranks). saving:
+// leave out the tied embedding's mirror copy. With [lo, hi) = the rank's shard, saving, and the
+// history on one rank per stage, the spans of all ranks tile the payload exactly once (each byte has
+// one writer); with [lo, hi) = the rank's whole range they are everything the rank holds (for loading).
 struct StateSpan { size_t offset_canonical; uint8_t* local; size_t bytes; };
 
-static inline std::vector<StateSpan> optimizer_state_spans(Optimizer* o, int64_t lo_limit, int64_t hi_limit, bool with_history) {
+static inline std::vector<StateSpan> optimizer_state_spans(Optimizer* o, int64_t lo_limit, int64_t hi_limit, bool with_history,
+                                                           bool saving) {
     std::vector<StateSpan> spans;
-    int64_t hist = o->pclip_hist ? (int64_t)o->units.size() * PCLIP_HISTORY : 0;
+    int64_t hist = o->pclip_hist ? o->canon_units * PCLIP_HISTORY : 0;
     size_t f4 = sizeof(float);
-    size_t sec_m32 = 0, sec_v32 = o->n32 * f4, sec_am = 2 * o->n32 * f4, sec_av = sec_am + o->nblocks * f4;
-    size_t sec_hist = sec_av + o->nblocks * f4, sec_cm = sec_hist + hist * f4, sec_cv = sec_cm + o->n8;
+    size_t sec_m32 = 0, sec_v32 = o->canon_n32 * f4, sec_am = 2 * o->canon_n32 * f4, sec_av = sec_am + o->canon_nblocks * f4;
+    size_t sec_hist = sec_av + o->canon_nblocks * f4, sec_cm = sec_hist + hist * f4, sec_cv = sec_cm + o->canon_n8;
+    auto add = [&](size_t at, void* local, size_t bytes) {  // joined to the last span when both sides continue it
+        StateSpan* b = spans.empty() ? nullptr : &spans.back();
+        if (b && b->offset_canonical + b->bytes == at && b->local + b->bytes == (uint8_t*)local) b->bytes += bytes;
+        else spans.push_back({at, (uint8_t*)local, bytes});
+    };
     for (const OptPiece& pc : o->pieces) {
         const OptUnit& u = o->units[pc.unit];
+        if (saving && u.mirror) continue;
         int64_t lo = std::max(pc.offset_canonical, lo_limit), hi = std::min(pc.offset_canonical + pc.numel, hi_limit);
         if (lo >= hi) continue;
         int64_t skip = lo - pc.offset_canonical, n = hi - lo;  // within the piece
         int64_t in_unit = lo - u.offset_canonical;              // within the unit (a block boundary)
         if (u.q8) {
             int64_t b0 = skip / o->block_size, nb = (n + o->block_size - 1) / o->block_size, cb0 = in_unit / o->block_size;
-            spans.push_back({sec_cm + u.offset_state + in_unit, o->code_m + pc.offset_state + skip, (size_t)n});
-            spans.push_back({sec_cv + u.offset_state + in_unit, o->code_v + pc.offset_state + skip, (size_t)n});
-            spans.push_back({sec_am + (u.offset_block + cb0) * f4, (uint8_t*)(o->absmax_m + pc.offset_block + b0), (size_t)nb * f4});
-            spans.push_back({sec_av + (u.offset_block + cb0) * f4, (uint8_t*)(o->absmax_v + pc.offset_block + b0), (size_t)nb * f4});
+            add(sec_cm + u.canon_state + in_unit, o->code_m + pc.offset_state + skip, (size_t)n);
+            add(sec_cv + u.canon_state + in_unit, o->code_v + pc.offset_state + skip, (size_t)n);
+            add(sec_am + (u.canon_block + cb0) * f4, o->absmax_m + pc.offset_block + b0, (size_t)nb * f4);
+            add(sec_av + (u.canon_block + cb0) * f4, o->absmax_v + pc.offset_block + b0, (size_t)nb * f4);
         } else {
-            spans.push_back({sec_m32 + (u.offset_state + in_unit) * f4, (uint8_t*)(o->m32 + pc.offset_state + skip), (size_t)n * f4});
-            spans.push_back({sec_v32 + (u.offset_state + in_unit) * f4, (uint8_t*)(o->v32 + pc.offset_state + skip), (size_t)n * f4});
+            add(sec_m32 + (u.canon_state + in_unit) * f4, o->m32 + pc.offset_state + skip, (size_t)n * f4);
+            add(sec_v32 + (u.canon_state + in_unit) * f4, o->v32 + pc.offset_state + skip, (size_t)n * f4);
         }
     }
-    if (hist && with_history) spans.push_back({sec_hist, (uint8_t*)o->pclip_hist, (size_t)hist * f4});
+    if (hist && with_history)
+        for (size_t ui = 0; ui < o->units.size(); ui++)
+            if (!(saving && o->units[ui].mirror))
+                add(sec_hist + (size_t)o->units[ui].canon_index * PCLIP_HISTORY * f4, o->pclip_hist + ui * PCLIP_HISTORY,
+                    PCLIP_HISTORY * f4);
     return spans;
 }
 
-// What this rank writes of a checkpoint: its shard's state (and rank 0 the history).
+// What this rank writes of a checkpoint: its shard's state (and the stage's first rank the history).
 static inline std::vector<StateSpan> optimizer_save_spans(Optimizer* o) {
-    return optimizer_state_spans(o, o->shard_lo[o->rank], o->shard_lo[o->rank + 1], o->rank == 0);
+    return optimizer_state_spans(o, o->shard_lo[o->rank], o->shard_lo[o->rank + 1], o->rank == 0, true);
 }
 
-// This rank's whole state from a canonical payload (whatever DP size or ZeRO stage wrote it).
+// This rank's whole state from a canonical payload (whatever DP size, ZeRO stage or pipeline size
+// wrote it).
 static inline void optimizer_load_canonical(Optimizer* o, const uint8_t* payload) {
-    for (const StateSpan& sp : optimizer_state_spans(o, o->range_lo, o->range_hi, true))
+    for (const StateSpan& sp : optimizer_state_spans(o, o->range_lo, o->range_hi, true, false))
         backend_copy_to_device(sp.local, payload + sp.offset_canonical, sp.bytes);
 }
 
@@ -289,45 +379,37 @@ static inline void optimizer_free(Optimizer* o) {
 }
 
 // What a checkpoint must match to hand its optimizer state to this run: "adam", or
-// "adam8bit block B: wte 32, wpe 8, ..." (the bits of every tensor's units).
-static inline std::string optimizer_layout(const Optimizer* o, const ParamTable* pt) {
-    if (o->type == OPTIMIZER_ADAM) return "adam";
-    std::string s = "adam8bit block " + std::to_string(o->block_size) + ":";
-    int last = -1;
-    for (const OptUnit& u : o->units) {
-        if (u.id == last) continue;
-        last = u.id;
-        s += std::string(last == o->units[0].id ? " " : ", ") + pt->t[u.id].name + (u.q8 ? " 8" : " 32");
-    }
-    return s;
-}
+// "adam8bit block B: wte 32, wpe 8, ..." (the bits of every tensor's units, over the whole model).
+static inline const std::string& optimizer_layout(const Optimizer* o) { return o->layout; }
 
 // The start-up memory line: bytes of optimizer state per parameter, and what keeps 32-bit state.
 static inline std::string optimizer_describe(const Optimizer* o, const ParamTable* pt, const Config* c) {
     char buf[768];
-    double per = (double)o->canonical_bytes / (double)o->n, mb = (double)o->canonical_bytes / 1048576.0;
-    char rank_part[160] = "";
-    if (o->state_bytes != o->canonical_bytes)
-        snprintf(rank_part, sizeof rank_part, " | ZeRO-1: this rank holds %.1f MiB (parameters %lld..%lld of %lld)",
-                 (double)o->state_bytes / 1048576.0, (long long)o->range_lo, (long long)o->range_hi, (long long)o->n);
+    double per = (double)o->canonical_bytes / (double)o->canon_n, mb = (double)o->canonical_bytes / 1048576.0;
+    char rank_part[200] = "";
+    const char* of = o->n != o->canon_n ? "of this pipeline stage's " : "of ";
+    if (o->range_hi - o->range_lo != o->n)
+        snprintf(rank_part, sizeof rank_part, " | ZeRO-1: this rank holds %.1f MiB (parameters %lld..%lld %s%lld)",
+                 (double)o->state_bytes / 1048576.0, (long long)o->range_lo, (long long)o->range_hi, of, (long long)o->n);
+    else if (o->n != o->canon_n)
+        snprintf(rank_part, sizeof rank_part, " | this pipeline stage holds %.1f MiB (%lld of the %lld parameters)",
+                 (double)o->state_bytes / 1048576.0, (long long)o->n, (long long)o->canon_n);
     if (o->type == OPTIMIZER_ADAM) {
         snprintf(buf, sizeof buf, "optimizer: adam, fp32 m and v | state %.2f bytes/parameter (%.1f MiB)%s", per, mb, rank_part);
         return buf;
     }
     std::string kept;  // the tensors with 32-bit state, and why
     for (int id = 0; id < NUM_PARAMS; id++) {
-        bool fp32 = false;
-        for (const OptUnit& u : o->units) fp32 = fp32 || (u.id == id && !u.q8);
-        if (!fp32) continue;
+        if (!o->fp32_tensor[id]) continue;
         kept += (kept.empty() ? "" : ", ") + std::string(pt->t[id].name);
         if (id == P_WTE && c->stable_embedding) kept += " (--stable-embedding)";
     }
     snprintf(buf, sizeof buf,
              "optimizer: adam8bit, block %d, min size %lld | 8-bit state on %lld of %lld parameters; 32-bit on %lld (%s) | "
              "state %.2f bytes/parameter (%.1f MiB; fp32 Adam: 8.00, %.1f MiB)%s",
-             o->block_size, (long long)c->adam8bit_min_size, (long long)o->n8, (long long)o->n, (long long)o->n32,
+             o->block_size, (long long)c->adam8bit_min_size, (long long)o->canon_n8, (long long)o->canon_n, (long long)o->canon_n32,
              kept.empty() ? "none" : kept.c_str(),
-             per, mb, (double)o->n * 8 / 1048576.0, rank_part);
+             per, mb, (double)o->canon_n * 8 / 1048576.0, rank_part);
     return buf;
 }
 
