@@ -101,10 +101,10 @@ EOF
 # 7. the emulated CUDA trainer (device buffers, NCCL) saves and reshards the same way
 EMU=build/train_gpt_emu
 if [ -x $EMU ]; then
-  timeout 300 "${MPI[@]}" 2 $EMU "${ARGS[@]}" --fp32 --pipeline-model-parallel-size 2 --train-iters 2 --save "$TMP/emu2" \
+  timeout 300 "${MPI[@]}" 2 $EMU "${ARGS[@]}" --fp32 --pipeline-model-parallel-size 2 --train-iters 3 --save "$TMP/emu2" \
     >"$TMP/emu2.log" 2>&1 || { fail "emulated PP=2 run failed"; tail -5 "$TMP/emu2.log"; }
-  timeout 300 $EMU "${ARGS[@]}" --fp32 --train-iters 2 --load "$TMP/emu2" --save "$TMP/emu1" >"$TMP/emu1.log" 2>&1 \
+  timeout 300 $EMU "${ARGS[@]}" --fp32 --train-iters 3 --load "$TMP/emu2" --save "$TMP/emu1" >"$TMP/emu1.log" 2>&1 \
     || { fail "emulated PP=1 re-save failed"; tail -5 "$TMP/emu1.log"; }
-  same_files "emulated CUDA trainer: saved at PP=2, re-saved at PP=1" "$TMP/emu2" "$TMP/emu1" 2
+  same_files "emulated CUDA trainer: saved at PP=2, re-saved at PP=1" "$TMP/emu2" "$TMP/emu1" 3
 fi
 finish
