@@ -51,9 +51,12 @@ struct Trainer {
     Comm world;              // every rank: TP x PP x DP (llmc/parallel.h); its rank 0 prints and writes the files
     Comm pipe;               // this rank's pipeline: its rank is the stage (activations, gradients, the loss)
     Comm embed;              // the first and the last stage (the tied word embedding's gradient); unused at P = 1
+    Comm tp;                 // this rank's tensor-parallel group (the model's all-reduces, the replicated-tensor check)
+    Comm mp;                 // the model-parallel group: every stage and tensor rank of this data-parallel index
+                             // (global grad norm, per-layer statistics)
     RankGrid grid;
     Config cfg;
-    GPTConfig gcfg;          // this rank's stage of the model (the whole model at P = 1)
+    GPTConfig gcfg;          // this rank's part of the model: its stage and tensor-parallel slice
     ParamTable whole;        // the whole model's parameter table: the canonical layout of checkpoints and exports
     GPT<A> model;
     Optimizer opt;
@@ -260,6 +263,87 @@ static void trainer_check_tied_embedding(Trainer<A>* tr, int64_t it) {
                       "(checksums %016llx and %016llx)", (long long)it, (unsigned long long)both[0], (unsigned long long)both[1]);
 }
 
+// The replicated tensors of this rank (llmc/model.h: tensor-parallel split none): every LayerNorm, the
+// row-parallel biases, the position table. Identical on every tensor-parallel rank by construction
+// (identical inputs, gradients, clipping and updates, and no rank-dependent randomness).
+template <typename A>
+static std::vector<int> trainer_replicated_tensors(const Trainer<A>* tr) {
+    std::vector<int> ids;
+    for (int id = 0; id < NUM_PARAMS; id++)
+        if (tr->model.table.t[id].tp == TP_NONE && tr->model.table.t[id].numel > 0) ids.push_back(id);
+    return ids;
+}
+
+// --sync-tp-duplicated-parameters (KNOBS §14.2, BLOOM's band-aid): before the forward, every
+// replicated tensor becomes its average over the tensor-parallel ranks (fp32 master weights; the
+// compute copy refreshed). Test hook: KEEL_TEST_PERTURB_REPLICATED="<tensor>:<layer>:<iteration>"
+// adds 1e-3 to the first element of that tensor's layer on tensor rank 1 at the start of that
+// iteration: the planted drift the check must catch, or the sync repair.
+template <typename A>
+static void trainer_sync_replicated(Trainer<A>* tr, int64_t it) {
+    GPT<A>* m = &tr->model;
+    bool changed = false;
+    if (const char* hook = getenv("KEEL_TEST_PERTURB_REPLICATED"); hook && tr->grid.tp_rank == 1) {
+        char name[32];
+        long long layer, at;
+        if (sscanf(hook, "%31[^:]:%lld:%lld", name, &layer, &at) != 3) keel_die("KEEL_TEST_PERTURB_REPLICATED: expected tensor:layer:iteration");
+        for (int id : trainer_replicated_tensors(tr)) {
+            const ParamTensor* t = &m->table.t[id];
+            int64_t l = t->per_layer ? layer - tr->gcfg.stage_layer_first : 0;
+            if (at != it || strcmp(t->name, name) != 0 || l < 0 || l >= (t->per_layer ? gpt_stage_layers(&tr->gcfg) : 1)) continue;
+            float* p = m->params + t->offset_canonical + l * t->rows * t->cols, v;
+            backend_copy_to_host(&v, p, sizeof v);
+            v += 1e-3f;
+            backend_copy_to_device(p, &v, sizeof v);
+            changed = true;
+        }
+    }
+    if (tr->cfg.sync_tp_duplicated_parameters && tr->grid.tp > 1) {
+        for (int id : trainer_replicated_tensors(tr)) {
+            const ParamTensor* t = &m->table.t[id];
+            float* p = m->params + t->offset_canonical;
+            comm_allreduce_sum_f32_buf(&tr->tp, p, (size_t)t->numel);
+            grad_scale(p, t->numel, 1.0f / (float)tr->grid.tp);
+        }
+        changed = true;
+    }
+    if (changed) gpt_params_changed(m);
+}
+
+// --check-replicated-params-interval: a checksum of every replicated tensor, layer by layer, compared
+// across the tensor-parallel ranks; a mismatch stops the run naming the tensor, the layer and the ranks.
+template <typename A>
+static void trainer_check_replicated(Trainer<A>* tr, int64_t it) {
+    GPT<A>* m = &tr->model;
+    std::vector<uint64_t> mine;
+    std::vector<std::pair<int, int>> what;  // (tensor, model layer) of each checksum
+    for (int id : trainer_replicated_tensors(tr)) {
+        const ParamTensor* t = &m->table.t[id];
+        int64_t layers = t->per_layer ? gpt_stage_layers(&tr->gcfg) : 1, per = t->numel / layers;
+        std::vector<float> w((size_t)per);
+        for (int64_t l = 0; l < layers; l++) {
+            backend_copy_to_host(w.data(), m->params + t->offset_canonical + l * per, (size_t)per * sizeof(float));
+            mine.push_back(checksum64(w.data(), w.size() * sizeof(float)));
+            what.push_back({id, t->per_layer ? tr->gcfg.stage_layer_first + (int)l : -1});
+        }
+    }
+    int T = tr->grid.tp;
+    std::vector<uint64_t> all(mine.size() * T);
+    comm_allgather(&tr->tp, mine.data(), mine.size() * sizeof(uint64_t), all.data());
+    for (size_t i = 0; i < mine.size(); i++)
+        for (int r = 1; r < T; r++)
+            if (all[(size_t)r * mine.size() + i] != all[i]) {
+                char layer[32] = "";
+                if (what[i].second >= 0) snprintf(layer, sizeof layer, " of layer %d", what[i].second);
+                keel_die_code(KEEL_EXIT_RUNTIME, "--sync-tp-duplicated-parameters averages the copies (KNOBS 14.2); find the cause first",
+                              "iteration %lld: replicated tensor %s%s differs between tensor-parallel ranks 0 and %d "
+                              "(world ranks %d and %d; checksums %016llx and %016llx)", (long long)it, m->table.t[what[i].first].name,
+                              layer, r, rank_grid_rank_of(&tr->grid, 0, tr->grid.pp_rank, tr->grid.dp_rank),
+                              rank_grid_rank_of(&tr->grid, r, tr->grid.pp_rank, tr->grid.dp_rank),
+                              (unsigned long long)all[i], (unsigned long long)all[(size_t)r * mine.size() + i]);
+            }
+}
+
 // Pipeline messages between neighbouring stages: s → s+1 carries activations, s+1 → s their
 // gradients, so one tag is enough (MPI and NCCL deliver a pair's messages in order).
 enum { PIPE_TAG = 7 };
@@ -282,6 +366,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     int dp = comm->size;
     int64_t accum = gbs / ((int64_t)B * dp);  // micro-batch steps on this rank
     double t0 = now_ms();
+    if (tr->grid.tp > 1) trainer_sync_replicated(tr, it);
     gpt_zero_grad(&tr->model);
     double scale = st->scaler.scale;
     std::vector<double> losses(accum);
@@ -366,7 +451,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     }
     if (c->zero_stage == 0) comm_allgather_shards_f32(comm, grads, o->shard_lo);  // every rank updates everything
     double lr = lr_schedule_get(&st->schedule) * spike_lr_factor(&st->spike, c, it);
-    StepResult r = optimizer_step(o, comm, &tr->pipe, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
+    StepResult r = optimizer_step(o, comm, &tr->mp, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
     if (r.spike.spike) trainer_on_spike(tr, &r.spike, it);
     if (c->zero_stage == 1 && !r.skipped) comm_allgather_shards_f32(comm, tr->model.params, o->shard_lo);
     if (!r.skipped) gpt_params_changed(&tr->model);  // the bf16/fp16 weights the next forward reads
@@ -406,11 +491,11 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
         if (comm->rank == 0) layer_stats_weights(ls, o, &tr->model.table, tr->model.params);
         ls->act_sumsq = trainer_sum_global_order(comm, act_sumsq.data(), accum, L + 1);
         ls->act_count = (double)gbs * T * c->hidden_size;
-        if (P > 1) {  // each stage filled its own entries (llmc/layer_stats.h): x + 0 = x, so the sum is exact
-            comm_allreduce_sum_f64(&tr->pipe, ls->grad_sumsq.data(), (int)ls->grad_sumsq.size());
-            comm_allreduce_sum_f64(&tr->pipe, ls->weight_sumsq.data(), (int)ls->weight_sumsq.size());
-            comm_allreduce_sum_f64(&tr->pipe, ls->act_sumsq.data(), (int)ls->act_sumsq.size());
-        }
+        // each stage filled its own entries (llmc/layer_stats.h), each tensor rank its slices (the
+        // replicated tensors once); the stream is replicated over tensor ranks, so its sums go over stages
+        comm_allreduce_sum_f64(&tr->mp, ls->grad_sumsq.data(), (int)ls->grad_sumsq.size());
+        comm_allreduce_sum_f64(&tr->mp, ls->weight_sumsq.data(), (int)ls->weight_sumsq.size());
+        comm_allreduce_sum_f64(&tr->pipe, ls->act_sumsq.data(), (int)ls->act_sumsq.size());
         rec->layers = ls;
     }
     return true;
@@ -469,7 +554,13 @@ static void trainer_print_sample(Trainer<A>* tr) {
             toks.push_back(next);
             continue;
         }
-        gpt_logits_row_to_host(m, (size_t)(n - 1), row.data());
+        if (tr->grid.tp == 1) {
+            gpt_logits_row_to_host(m, (size_t)(n - 1), row.data());
+        } else {  // one row of logits, for one token: the tensor ranks' columns gathered (training never does this)
+            std::vector<float> mine(Vp / tr->grid.tp);
+            gpt_logits_row_to_host(m, (size_t)(n - 1), mine.data());
+            comm_allgather(&tr->tp, mine.data(), mine.size() * sizeof(float), row.data());
+        }
         double maxv = row[0], sum = 0;
         for (int j = 1; j < V; j++) maxv = row[j] > maxv ? row[j] : maxv;
         for (int j = 0; j < V; j++) sum += std::exp((double)row[j] - maxv);
@@ -491,40 +582,49 @@ static void trainer_print_sample(Trainer<A>* tr) {
     fflush(stdout);
 }
 
-// The whole model's canonical parameters on world rank 0 (empty elsewhere): at P = 1 its own
-// buffer; under pipeline parallelism the first data-parallel rank of every stage sends its buffer
-// and rank 0 places the stage's spans (the tied embedding from the first stage). Every rank calls it.
-// Uploads this stage's part of the whole model's canonical parameters (all of it at P = 1).
+// Uploads this rank's part of the whole model's canonical parameters (all of it at P = T = 1).
 template <typename A>
 static void trainer_take_stage_params(Trainer<A>* tr, const std::vector<float>& params) {
     std::vector<float> mine(tr->model.table.total);
-    for (const ParamSpan& sp : param_table_stage_spans(&tr->model.table, &tr->whole, &tr->gcfg))
+    for (const ParamSpan& sp : param_table_rank_spans(&tr->model.table, &tr->whole, &tr->gcfg))
         std::copy(params.begin() + sp.offset_canonical, params.begin() + sp.offset_canonical + sp.numel, mine.begin() + sp.offset_local);
     backend_copy_to_device(tr->model.params, mine.data(), mine.size() * sizeof(float));
     gpt_params_changed(&tr->model);
 }
 
+// The whole model's canonical parameters on world rank 0 (empty elsewhere): at P = T = 1 its own
+// buffer; else the first data-parallel rank of every (stage, tensor rank) sends its buffer and rank 0
+// places its spans (the tied embedding from the first stage, replicated tensors from tensor rank 0).
+// Every rank calls it.
 template <typename A>
 static std::vector<float> trainer_gather_params(Trainer<A>* tr) {
     const RankGrid* g = &tr->grid;
-    bool root = tr->world.rank == 0, sender = g->dp_rank == 0 && g->tp_rank == 0;
+    bool root = tr->world.rank == 0, sender = g->dp_rank == 0;
     std::vector<float> mine(sender ? tr->model.table.total : 0), whole;
     backend_copy_to_host(mine.data(), tr->model.params, mine.size() * sizeof(float));
-    if (g->pp == 1) return root ? mine : whole;
+    if (g->pp == 1 && g->tp == 1) return root ? mine : whole;
     enum { GATHER_TAG = 8 };
     if (sender && !root) comm_send(&tr->world, mine.data(), mine.size() * sizeof(float), 0, GATHER_TAG);
     if (!root) return whole;
     whole.assign(tr->whole.total, 0.0f);
-    for (int s = 0; s < g->pp; s++) {
-        GPTConfig sc = gpt_config_stage(&tr->gcfg, g->pp, s);
-        ParamTable st;
-        param_table_build(&st, &sc);
-        std::vector<float> buf(s == 0 ? 0 : st.total);
-        if (s > 0) comm_recv(&tr->world, buf.data(), buf.size() * sizeof(float), rank_grid_rank_of(g, 0, s, 0), GATHER_TAG);
-        const float* src = s == 0 ? mine.data() : buf.data();
-        for (const ParamSpan& sp : param_table_stage_spans(&st, &tr->whole, &sc))
-            std::copy(src + sp.offset_local, src + sp.offset_local + sp.numel, whole.begin() + sp.offset_canonical);
-    }
+    for (int s = 0; s < g->pp; s++)
+        for (int t = 0; t < g->tp; t++) {
+            GPTConfig sc = gpt_config_stage(&tr->gcfg, g->pp, s);
+            sc.tp_size = g->tp;
+            sc.tp_rank = t;
+            ParamTable st;
+            param_table_build(&st, &sc);
+            int from = rank_grid_rank_of(g, t, s, 0);
+            std::vector<float> buf(from == 0 ? 0 : st.total);
+            if (from != 0) comm_recv(&tr->world, buf.data(), buf.size() * sizeof(float), from, GATHER_TAG);
+            const float* src = from == 0 ? mine.data() : buf.data();
+            int id = 0;  // the tensor of the span (spans are in local order and never cross a tensor)
+            for (const ParamSpan& sp : param_table_rank_spans(&st, &tr->whole, &sc)) {
+                while (sp.offset_local >= st.t[id].offset_canonical + st.t[id].numel) id++;
+                if (!param_is_mirror(&st, id, &sc))
+                    std::copy(src + sp.offset_local, src + sp.offset_local + sp.numel, whole.begin() + sp.offset_canonical);
+            }
+        }
     return whole;
 }
 
@@ -700,9 +800,14 @@ static void trainer_init_groups(Trainer<A>* tr) {
     if (!rank_grid_init(&tr->grid, tr->world.size, tr->world.rank, (int)c->tensor_model_parallel_size,
                         (int)c->pipeline_model_parallel_size, err, sizeof err))
         keel_usage_error("%s", err);
-    if (tr->grid.pp == 1) tr->comm = tr->world;  // the NCCL communicator of the world serves, no second one
+    if (tr->grid.pp == 1 && tr->grid.tp == 1) tr->comm = tr->world;  // the NCCL communicator of the world serves, no second one
     else comm_split(&tr->world, rank_grid_group(&tr->grid, RANK_GROUP_DP), &tr->comm);
     comm_split(&tr->world, rank_grid_group(&tr->grid, RANK_GROUP_PP), &tr->pipe);
+    comm_split(&tr->world, rank_grid_group(&tr->grid, RANK_GROUP_TP), &tr->tp);
+    std::vector<int> mp;  // stage-major, then tensor rank
+    for (int s = 0; s < tr->grid.pp; s++)
+        for (int t = 0; t < tr->grid.tp; t++) mp.push_back(rank_grid_rank_of(&tr->grid, t, s, tr->grid.dp_rank));
+    comm_split(&tr->world, mp, &tr->mp);
     // embedding groups {first, last stage} of each pipeline; the middle stages form their own
     // (unused) groups, since every rank takes part in a split
     std::vector<int> pp = rank_grid_group(&tr->grid, RANK_GROUP_PP);
@@ -714,9 +819,11 @@ static void trainer_init_groups(Trainer<A>* tr) {
 
 template <typename A>
 static void trainer_free_groups(Trainer<A>* tr) {
-    if (tr->grid.pp > 1) comm_free(&tr->comm);  // else it is the world
+    if (tr->grid.pp > 1 || tr->grid.tp > 1) comm_free(&tr->comm);  // else it is the world
     comm_free(&tr->pipe);
     comm_free(&tr->embed);
+    comm_free(&tr->tp);
+    comm_free(&tr->mp);
     comm_finalize(&tr->world);
 }
 
@@ -731,14 +838,18 @@ static void trainer_setup(Trainer<A>* tr) {
     GPTConfig whole = gpt_config_stage(g, 1, 0);
     param_table_build(&tr->whole, &whole);
     *g = gpt_config_stage(g, P, stage);
+    g->tp_size = tr->grid.tp;
+    g->tp_rank = tr->grid.tp_rank;
     rampup_init(&tr->rampup, c, tr->comm.size);
     curriculum_init(&tr->curriculum, c);
     skip_ranges_parse(&tr->skips, c->skip_train_iteration_range);
     tr->train_iters = c->train_iters > 0 ? c->train_iters : rampup_train_iters(&tr->rampup, c->train_samples);
     if (tr->train_iters <= 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
 
-    printf("keel | backend: %s | precision: %s | threads: %d | data-parallel ranks: %d | ZeRO stage %lld\n", backend_name(),
-           precision_describe(c), num_threads(), tr->comm.size, (long long)c->zero_stage);
+    printf("keel | backend: %s | precision: %s | threads: %d | data-parallel ranks: %d | ZeRO stage %lld%s\n", backend_name(),
+           precision_describe(c), num_threads(), tr->comm.size, (long long)c->zero_stage,
+           tr->grid.tp > 1 || P > 1 ? (" | TP " + std::to_string(tr->grid.tp) + " x PP " + std::to_string(P) + " x DP " +
+                                       std::to_string(tr->comm.size)).c_str() : "");
 #ifdef KEEL_CUDA
     cuda_report();
 #endif
@@ -750,12 +861,20 @@ static void trainer_setup(Trainer<A>* tr) {
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
     int64_t accum_max = c->global_batch_size / B / tr->comm.size;  // the ramp-up only lowers it
     gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max));
+    tr->model.tp = &tr->tp;
+    if (tr->grid.tp > 1) {
+        TPDims td = gpt_tp_dims(g);
+        printf("tensor parallel: %d ranks; rank 0 holds heads 0-%d, MLP columns 0-%d, vocabulary rows 0-%d; replicated: the "
+               "LayerNorms, row-parallel biases and positions%s%s\n", tr->grid.tp, td.NH - 1, td.H - 1, td.Vl - 1,
+               c->check_replicated_params_interval > 0 ? (", checked every " + std::to_string(c->check_replicated_params_interval) + " iterations").c_str() : "",
+               c->sync_tp_duplicated_parameters ? ", averaged before every forward (--sync-tp-duplicated-parameters)" : "");
+    }
     if (P > 1)
         printf("pipeline: %d stages, 1F1B; stage %d holds layers %d-%d%s%s and %d micro-batch(es) of activations\n", P, stage,
                g->stage_layer_first, g->stage_layer_first + g->stage_num_layers - 1, g->stage_first ? ", the embeddings" : "",
                g->stage_last ? ", the final LayerNorm and the LM head" : "", (int)tr->model.slots.size());
     optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
-    optimizer_set_stage(&tr->opt, &tr->whole, c, g->stage_layer_first, !g->stage_first);  // the units' places in the whole model
+    optimizer_set_stage(&tr->opt, &tr->whole, c, &tr->model.table, g);  // the units' places in the whole model
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
            g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->whole, &whole), (long long)tr->whole.total);
@@ -863,6 +982,8 @@ static int trainer_run(Trainer<A>* tr) {
         if (trainer_iteration(tr, &rec)) {
             log_iteration(&tr->log, &rec, c->log_interval);
             if (rec.iteration % c->log_interval == 0) trainer_check_tied_embedding(tr, rec.iteration);
+            if (tr->grid.tp > 1 && c->check_replicated_params_interval > 0 && rec.iteration % c->check_replicated_params_interval == 0)
+                trainer_check_replicated(tr, rec.iteration);
         }
         if (tr->rollback_pending) {  // back to the snapshot; the skipped window follows in the next passes
             trainer_rollback(tr, rec.iteration);

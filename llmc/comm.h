@@ -40,6 +40,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "llmc/common.h"
@@ -62,6 +63,8 @@
 
 #if defined(KEEL_CUDA) && defined(KEEL_MPI)
 #define KEEL_NCCL 1
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 #endif
@@ -392,7 +395,27 @@ static inline void comm_allgather_shards_f32(const Comm* c, float* buf, const st
     comm_allgatherv(c, buf + lo[c->rank], counts[c->rank], buf, counts);
 }
 
+// x (n values of T, host memory) → the sum (or max) over ranks on every rank, in place: every rank's
+// x gathered, then combined in rank order 0, 1, ..., N-1, so every rank holds the same bits and a
+// run repeats them. For the tensor-parallel group's activations on the CPU (a few (B,T,C) buffers
+// over a handful of ranks: the gathered copies are small) and the fp64 gradient checks.
+enum CommOp { COMM_SUM, COMM_MAX };
+template <typename T> static inline void comm_allreduce_host(const Comm* c, T* x, size_t n, CommOp op) {
+    if (c->size == 1 || n == 0) return;
+    std::vector<T> all(n * (size_t)c->size);
+    comm_allgather(c, x, n * sizeof(T), all.data());
+    for (size_t i = 0; i < n; i++) {
+        T v = all[i];
+        for (int r = 1; r < c->size; r++) {
+            T y = all[(size_t)r * n + i];
+            v = op == COMM_MAX ? (y > v ? y : v) : v + y;
+        }
+        x[i] = v;
+    }
+}
+
 #ifdef KEEL_NCCL
+template <typename T> static inline void comm_allreduce_device(const Comm* c, T* buf, size_t n, CommOp op);
 static inline void comm_send_device(const Comm* c, const void* buf, size_t bytes, int peer);
 static inline void comm_recv_device(const Comm* c, void* buf, size_t bytes, int peer);
 static inline void comm_sendrecv_device(const Comm* c, const void* sendbuf, size_t send_bytes, int dest, void* recvbuf,
@@ -428,6 +451,16 @@ static inline void comm_sendrecv_buf(const Comm* c, const void* sendbuf, size_t 
     comm_sendrecv_device(c, sendbuf, send_bytes, dest, recvbuf, recv_bytes, source);
 #else
     comm_sendrecv(c, sendbuf, send_bytes, dest, recvbuf, recv_bytes, source, tag);
+#endif
+}
+
+// The tensor-parallel all-reduce of the model's buffers (activations of the compute type, fp32
+// statistics): device buffers and NCCL under KEEL_NCCL, else host buffers (comm_allreduce_host).
+template <typename T> static inline void comm_allreduce_buf(const Comm* c, T* buf, size_t n, CommOp op) {
+#ifdef KEEL_NCCL
+    comm_allreduce_device(c, buf, n, op);
+#else
+    comm_allreduce_host(c, buf, n, op);
 #endif
 }
 
@@ -551,6 +584,19 @@ static inline void comm_sendrecv_device(const Comm* c, const void* sendbuf, size
     NCCL_CHECK(ncclRecv(recvbuf, recv_bytes, ncclUint8, source, c->nccl, 0));
     NCCL_CHECK(ncclGroupEnd());
     nccl_sync(c, "pipeline exchange");
+}
+
+// In place: buf (n values of T, device) → the sum or max over ranks on every rank (NCCL's order).
+template <typename T> static inline ncclDataType_t nccl_type_of() {
+    if constexpr (std::is_same<T, float>::value) return ncclFloat;
+    else if constexpr (std::is_same<T, double>::value) return ncclDouble;
+    else if constexpr (std::is_same<T, __nv_bfloat16>::value) return ncclBfloat16;
+    else return ncclHalf;
+}
+template <typename T> static inline void comm_allreduce_device(const Comm* c, T* buf, size_t n, CommOp op) {
+    if (c->size == 1 || n == 0) return;
+    NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type_of<T>(), op == COMM_MAX ? ncclMax : ncclSum, c->nccl, 0));
+    nccl_sync(c, "tensor-parallel all-reduce");
 }
 
 // In place: buf (n floats, device) → Σ_r buf_r on every rank, in NCCL's order (see above). Over the

@@ -82,6 +82,8 @@ struct Config {
     int64_t log_interval = 1, eval_interval = 0, eval_iters = 10, sample_interval = 0, sample_length = 64;
     std::string metrics_file, tensorboard_dir;
     int64_t log_layer_norms_interval = 0;
+    int64_t check_replicated_params_interval = 0;  // tensor parallelism: compare replicated tensors every N iterations
+    bool sync_tp_duplicated_parameters = false;    // ... or average them over the TP group before every forward
     // layout and planning (DESIGN §5): --dry-run plans any layout; training takes TP = PP = 1 for now
     int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1, data_parallel_size = 0;
     bool checkpoint_activations = false, dry_run = false;
@@ -266,7 +268,12 @@ static const Flag FLAGS[] = {
               "every N iterations: per-layer gradient norm, weight norm and activation RMS into the metrics; 0: off"),
     // layout and the memory planner
     KEEL_FLAG("tensor-model-parallel-size", 1, NO_MAX, FT_INT, tensor_model_parallel_size, FK_RUN, nullptr,
-              "tensor-parallel ranks T (training: 1 until tensor parallelism lands; --dry-run plans any)"),
+              "tensor-parallel ranks T (Megatron split: heads, MLP columns, vocabulary; launch TP x P x DP ranks)"),
+    KEEL_FLAG("check-replicated-params-interval", 0, NO_MAX, FT_INT, check_replicated_params_interval, FK_RUN, nullptr,
+              "every N iterations compare a checksum of every replicated tensor (LayerNorms, row-parallel biases, positions) "
+              "across tensor-parallel ranks; stop on a mismatch naming it; 0: off"),
+    KEEL_FLAG("sync-tp-duplicated-parameters", NO_MIN, NO_MAX, FT_BOOL, sync_tp_duplicated_parameters, FK_RUN, nullptr,
+              "average the replicated tensors over the tensor-parallel ranks before every forward (the BLOOM band-aid, KNOBS 14.2)"),
     KEEL_FLAG("pipeline-model-parallel-size", 1, NO_MAX, FT_INT, pipeline_model_parallel_size, FK_RUN, nullptr,
               "pipeline stages P: layers split over P ranks, 1F1B schedule (launch TP x P x DP ranks)"),
     KEEL_FLAG("data-parallel-size", 0, NO_MAX, FT_INT, data_parallel_size, FK_RUN, nullptr,
@@ -487,8 +494,6 @@ static inline int config_dp_size(const Config* c, int world) {
 // Rejects contradictory or impossible combinations (exit 2, one line naming the flags). world: the
 // launched ranks (TP x PP x DP).
 static inline void config_validate(Config* c, int world) {
-    if (c->tensor_model_parallel_size > 1)
-        keel_usage_error("--tensor-model-parallel-size > 1 is not built into training yet; --dry-run plans it");
     int dp_size = config_dp_size(c, world);
     if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
     if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp_size;
@@ -535,6 +540,22 @@ static inline void config_validate(Config* c, int world) {
     if (c->clip_grad < 0) keel_usage_error("--clip-grad must be >= 0 (0 turns clipping off)");
     if (c->init_method_std <= 0) keel_usage_error("--init-method-std must be > 0");
     config_validate_knobs(c);
+    int64_t TP = c->tensor_model_parallel_size;
+    if (TP > 1) {  // Megatron's split: whole heads per rank, the MLP's 4C and the padded vocabulary in equal parts
+        if (c->num_attention_heads % TP != 0)
+            keel_usage_error("--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %lld",
+                             (long long)c->num_attention_heads, (long long)TP);
+        int64_t Vp = (c->vocab_size + c->make_vocab_size_divisible_by - 1) / c->make_vocab_size_divisible_by * c->make_vocab_size_divisible_by;
+        if (Vp % TP != 0)
+            keel_usage_error("padded vocabulary %lld is not divisible by --tensor-model-parallel-size %lld (set --make-vocab-size-divisible-by)",
+                             (long long)Vp, (long long)TP);
+        if (c->optimizer == "adam8bit")
+            keel_usage_error("--optimizer adam8bit is not built for --tensor-model-parallel-size > 1 (its blockwise state is not canonical across TP)");
+        if (c->normformer)
+            keel_usage_error("--normformer is not built for --tensor-model-parallel-size > 1 (its LayerNorm over the MLP's 4C would span ranks)");
+    }
+    if ((c->check_replicated_params_interval > 0 || c->sync_tp_duplicated_parameters) && TP == 1)
+        printf("WARNING: --check-replicated-params-interval/--sync-tp-duplicated-parameters do nothing without tensor parallelism\n");
     int64_t P = c->pipeline_model_parallel_size;
     if (P > c->num_layers)
         keel_usage_error("--pipeline-model-parallel-size %lld exceeds --num-layers %lld: every stage needs a layer", (long long)P,

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "llmc/backend.h"
+#include "llmc/comm.h"
 #include "llmc/flags.h"
 #include "llmc/parallel.h"
 #include "llmc/rand.h"
@@ -43,6 +44,11 @@ struct GPTConfig {
     int stage_layer_first = 0;
     int stage_num_layers = -1;          // -1: all L
     bool stage_first = true, stage_last = true;
+    // The tensor-parallel rank this model is (DESIGN §5, Megatron's scheme): tp_rank of tp_size holds
+    // heads [tp_rank·NH/tp, ...) (their QKV rows and attention-out columns), the same slice of the
+    // MLP's 4C (FC rows, projection columns) and of the padded vocabulary (wte rows); everything
+    // else is replicated. The defaults are the whole model.
+    int tp_size = 1, tp_rank = 0;
     // --checkpoint-activations: keep only each layer's output (the residual stream) and recompute the
     // layer's forward right before its backward; the other activations exist for one layer at a time.
     bool checkpoint_activations = false;
@@ -63,10 +69,12 @@ static inline int gpt_padded_vocab(int V, int multiple) { return (V + multiple -
 // The layers this stage computes (L without pipeline parallelism).
 static inline int gpt_stage_layers(const GPTConfig* cfg) { return cfg->stage_num_layers < 0 ? cfg->num_layers : cfg->stage_num_layers; }
 
-// Stage `stage` of a P-stage pipeline of the model cfg describes (whichever stage cfg itself is);
-// gpt_config_stage(cfg, 1, 0) is the whole model.
+// Stage `stage` of a P-stage pipeline of the model cfg describes (whichever stage or tensor-parallel
+// rank cfg itself is), without tensor parallelism; gpt_config_stage(cfg, 1, 0) is the whole model.
 static inline GPTConfig gpt_config_stage(const GPTConfig* cfg, int P, int stage) {
     GPTConfig g = *cfg;
+    g.tp_size = 1;
+    g.tp_rank = 0;
     pipeline_stage_layers(g.num_layers, P, stage, &g.stage_layer_first, &g.stage_num_layers);
     if (P == 1) g.stage_num_layers = -1;
     g.stage_first = stage == 0;
@@ -103,8 +111,9 @@ struct ParamTensor {
     TPSplit tp;
     InitRule init;
     int64_t numel;             // derived: (L ·) rows · cols
-    int64_t offset_canonical;  // derived: position in the canonical flat buffer (of a pipeline stage: in the
-                               // stage's own buffer; param_table_stage_spans maps it to the whole model's)
+    int64_t offset_canonical;  // derived: position in the canonical flat buffer (of a pipeline stage or a
+                               // tensor-parallel rank: in its own buffer; param_table_rank_spans maps it to the whole model's)
+    int parts;                 // derived: fused blocks along the split dimension, each split on its own (QKV: 3)
 };
 
 struct ParamTable {
@@ -114,7 +123,7 @@ struct ParamTable {
 
 // The table of the tensors a stage holds: a tensor the stage does not own has zero rows, exactly
 // like the tensor of a knob that is off, so a stage's flat buffer is its own tensors in table order
-// (per-layer tensors with its layers only). param_table_stage_spans maps it to the canonical buffer.
+// (per-layer tensors with its layers only; split tensors with its slice). param_table_rank_spans maps it to the canonical buffer.
 static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
     int64_t C = cfg->channels, Vp = cfg->padded_vocab_size, maxT = cfg->max_seq_len, NH = cfg->num_heads;
     bool first = cfg->stage_first, last = cfg->stage_last;
@@ -123,55 +132,88 @@ static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
     int64_t wte_rows = first || last ? Vp : 0, lnf_rows = last ? 1 : 0;
     InitRule wte_init = cfg->stable_embedding ? INIT_XAVIER_VOCAB : INIT_NORMAL_VOCAB;
     InitRule wpe_init = cfg->sinusoidal_positions ? INIT_SINUSOIDAL : INIT_NORMAL;
-    //        id           name        layer rows      cols   decay  tp       init
+    //        id           name        layer rows      cols   decay  tp       init  (numel, offset, parts: derived)
     const ParamTensor rows[NUM_PARAMS] = {
-        {"wte",       false, wte_rows, C,     true,  TP_ROWS, wte_init, 0, 0},
-        {"wpe",       false, pos_rows, C,     true,  TP_NONE, wpe_init, 0, 0},
-        {"ln1w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0},
-        {"ln1b",      true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"qkvw",      true,  3 * C,    C,     true,  TP_ROWS, INIT_NORMAL, 0, 0},
-        {"qkvb",      true,  1,        3 * C, false, TP_COLS, INIT_ZERO, 0, 0},
-        {"attprojw",  true,  C,        C,     true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0},
-        {"attprojb",  true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"ln2w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0},
-        {"ln2b",      true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"fcw",       true,  4 * C,    C,     true,  TP_ROWS, INIT_NORMAL, 0, 0},
-        {"fcb",       true,  1,        4 * C, false, TP_COLS, INIT_ZERO, 0, 0},
-        {"fcprojw",   true,  C,        4 * C, true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0},
-        {"fcprojb",   true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"lnfw",      false, lnf_rows, C,     false, TP_NONE, INIT_ONE, 0, 0},
-        {"lnfb",      false, lnf_rows, C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"lnew",      false, eln,      C,     false, TP_NONE, INIT_ONE, 0, 0},
-        {"lneb",      false, eln,      C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"headscale", true,  nf,       NH,    false, TP_COLS, INIT_ONE, 0, 0},
-        {"lnaw",      true,  nf,       C,     false, TP_NONE, INIT_ONE, 0, 0},
-        {"lnab",      true,  nf,       C,     false, TP_NONE, INIT_ZERO, 0, 0},
-        {"lnfcw",     true,  nf,       4 * C, false, TP_COLS, INIT_ONE, 0, 0},
-        {"lnfcb",     true,  nf,       4 * C, false, TP_COLS, INIT_ZERO, 0, 0},
+        {"wte",       false, wte_rows, C,     true,  TP_ROWS, wte_init, 0, 0, 1},
+        {"wpe",       false, pos_rows, C,     true,  TP_NONE, wpe_init, 0, 0, 1},
+        {"ln1w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
+        {"ln1b",      true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
+        {"qkvw",      true,  3 * C,    C,     true,  TP_ROWS, INIT_NORMAL, 0, 0, 1},
+        {"qkvb",      true,  1,        3 * C, false, TP_COLS, INIT_ZERO, 0, 0, 1},
+        {"attprojw",  true,  C,        C,     true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0, 1},
+        {"attprojb",  true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
+        {"ln2w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
+        {"ln2b",      true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
+        {"fcw",       true,  4 * C,    C,     true,  TP_ROWS, INIT_NORMAL, 0, 0, 1},
+        {"fcb",       true,  1,        4 * C, false, TP_COLS, INIT_ZERO, 0, 0, 1},
+        {"fcprojw",   true,  C,        4 * C, true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0, 1},
+        {"fcprojb",   true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
+        {"lnfw",      false, lnf_rows, C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
+        {"lnfb",      false, lnf_rows, C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
+        {"lnew",      false, eln,      C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
+        {"lneb",      false, eln,      C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
+        {"headscale", true,  nf,       NH,    false, TP_COLS, INIT_ONE, 0, 0, 1},
+        {"lnaw",      true,  nf,       C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
+        {"lnab",      true,  nf,       C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
+        {"lnfcw",     true,  nf,       4 * C, false, TP_COLS, INIT_ONE, 0, 0, 1},
+        {"lnfcb",     true,  nf,       4 * C, false, TP_COLS, INIT_ZERO, 0, 0, 1},
     };
-    int64_t offset = 0;
+    int64_t offset = 0, TP = cfg->tp_size;
     for (int i = 0; i < NUM_PARAMS; i++) {
         pt->t[i] = rows[i];
-        pt->t[i].numel = (rows[i].per_layer ? gpt_stage_layers(cfg) : 1) * rows[i].rows * rows[i].cols;
+        pt->t[i].parts = i == P_QKVW || i == P_QKVB ? 3 : 1;
+        if (rows[i].tp == TP_ROWS) pt->t[i].rows /= TP;  // this rank's slice (of each part)
+        if (rows[i].tp == TP_COLS) pt->t[i].cols /= TP;
+        pt->t[i].numel = (rows[i].per_layer ? gpt_stage_layers(cfg) : 1) * pt->t[i].rows * pt->t[i].cols;
         pt->t[i].offset_canonical = offset;
         offset += pt->t[i].numel;
     }
     pt->total = offset;
 }
 
-// A stage's buffer against the canonical (whole-model) buffer: contiguous spans, in stage order.
+// A rank's buffer against the canonical (whole-model) buffer: contiguous spans, in local order. A
+// pipeline stage holds its layers of each per-layer tensor; a tensor-parallel rank of a row-split
+// tensor holds rows [tp_rank·r, (tp_rank+1)·r) of each part (QKV: of q, of k and of v), of a
+// column-split one the same columns of every row.
 struct ParamSpan {
     int64_t offset_local, offset_canonical, numel;
 };
-static inline std::vector<ParamSpan> param_table_stage_spans(const ParamTable* stage, const ParamTable* whole, const GPTConfig* cfg) {
+static inline std::vector<ParamSpan> param_table_rank_spans(const ParamTable* local, const ParamTable* whole, const GPTConfig* cfg) {
     std::vector<ParamSpan> spans;
+    auto add = [&](int64_t lo, int64_t co, int64_t n) {
+        ParamSpan* b = spans.empty() ? nullptr : &spans.back();
+        if (b && b->offset_local + b->numel == lo && b->offset_canonical + b->numel == co) b->numel += n;
+        else spans.push_back({lo, co, n});
+    };
     for (int i = 0; i < NUM_PARAMS; i++) {
-        const ParamTensor* s = &stage->t[i];
+        const ParamTensor *s = &local->t[i], *w = &whole->t[i];
         if (s->numel == 0) continue;
-        int64_t skip = s->per_layer ? (int64_t)cfg->stage_layer_first * s->rows * s->cols : 0;  // the earlier stages' layers
-        spans.push_back({s->offset_canonical, whole->t[i].offset_canonical + skip, s->numel});
+        int64_t layers = s->per_layer ? gpt_stage_layers(cfg) : 1, l0 = s->per_layer ? cfg->stage_layer_first : 0;
+        int64_t ls = s->rows * s->cols, ws = w->rows * w->cols;  // one layer's elements, here and in the whole
+        bool split = cfg->tp_size > 1 && s->tp != TP_NONE;
+        for (int64_t l = 0; l < layers; l++) {
+            int64_t lo = s->offset_canonical + l * ls, co = w->offset_canonical + (l0 + l) * ws;
+            if (!split) {
+                add(lo, co, ls);
+            } else if (s->tp == TP_ROWS) {
+                int64_t rp = s->rows / s->parts, wrp = w->rows / s->parts;
+                for (int p = 0; p < s->parts; p++) add(lo + p * rp * s->cols, co + (p * wrp + cfg->tp_rank * rp) * s->cols, rp * s->cols);
+            } else {
+                int64_t cp = s->cols / s->parts, wcp = w->cols / s->parts;
+                for (int64_t r = 0; r < s->rows; r++)
+                    for (int p = 0; p < s->parts; p++) add(lo + r * s->cols + p * cp, co + r * w->cols + p * wcp + cfg->tp_rank * cp, cp);
+            }
+        }
     }
     return spans;
+}
+
+// Whether another rank holds the same values of tensor id and is the one that saves and counts
+// them: the tied word embedding on the last pipeline stage (the first stage's copy counts), a
+// replicated tensor on tensor-parallel rank > 0 (rank 0's copy counts).
+static inline bool param_is_mirror(const ParamTable* pt, int id, const GPTConfig* cfg) {
+    if (id == P_WTE && !cfg->stage_first) return true;
+    return cfg->tp_rank > 0 && pt->t[id].tp == TP_NONE;
 }
 
 // ALiBi slopes for n heads (KNOBS.md §12.4): for n a power of two, slope_i = 2^(-8(i+1)/n); otherwise
@@ -261,7 +303,37 @@ template <typename F> struct GPT {
     std::vector<acc_t<F>> losses_host;
     float* alibi;             // (NH) ALiBi slopes in device memory (the attention kernels read them), or null
     DropoutState dropout;
+    const Comm* tp;           // the tensor-parallel group (null or size 1: none)
+    acc_t<F>* vp_stats;       // (B,T,3) vocabulary-parallel cross-entropy: row max, Σ exp, target logit
+    std::vector<int> ids_host;  // (B,T) the rank's local token / target numbers (tensor parallelism)
 };
+
+// Tensor parallelism's all-reduces over the group (no-ops without it): the sum after a row-parallel
+// layer's partial products and of a column-parallel layer's input gradient (Megatron's g and f), the
+// vocabulary-parallel lookup's rows and the cross-entropy's statistics.
+template <typename F, typename T> static inline void gpt_tp_sum(const GPT<F>* m, T* buf, size_t n) {
+    if (m->tp && m->tp->size > 1) comm_allreduce_buf(m->tp, buf, n, COMM_SUM);
+}
+template <typename F, typename T> static inline void gpt_tp_max(const GPT<F>* m, T* buf, size_t n) {
+    if (m->tp && m->tp->size > 1) comm_allreduce_buf(m->tp, buf, n, COMM_MAX);
+}
+
+// The slices of the tensor-parallel split (the whole width without it): attention channels and
+// heads, MLP width and vocabulary columns of this rank, and how many of those are real vocabulary.
+struct TPDims {
+    int C, NH, H, Vl, Vr, v0;  // C/T, NH/T, 4C/T, Vp/T, real columns among them, first column's number
+};
+static inline TPDims gpt_tp_dims(const GPTConfig* cfg) {
+    int T = cfg->tp_size;
+    TPDims d;
+    d.C = cfg->channels / T;
+    d.NH = cfg->num_heads / T;
+    d.H = 4 * cfg->channels / T;
+    d.Vl = cfg->padded_vocab_size / T;
+    d.v0 = cfg->tp_rank * d.Vl;
+    d.Vr = std::max(0, std::min(d.Vl, cfg->vocab_size - d.v0));
+    return d;
+}
 
 template <typename F> static inline void gpt_bind_views(GPT<F>* m) {
     for (int i = 0; i < NUM_PARAMS; i++) {
@@ -284,7 +356,8 @@ template <typename F> void gpt_params_changed(GPT<F>* m) {
 // Allocates parameters, gradients and activations for micro-batches of up to (B, T).
 // Returns the bytes allocated.
 template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, const GPTConfig* cfg, int B, int T) {
-    size_t L = gpt_stage_layers(cfg), C = cfg->channels, NH = cfg->num_heads, Vp = cfg->padded_vocab_size;
+    TPDims td = gpt_tp_dims(cfg);  // this rank's widths of the split activations
+    size_t L = gpt_stage_layers(cfg), C = cfg->channels, NH = td.NH, Vp = td.Vl, Ca = td.C, H = td.H;
     size_t BT = (size_t)B * T;
     size_t eln = (cfg->embed_layernorm || cfg->stable_embedding) && cfg->stage_first ? 1 : 0, nf = cfg->normformer ? 1 : 0;
     size_t head = cfg->stage_last ? 1 : 0;
@@ -296,13 +369,13 @@ template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, con
     a->emb = alloc(eln * BT * C); a->lne_mean = stat(eln * BT); a->lne_rstd = stat(eln * BT);
     a->encoded = alloc(BT * C);
     a->ln1 = alloc(L * BT * C); a->ln1_mean = stat(L * BT); a->ln1_rstd = stat(L * BT);
-    a->qkv = alloc(L * BT * 3 * C); a->atty = alloc(L * BT * C); a->att = alloc(L * B * NH * T * T);
-    a->atty_hs = alloc(nf * L * BT * C); a->attproj = alloc(L * BT * C);
+    a->qkv = alloc(L * BT * 3 * Ca); a->atty = alloc(L * BT * Ca); a->att = alloc(L * B * NH * T * T);
+    a->atty_hs = alloc(nf * L * BT * Ca); a->attproj = alloc(L * BT * C);
     a->lna = alloc(nf * L * BT * C); a->lna_mean = stat(nf * L * BT); a->lna_rstd = stat(nf * L * BT);
     a->residual2 = alloc(L * BT * C);
     a->ln2 = alloc(L * BT * C); a->ln2_mean = stat(L * BT); a->ln2_rstd = stat(L * BT);
-    a->fch = alloc(L * BT * 4 * C); a->fch_act = alloc(L * BT * 4 * C);
-    a->lnfc = alloc(nf * L * BT * 4 * C); a->lnfc_mean = stat(nf * L * BT); a->lnfc_rstd = stat(nf * L * BT);
+    a->fch = alloc(L * BT * H); a->fch_act = alloc(L * BT * H);
+    a->lnfc = alloc(nf * L * BT * H); a->lnfc_mean = stat(nf * L * BT); a->lnfc_rstd = stat(nf * L * BT);
     a->fcproj = alloc(L * BT * C); a->residual3 = alloc(Lr * BT * C);
     a->lnf = alloc(head * BT * C); a->lnf_mean = stat(head * BT); a->lnf_rstd = stat(head * BT);
     a->logits = alloc(head * BT * Vp); a->losses = stat(head * BT);
@@ -333,7 +406,8 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     gpt_bind_views(m);
     m->B = B;
     m->T = T;
-    size_t C = cfg->channels, NH = cfg->num_heads;
+    TPDims td = gpt_tp_dims(cfg);
+    size_t C = cfg->channels, NH = cfg->num_heads, Ca = td.C, H = td.H;
     size_t BT = (size_t)B * T;
     size_t nf = cfg->normformer ? 1 : 0;
     auto alloc = gpt_alloc<F>;
@@ -342,18 +416,21 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     for (Activations<F>& a : m->slots) m->act_bytes += gpt_alloc_activations(&a, cfg, B, T);
     gpt_use_slot(m, 0);
     GradScratch<F>* d = &m->dacts;
-    d->residual = alloc(BT * C); d->branch = alloc(BT * C); d->ln = alloc(BT * C); d->atty = alloc(BT * C);
-    d->atty_hs = alloc(nf * BT * C); d->qkv = alloc(BT * 3 * C); d->fch = alloc(BT * 4 * C);
-    d->fch_act = alloc(BT * 4 * C); d->lnfc = alloc(nf * BT * 4 * C);
+    d->residual = alloc(BT * C); d->branch = alloc(BT * C); d->ln = alloc(BT * C); d->atty = alloc(BT * Ca);
+    d->atty_hs = alloc(nf * BT * Ca); d->qkv = alloc(BT * 3 * Ca); d->fch = alloc(BT * H);
+    d->fch_act = alloc(BT * H); d->lnfc = alloc(nf * BT * H);
     m->losses_host.resize(BT);
     m->alibi = nullptr;
-    if (cfg->alibi) {
+    if (cfg->alibi) {  // the slopes of the model's heads; this rank's slice
         std::vector<float> slopes(NH);
         alibi_slopes((int)NH, slopes.data());
-        m->alibi = (float*)backend_malloc(NH * sizeof(float));
-        backend_copy_to_device(m->alibi, slopes.data(), NH * sizeof(float));
+        m->alibi = (float*)backend_malloc(td.NH * sizeof(float));
+        backend_copy_to_device(m->alibi, slopes.data() + (size_t)cfg->tp_rank * td.NH, td.NH * sizeof(float));
     }
     m->dropout = {false, 0, 0};
+    m->tp = nullptr;
+    m->vp_stats = cfg->tp_size > 1 && cfg->stage_last ? gpt_alloc<acc_t<F>>(3 * BT) : nullptr;
+    m->ids_host.resize(BT);
 }
 
 template <typename F> void gpt_free(GPT<F>* m) {
@@ -375,6 +452,7 @@ template <typename F> void gpt_free(GPT<F>* m) {
     backend_free(m->grads);
     if constexpr (gpt_has_compute_copy<F>()) backend_free(m->params_c);
     backend_free(m->alibi);
+    backend_free(m->vp_stats);
 }
 
 // Turns dropout on for the next forward/backward of a training micro-batch whose row 0 is the
@@ -398,6 +476,7 @@ template <typename F> static inline AttentionOpts gpt_attention_opts(const GPT<F
     o.coeff = m->config.qk_layer_scaling ? (double)(layer + 1) : 1.0;  // 1-based layer number, as GPTModel
     o.alibi = m->alibi;
     o.dropout = gpt_dropout_site(m, m->config.attention_dropout, layer, DROPOUT_SITE_ATTN_PROBS);
+    o.head_offset = m->config.tp_rank * gpt_tp_dims(&m->config).NH;  // masks of the model's heads
     return o;
 }
 
@@ -415,9 +494,15 @@ template <typename F> static void gpt_embed_forward(GPT<F>* m, int B, int T) {
     Activations<F>* a = &m->acts;
     int C = cfg->channels;
     const F* wpe = cfg->alibi ? nullptr : m->p[P_WPE];
+    size_t BTC = (size_t)B * T * C;
     if (m->table.t[P_LNEW].numel) {
         encoder_forward(a->emb, m->inputs, m->p[P_WTE], (const F*)nullptr, B, T, C);
+        gpt_tp_sum(m, a->emb, BTC);  // vocabulary-parallel: each row comes from one rank, the others add 0
         layernorm_forward(a->encoded, a->lne_mean, a->lne_rstd, a->emb, m->p[P_LNEW], m->p[P_LNEB], B * T, C);
+        if (wpe) position_forward(a->encoded, wpe, B, T, C);
+    } else if (cfg->tp_size > 1) {
+        encoder_forward(a->encoded, m->inputs, m->p[P_WTE], (const F*)nullptr, B, T, C);
+        gpt_tp_sum(m, a->encoded, BTC);  // exactly the word rows (x + 0 = x), then the positions as one rank adds them
         if (wpe) position_forward(a->encoded, wpe, B, T, C);
     } else {
         encoder_forward(a->encoded, m->inputs, m->p[P_WTE], wpe, B, T, C);
@@ -444,6 +529,9 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
         backend_memset_zero(m->dacts.ln, BTC * sizeof(F));
         layernorm_backward(m->dacts.ln, m->g[P_LNEW], m->g[P_LNEB], d, a->emb, m->p[P_LNEW], a->lne_mean, a->lne_rstd, B * T, C);
         encoder_backward(m->g[P_WTE], (acc_t<F>*)nullptr, m->dacts.ln, m->inputs, B, T, C);
+    } else if (cfg->tp_size > 1) {  // the replicated positions from the whole gradient, this rank's word rows
+        if (dwpe) position_backward(dwpe, d, B, T, C);
+        encoder_backward(m->g[P_WTE], (acc_t<F>*)nullptr, d, m->inputs, B, T, C);
     } else {
         encoder_backward(m->g[P_WTE], dwpe, d, m->inputs, B, T, C);
     }
@@ -457,29 +545,34 @@ template <typename F> static inline size_t gpt_act_layer(const GPT<F>* m, int l)
 // the stream leaving it (residual3 of layer l).
 template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int T) {
     const GPTConfig* cfg = &m->config;
-    int L0 = cfg->stage_layer_first, C = cfg->channels, NH = cfg->num_heads;
+    TPDims td = gpt_tp_dims(cfg);  // under tensor parallelism: this rank's heads (Ca channels) and MLP slice (H)
+    int L0 = cfg->stage_layer_first, C = cfg->channels, NH = td.NH, Ca = td.C, H = td.H;
     size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
     Activations<F>* a = &m->acts;
     F** p = m->p;
     bool nf = cfg->normformer;
     F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
-    size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, lr = k * BTmax, CC = (size_t)C * C;
-    F* ln1 = a->ln1 + lc; F* qkv = a->qkv + 3 * lc; F* atty = a->atty + lc;
+    size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, la = k * BTmax * Ca, lh = k * BTmax * H, lr = k * BTmax;
+    size_t CCa = (size_t)C * Ca, CH = (size_t)C * H;
+    F* ln1 = a->ln1 + lc; F* qkv = a->qkv + 3 * la; F* atty = a->atty + la;
     F* att = a->att + k * m->B * NH * m->T * m->T;
     F* attproj = a->attproj + lc; F* residual2 = a->residual2 + lc; F* ln2 = a->ln2 + lc;
-    F* fch = a->fch + 4 * lc; F* fch_act = a->fch_act + 4 * lc; F* fcproj = a->fcproj + lc;
+    F* fch = a->fch + lh; F* fch_act = a->fch_act + lh; F* fcproj = a->fcproj + lc;
     F* residual3 = a->residual3 + l * BTmax * C;
+    // row-parallel layers add their bias once, on tensor-parallel rank 0, into the sum over ranks
+    bool bias_here = cfg->tp_rank == 0;
     // attention branch
     layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
-    matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CC, p[P_QKVB] + l * 3 * C, (int)BT, C, 3 * C);
+    matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CCa, p[P_QKVB] + l * 3 * Ca, (int)BT, C, 3 * Ca);  // column-parallel
     AttentionOpts ao = gpt_attention_opts(m, L0 + l);
-    attention_forward(atty, att, qkv, B, T, C, NH, &ao);
+    attention_forward(atty, att, qkv, B, T, Ca, NH, &ao);
     F* attin = atty;
     if (nf) {
-        attin = a->atty_hs + lc;
-        headscale_forward(attin, atty, p[P_HEADSCALE] + l * NH, (int)BT, C, NH);
+        attin = a->atty_hs + la;
+        headscale_forward(attin, atty, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
     }
-    matmul_forward(attproj, attin, p[P_ATTPROJW] + l * CC, p[P_ATTPROJB] + l * C, (int)BT, C, C);
+    matmul_forward(attproj, attin, p[P_ATTPROJW] + l * CCa, bias_here ? p[P_ATTPROJB] + l * C : nullptr, (int)BT, Ca, C);  // row-parallel
+    gpt_tp_sum(m, attproj, BT * C);
     F* branch = attproj;
     if (nf) {
         branch = a->lna + lc;
@@ -490,15 +583,15 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     residual_forward(residual2, residual, branch, BT * C);
     // MLP branch
     layernorm_forward(ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)BT, C);
-    matmul_forward(fch, ln2, p[P_FCW] + l * 4 * CC, p[P_FCB] + l * 4 * C, (int)BT, C, 4 * C);
-    gpt_activation_forward(m, fch_act, fch, BT * 4 * C);
+    matmul_forward(fch, ln2, p[P_FCW] + l * CH, p[P_FCB] + l * H, (int)BT, C, H);  // column-parallel
+    gpt_activation_forward(m, fch_act, fch, BT * H);
     F* fcin = fch_act;
     if (nf) {
-        fcin = a->lnfc + 4 * lc;
-        layernorm_forward(fcin, a->lnfc_mean + lr, a->lnfc_rstd + lr, fch_act, p[P_LNFCW] + l * 4 * C, p[P_LNFCB] + l * 4 * C,
-                          (int)BT, 4 * C);
+        fcin = a->lnfc + lh;
+        layernorm_forward(fcin, a->lnfc_mean + lr, a->lnfc_rstd + lr, fch_act, p[P_LNFCW] + l * H, p[P_LNFCB] + l * H, (int)BT, H);
     }
-    matmul_forward(fcproj, fcin, p[P_FCPROJW] + l * 4 * CC, p[P_FCPROJB] + l * C, (int)BT, 4 * C, C);
+    matmul_forward(fcproj, fcin, p[P_FCPROJW] + l * CH, bias_here ? p[P_FCPROJB] + l * C : nullptr, (int)BT, H, C);  // row-parallel
+    gpt_tp_sum(m, fcproj, BT * C);
     d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
     if (d.p > 0) dropout_forward(fcproj, fcproj, B, (size_t)T * C, &d);
     residual_forward(residual3, residual2, fcproj, BT * C);
@@ -525,26 +618,52 @@ template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, cons
     size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
     Activations<F>* a = &m->acts;
     F** p = m->p;
+    TPDims td = gpt_tp_dims(cfg);
     if (cfg->stage_first) {
         for (size_t i = 0; i < BT; i++)
             if (inputs_host[i] < 0 || inputs_host[i] >= V) keel_die("token id %d at position %zu is outside [0, %d)", inputs_host[i], i, V);
-        backend_copy_to_device(m->inputs, inputs_host, BT * sizeof(int));
+        gpt_ids_to_device(m, m->inputs, inputs_host, BT, true);
         gpt_embed_forward(m, B, T);
     }
     for (int l = 0; l < L; l++) gpt_layer_forward(m, l, B, T);
     if (!cfg->stage_last) return 0.0;
     F* last = L > 0 ? a->residual3 + (L - 1) * BTmax * C : a->encoded;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p[P_LNFW], p[P_LNFB], (int)BT, C);
-    matmul_forward(a->logits, a->lnf, p[P_WTE], (const F*)nullptr, (int)BT, C, Vp);
+    matmul_forward(a->logits, a->lnf, p[P_WTE], (const F*)nullptr, (int)BT, C, td.Vl);  // this rank's vocabulary columns
     if (!targets_host) return 0.0;
     for (size_t i = 0; i < BT; i++)
         if (targets_host[i] < 0 || targets_host[i] >= V) keel_die("target id %d at position %zu is outside [0, %d)", targets_host[i], i, V);
-    backend_copy_to_device(m->targets, targets_host, BT * sizeof(int));
-    classifier_forward(a->losses, a->logits, m->targets, (int)BT, V, Vp);
+    gpt_ids_to_device(m, m->targets, targets_host, BT, false);
+    if (cfg->tp_size == 1) {
+        classifier_forward(a->losses, a->logits, m->targets, (int)BT, V, Vp);
+    } else {  // vocabulary-parallel cross-entropy (cpu/classifier.h): max, then Σ exp and the target's logit, over ranks
+        acc_t<F>* rowmax = m->vp_stats;
+        acc_t<F>* stats = m->vp_stats + BT;
+        vocab_parallel_max(rowmax, a->logits, (int)BT, td.Vr, td.Vl);
+        gpt_tp_max(m, rowmax, BT);
+        vocab_parallel_sumexp(stats, a->logits, m->targets, rowmax, (int)BT, td.Vr, td.Vl);
+        gpt_tp_sum(m, stats, 2 * BT);
+        vocab_parallel_finish(a->losses, a->logits, stats, rowmax, (int)BT, td.Vr, td.Vl);
+    }
     backend_copy_to_host(m->losses_host.data(), a->losses, BT * sizeof(acc_t<F>));
     double sum = 0;  // fixed order: position 0 .. BT-1
     for (size_t i = 0; i < BT; i++) sum += (double)m->losses_host[i];
     return sum / (double)BT;
+}
+
+// Token ids (inputs) or targets to the device; under tensor parallelism as this rank's local numbers:
+// id - v0 (targets: any value, only [0, Vr) is a local column; inputs: -1 for another rank's row).
+template <typename F> static void gpt_ids_to_device(GPT<F>* m, int* dst, const int* ids, size_t n, bool inputs) {
+    if (m->config.tp_size == 1) {
+        backend_copy_to_device(dst, ids, n * sizeof(int));
+        return;
+    }
+    TPDims td = gpt_tp_dims(&m->config);
+    for (size_t i = 0; i < n; i++) {
+        int local = ids[i] - td.v0;
+        m->ids_host[i] = inputs && (local < 0 || local >= td.Vl) ? -1 : local;
+    }
+    backend_copy_to_device(dst, m->ids_host.data(), n * sizeof(int));
 }
 
 // The activation a stage hands to the next one: (B,T,C), the residual stream leaving its last layer
@@ -558,9 +677,10 @@ template <typename F> F* gpt_stage_output(const GPT<F>* m) {
 // input (acts.encoded) for the previous stage.
 template <typename F> F* gpt_stage_grad(const GPT<F>* m) { return m->dacts.residual; }
 
-// Row `row` of the last forward's logits (Vp values), as fp32 on the host (text samples).
+// Row `row` of the last forward's logits, as fp32 on the host (text samples): Vp values, or under
+// tensor parallelism this rank's Vp/T columns.
 template <typename F> void gpt_logits_row_to_host(const GPT<F>* m, size_t row, float* out) {
-    size_t Vp = m->config.padded_vocab_size;
+    size_t Vp = gpt_tp_dims(&m->config).Vl;
     if constexpr (std::is_same<F, float>::value) {
         backend_copy_to_host(out, m->acts.logits + row * Vp, Vp * sizeof(float));
     } else {
@@ -585,8 +705,9 @@ template <typename F> static F* gpt_dropout_backward(GPT<F>* m, F* dout, int B, 
 // (1 / positions in the global batch for the mean loss).
 template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
     const GPTConfig* cfg = &m->config;
+    TPDims td = gpt_tp_dims(cfg);
     int L = gpt_stage_layers(cfg), L0 = cfg->stage_layer_first;
-    int C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    int C = cfg->channels, NH = td.NH, Ca = td.C, H = td.H;
     size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
     Activations<F>* a = &m->acts;
     GradScratch<F>* d = &m->dacts;
@@ -595,9 +716,10 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
     bool nf = cfg->normformer;
     auto zero = [](F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); };
     if (cfg->stage_last) {  // else d->residual holds the gradient of gpt_stage_output (gpt_stage_grad)
-        classifier_backward(a->logits, m->targets, (acc_t<F>)dloss, (int)BT, V, Vp);
+        classifier_backward(a->logits, m->targets, (acc_t<F>)dloss, (int)BT, td.Vr, td.Vl);
         zero(d->ln, BT * C);
-        matmul_backward(d->ln, g[P_WTE], (acc_t<F>*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, Vp);
+        matmul_backward(d->ln, g[P_WTE], (acc_t<F>*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, td.Vl);
+        gpt_tp_sum(m, d->ln, BT * C);  // each rank's vocabulary columns contributed a part
         zero(d->residual, BT * C);
         F* last = gpt_stage_output(m);
         layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C);
@@ -607,24 +729,25 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
         // the same inputs with the same dropout masks give the same bytes as the first time
         if (cfg->checkpoint_activations) gpt_layer_forward(m, l, B, T);
         F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
-        size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, lr = k * BTmax, CC = (size_t)C * C;
+        size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, la = k * BTmax * Ca, lh = k * BTmax * H, lr = k * BTmax;
+        size_t CCa = (size_t)C * Ca, CH = (size_t)C * H;
         // MLP: residual3 = residual2 + dropout(proj([LN_fc](act(fc(ln2(residual2))))))
         DropoutSite ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
         F* dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
-        F* fcin = nf ? a->lnfc + 4 * lc : a->fch_act + 4 * lc;
+        F* fcin = nf ? a->lnfc + lh : a->fch_act + lh;
         F* dfcin = nf ? d->lnfc : d->fch_act;
-        zero(d->fch_act, BT * 4 * C);
-        if (nf) zero(d->lnfc, BT * 4 * C);
-        matmul_backward(dfcin, g[P_FCPROJW] + l * 4 * CC, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * 4 * CC,
-                        (int)BT, 4 * C, C);
+        zero(d->fch_act, BT * H);
+        if (nf) zero(d->lnfc, BT * H);
+        // row-parallel: the whole output gradient on every rank; the bias gradient on every rank too
+        matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C);
         if (nf)
-            layernorm_backward(d->fch_act, g[P_LNFCW] + l * 4 * C, g[P_LNFCB] + l * 4 * C, d->lnfc, a->fch_act + 4 * lc,
-                               p[P_LNFCW] + l * 4 * C, a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, 4 * C);
-        zero(d->fch, BT * 4 * C);
-        gpt_activation_backward(m, d->fch, d->fch_act, a->fch + 4 * lc, BT * 4 * C);
+            layernorm_backward(d->fch_act, g[P_LNFCW] + l * H, g[P_LNFCB] + l * H, d->lnfc, a->fch_act + lh, p[P_LNFCW] + l * H,
+                               a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H);
+        zero(d->fch, BT * H);
+        gpt_activation_backward(m, d->fch, d->fch_act, a->fch + lh, BT * H);
         zero(d->ln, BT * C);
-        matmul_backward(d->ln, g[P_FCW] + l * 4 * CC, g[P_FCB] + l * 4 * C, d->fch, a->ln2 + lc, p[P_FCW] + l * 4 * CC,
-                        (int)BT, C, 4 * C);
+        matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H);
+        gpt_tp_sum(m, d->ln, BT * C);  // column-parallel: the input gradient is the sum of the ranks' parts
         layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
                            p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C);
         // attention: residual2 = residual + dropout([LN_attn](proj([head scale](attention(qkv(ln1(residual)))))))
@@ -636,20 +759,21 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
                                a->lna_mean + lr, a->lna_rstd + lr, (int)BT, C);
             dbranch = d->ln;
         }
-        F* attin = nf ? a->atty_hs + lc : a->atty + lc;
+        F* attin = nf ? a->atty_hs + la : a->atty + la;
         F* dattin = nf ? d->atty_hs : d->atty;
-        zero(d->atty, BT * C);
-        if (nf) zero(d->atty_hs, BT * C);
-        matmul_backward(dattin, g[P_ATTPROJW] + l * CC, g[P_ATTPROJB] + l * C, dbranch, attin, p[P_ATTPROJW] + l * CC,
-                        (int)BT, C, C);
+        zero(d->atty, BT * Ca);
+        if (nf) zero(d->atty_hs, BT * Ca);
+        matmul_backward(dattin, g[P_ATTPROJW] + l * CCa, g[P_ATTPROJB] + l * C, dbranch, attin, p[P_ATTPROJW] + l * CCa,
+                        (int)BT, Ca, C);
         if (nf)
-            headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + lc, p[P_HEADSCALE] + l * NH, (int)BT, C, NH);
-        zero(d->qkv, BT * 3 * C);
+            headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + la, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
+        zero(d->qkv, BT * 3 * Ca);
         AttentionOpts ao = gpt_attention_opts(m, L0 + l);
-        attention_backward(d->qkv, d->atty, a->qkv + 3 * lc, a->att + k * m->B * NH * m->T * m->T, B, T, C, NH, &ao);
+        attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
         zero(d->ln, BT * C);
-        matmul_backward(d->ln, g[P_QKVW] + l * 3 * CC, g[P_QKVB] + l * 3 * C, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CC,
-                        (int)BT, C, 3 * C);
+        matmul_backward(d->ln, g[P_QKVW] + l * 3 * CCa, g[P_QKVB] + l * 3 * Ca, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CCa,
+                        (int)BT, C, 3 * Ca);
+        gpt_tp_sum(m, d->ln, BT * C);
         layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
                            a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C);
     }

@@ -47,6 +47,8 @@ struct AttentionOpts {
     double coeff = 1.0;                   // layer-scaling coefficient (1: off)
     const float* alibi = nullptr;         // (NH) ALiBi slopes, or null
     DropoutSite dropout = {};             // on the probabilities; p = 0: off
+    int head_offset = 0;                  // the model's number of local head 0 (tensor parallelism:
+                                          // a rank's heads are a slice; masks are keyed by the model's head)
 };
 
 KEEL_HD static inline uint64_t attention_dropout_index(int h, int t, int u) {

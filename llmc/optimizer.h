@@ -112,6 +112,9 @@ struct Optimizer {
     int64_t canon_n, canon_n32, canon_n8, canon_nblocks, canon_units;  // the whole model's totals
     std::string layout;         // what a checkpoint must match (optimizer_layout)
     std::vector<bool> fp32_tensor;   // per table id: the whole model has a unit of it with 32-bit state
+    std::vector<ParamSpan> tp_spans; // tensor parallelism: this rank's buffer against the canonical one
+                                     // (fp32 Adam only, whose canonical state is element for element the
+                                     // canonical parameter order); empty otherwise
     float* m32;                 // (local_n32)
     float* v32;                 // (local_n32)
     float* absmax_m;            // (local_nblocks)
@@ -290,24 +293,34 @@ static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Conf
     optimizer_reset(o);
 }
 
-// A pipeline stage's optimizer (built from the stage's table) learns where its units sit in the
-// whole model's canonical state: unit (tensor, layer l of the stage) is the whole model's unit
-// (tensor, layer_first + l). mirror_wte: this stage holds the tied word embedding's second copy
-// (the last stage, when it is not also the first). The checkpoint layout and the per-layer
-// statistics then speak of the whole model, whatever the pipeline size.
-static inline void optimizer_set_stage(Optimizer* o, const ParamTable* whole, const Config* c, int layer_first, bool mirror_wte) {
+// A pipeline stage's or tensor-parallel rank's optimizer (built from its own table) learns where its
+// units sit in the whole model's canonical state: unit (tensor, layer l of the stage) is the whole
+// model's unit (tensor, stage_layer_first + l); a tensor-parallel rank's slice of a split tensor maps
+// element by element through param_table_rank_spans. Units another rank also holds and saves
+// (param_is_mirror: the tied embedding on the last stage, replicated tensors on TP rank > 0) are
+// marked. The checkpoint layout and the per-layer statistics then speak of the whole model, whatever
+// the layout.
+static inline void optimizer_set_stage(Optimizer* o, const ParamTable* whole, const Config* c, const ParamTable* local,
+                                       const GPTConfig* cfg) {
     std::vector<OptUnit> all = optimizer_units(whole, c, &o->canon_n32, &o->canon_n8, &o->canon_nblocks);
+    bool tp = cfg->tp_size > 1;
     for (OptUnit& u : o->units) {
-        int layer = whole->t[u.id].per_layer ? layer_first + u.layer : 0;
+        int layer = whole->t[u.id].per_layer ? cfg->stage_layer_first + u.layer : 0;
         const OptUnit* w = nullptr;
         for (const OptUnit& x : all)
             if (x.id == u.id && x.layer == layer) w = &x;
-        if (!w || w->numel != u.numel || w->q8 != u.q8) keel_die("optimizer: stage unit %s layer %d is not in the whole model", whole->t[u.id].name, layer);
+        bool split = tp && local->t[u.id].tp != TP_NONE;
+        if (!w || (!split && w->numel != u.numel) || w->q8 != u.q8)
+            keel_die("optimizer: unit %s layer %d is not in the whole model", whole->t[u.id].name, layer);
         u.layer = layer;
         u.canon_index = w->canon_index;
         u.canon_state = w->canon_state;
         u.canon_block = w->canon_block;
-        u.mirror = mirror_wte && u.id == P_WTE;
+        u.mirror = param_is_mirror(local, u.id, cfg);
+    }
+    if (tp) {
+        if (o->type != OPTIMIZER_ADAM) keel_die("optimizer: tensor parallelism keeps fp32 Adam state only");
+        o->tp_spans = param_table_rank_spans(local, whole, cfg);
     }
     o->canon_n = whole->total;
     o->canon_units = (int64_t)all.size();
@@ -335,6 +348,19 @@ static inline std::vector<StateSpan> optimizer_state_spans(Optimizer* o, int64_t
         if (b && b->offset_canonical + b->bytes == at && b->local + b->bytes == (uint8_t*)local) b->bytes += bytes;
         else spans.push_back({at, (uint8_t*)local, bytes});
     };
+    if (!o->tp_spans.empty()) {  // fp32 Adam under tensor parallelism: element spans (see tp_spans)
+        size_t ui = 0;  // the unit holding the span (spans are in local order and never cross a unit)
+        for (const ParamSpan& sp : o->tp_spans) {
+            int64_t lo = std::max(sp.offset_local, lo_limit), hi = std::min(sp.offset_local + sp.numel, hi_limit);
+            if (lo >= hi) continue;
+            while (ui + 1 < o->units.size() && o->units[ui + 1].offset_canonical <= lo) ui++;
+            if (saving && o->units[ui].mirror) continue;
+            size_t canon = (size_t)(sp.offset_canonical + (lo - sp.offset_local)), n = (size_t)(hi - lo);
+            add(sec_m32 + canon * f4, o->m32 + (lo - o->range_lo), n * f4);
+            add(sec_v32 + canon * f4, o->v32 + (lo - o->range_lo), n * f4);
+        }
+        return spans;
+    }
     for (const OptPiece& pc : o->pieces) {
         const OptUnit& u = o->units[pc.unit];
         if (saving && u.mirror) continue;
@@ -433,9 +459,9 @@ static inline void grad_reduce(const Comm* comm, const Optimizer* o, float* g, d
 // added in a fixed tree), all-gathered, then
 // added per unit in chunk order and over units in table order: every rank gets the same bits, at
 // any DP size. Fills o->unit_sumsq; returns the total and adds the exact zeros to *zeros.
-// exclude_id: a parameter whose chunks count in unit_sumsq but not in the total or the zeros (the
-// tied word embedding's second copy on the last pipeline stage: the first stage counts it).
-static inline double grad_norm_sumsq(Optimizer* o, const Comm* comm, const float* g, int64_t* zeros, int exclude_id = -1) {
+// Mirror units (another rank holds and counts the same values: optimizer_set_stage) count in
+// unit_sumsq but not in the total or the zeros.
+static inline double grad_norm_sumsq(Optimizer* o, const Comm* comm, const float* g, int64_t* zeros) {
     size_t nc = o->chunks.size();
     std::vector<size_t> first(comm->size + 1, nc), counts(comm->size);
     for (int r = comm->size - 1; r >= 0; r--) {
@@ -456,17 +482,18 @@ static inline double grad_norm_sumsq(Optimizer* o, const Comm* comm, const float
     std::fill(o->unit_sumsq.begin(), o->unit_sumsq.end(), 0.0);
     for (size_t c = 0; c < nc; c++) {
         o->unit_sumsq[o->chunks[c].unit] += part[2 * c];
-        if (o->units[o->chunks[c].unit].id != exclude_id) *zeros += (int64_t)part[2 * c + 1];
+        if (!o->units[o->chunks[c].unit].mirror) *zeros += (int64_t)part[2 * c + 1];
     }
     double total = 0;
     for (size_t u = 0; u < o->unit_sumsq.size(); u++)
-        if (o->units[u].id != exclude_id) total += o->unit_sumsq[u];
+        if (!o->units[u].mirror) total += o->unit_sumsq[u];
     return total;
 }
 
-// Pipeline stages each hold a part of the model: the global Σg² and zero count are the stages'
-// totals added in stage order (the same value on every rank).
-static inline double grad_norm_across_stages(const Comm* pipe, double sumsq, int64_t* zeros) {
+// Pipeline stages and tensor-parallel ranks each hold a part of the model: the global Σg² and zero
+// count are their totals added in the model-parallel group's rank order (stage-major, then tensor
+// rank: the same value on every rank).
+static inline double grad_norm_across_ranks(const Comm* pipe, double sumsq, int64_t* zeros) {
     double mine[2] = {sumsq, (double)*zeros};
     std::vector<double> all(2 * pipe->size);
     comm_allgather(pipe, mine, sizeof mine, all.data());
@@ -523,13 +550,11 @@ static inline void optimizer_update_piece(Optimizer* o, const OptPiece* pc, GPT<
 // reduced values (ZeRO-0: all of them, all-gathered; ZeRO-1: the shard). found_inf: the scaler's
 // verdict, already agreed over ranks. The caller all-gathers the parameters under ZeRO-1.
 template <typename F>
-static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, const Comm* pipe, GPT<F>* model, UpdateGuard* guard, SpikeState* spike,
+static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, const Comm* mp, GPT<F>* model, UpdateGuard* guard, SpikeState* spike,
                                         const Config* c, int64_t iteration, double lr, double loss, bool found_inf) {
     StepResult r = {0, 0, false, false, 0, {false, "", 0, 0}};
-    bool staged = pipe && pipe->size > 1;
-    int exclude = staged && !model->config.stage_first ? P_WTE : -1;  // the tied embedding's second copy
-    double sumsq = grad_norm_sumsq(o, comm, model->grads, &r.num_zeros, exclude);
-    if (staged) sumsq = grad_norm_across_stages(pipe, sumsq, &r.num_zeros);
+    double sumsq = grad_norm_sumsq(o, comm, model->grads, &r.num_zeros);
+    if (mp && mp->size > 1) sumsq = grad_norm_across_ranks(mp, sumsq, &r.num_zeros);
     r.grad_norm = std::sqrt(sumsq);
     if (found_inf || !std::isfinite(r.grad_norm) || !std::isfinite(loss)) {
         r.skipped = r.nonfinite = true;

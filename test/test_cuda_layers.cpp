@@ -14,7 +14,8 @@
 //   - element-wise ops with a multiply-add (headscale dinp, dropout backward): exact under g++
 //     (-ffp-contract=off), but nvcc fuses a·b+c into one FMA on the GPU: 1 ulp, rtol/atol 1e-6.
 //   - encoder, position and dropout forward: the same additions in the same order, or one multiply:
-//     bit for bit, tolerance 0; the dropout zero pattern is compared exactly as well.
+//     bit for bit, tolerance 0; the dropout zero pattern is compared exactly as well. The encoder
+//     also with negative ids (vocabulary-parallel: a zero word row, no dwte gradient).
 #include <cstring>
 
 #include "llmc/cpu/dropout.h"
@@ -74,13 +75,16 @@ static void test_layernorm(int N, int C) {
 
 // ---- encoder and position ----------------------------------------------------------------------------
 // Tokens drawn from a vocabulary of V (small: ids repeat, so the dwte scatter shares rows); the
-// tables have padding rows (Vp > V, maxT > T) that must come back untouched.
-static void test_encoder(int B, int T, int C, int V, bool with_wpe) {
+// tables have padding rows (Vp > V, maxT > T) that must come back untouched. with_neg: every third
+// id negative (vocabulary-parallel: another rank's row), a zero row that gets no gradient.
+static void test_encoder(int B, int T, int C, int V, bool with_wpe, bool with_neg = false) {
     std::string sz = " B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) +
-                     " V=" + std::to_string(V) + (with_wpe ? " wpe" : " no wpe");
+                     " V=" + std::to_string(V) + (with_wpe ? " wpe" : " no wpe") + (with_neg ? " negative ids" : "");
     int BT = B * T, Vp = V + 3, maxT = T + 2;
     std::vector<int> tok(BT);  // (B,T)
     for (int i = 0; i < BT; i++) tok[i] = (int)rng_below((uint64_t)V, 12345, 98, 20, (uint64_t)i);
+    if (with_neg)
+        for (int i = 0; i < BT; i += 3) tok[i] = i % 2 ? -1 : -1 - i;
     std::vector<float> wte = randn((size_t)Vp * C, 21), wpe = randn((size_t)maxT * C, 22);  // (Vp,C) (maxT,C)
     std::vector<float> dy = randn((size_t)BT * C, 23), y((size_t)BT * C);                     // (B,T,C) (B,T,C)
     int* d_tok = dev_upload(tok);
@@ -218,10 +222,13 @@ static void test_bf16_layernorm(int N, int C) {
     for (float* p : {d_mean, d_rstd, d_dw, d_db}) dev_free(p);
 }
 
-static void test_bf16_encoder(int B, int T, int C, int V) {
+static void test_bf16_encoder(int B, int T, int C, int V, bool with_neg = false) {
     int BT = B * T;
     std::vector<int> tok(BT);
     for (int i = 0; i < BT; i++) tok[i] = (int)rng_below((uint64_t)V, 12345, 98, 60, (uint64_t)i);
+    if (with_neg)  // every third id another rank's (negative)
+        for (int i = 1; i < BT; i += 3) tok[i] = -1;
+    std::string neg = with_neg ? " negative ids" : "";
     std::vector<float> wte = bf16_randn((size_t)V * C, 61), wpe = bf16_randn((size_t)T * C, 62), dy = bf16_randn((size_t)BT * C, 63);
     std::vector<float> y((size_t)BT * C), dwte = bf16_randn(wte.size(), 64), dwpe = bf16_randn(wpe.size(), 65);
     int* d_tok = dev_upload(tok);
@@ -229,19 +236,19 @@ static void test_bf16_encoder(int B, int T, int C, int V) {
     float *d_dwte = dev_upload(dwte), *d_dwpe = dev_upload(dwpe);
     encoder_forward(y.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
     keel_cuda::encoder_forward(d_y, d_tok, d_wte, d_wpe, B, T, C);
-    check_close("bf16 encoder_forward", bf16_download(d_y, y.size()), y, BF_TOL, BF_TOL);
+    check_close("bf16 encoder_forward" + neg, bf16_download(d_y, y.size()), y, BF_TOL, BF_TOL);
     encoder_backward(dwte.data(), dwpe.data(), dy.data(), tok.data(), B, T, C);
     keel_cuda::encoder_backward(d_dwte, d_dwpe, d_dy, d_tok, B, T, C);
-    check_close("bf16 encoder_backward dwte (fp32)", dev_download(d_dwte, wte.size()), dwte, F32_TOL, F32_TOL);
-    check_close("bf16 encoder_backward dwpe (fp32)", dev_download(d_dwpe, wpe.size()), dwpe, F32_TOL, F32_TOL);
+    check_close("bf16 encoder_backward dwte (fp32)" + neg, dev_download(d_dwte, wte.size()), dwte, F32_TOL, F32_TOL);
+    check_close("bf16 encoder_backward dwpe (fp32)" + neg, dev_download(d_dwpe, wpe.size()), dwpe, F32_TOL, F32_TOL);
     y = bf16_download(d_y, y.size());
     position_forward(y.data(), wpe.data(), B, T, C);
     keel_cuda::position_forward(d_y, d_wpe, B, T, C);
-    check_close("bf16 position_forward", bf16_download(d_y, y.size()), y, BF_TOL, BF_TOL);
+    check_close("bf16 position_forward" + neg, bf16_download(d_y, y.size()), y, BF_TOL, BF_TOL);
     dwpe = dev_download(d_dwpe, wpe.size());
     position_backward(dwpe.data(), dy.data(), B, T, C);
     keel_cuda::position_backward(d_dwpe, d_dy, B, T, C);
-    check_close("bf16 position_backward (fp32)", dev_download(d_dwpe, wpe.size()), dwpe, F32_TOL, F32_TOL);
+    check_close("bf16 position_backward (fp32)" + neg, dev_download(d_dwpe, wpe.size()), dwpe, F32_TOL, F32_TOL);
     dev_free(d_tok);
     for (bf16* p : {d_wte, d_wpe, d_dy, d_y}) dev_free(p);
     for (float* p : {d_dwte, d_dwpe}) dev_free(p);
@@ -289,6 +296,9 @@ int main() {
         test_encoder(3, 7, 48, 5, with_wpe);
         test_encoder(2, 9, 192, 4, with_wpe);
         test_encoder(5, 13, 100, 1, with_wpe);
+        test_encoder(1, 1, 48, 3, with_wpe, true);
+        test_encoder(3, 7, 48, 5, with_wpe, true);
+        test_encoder(5, 13, 100, 1, with_wpe, true);
     }
     // (N, C, NH): hs = 12, 16, 32, 20; N over the 64-row chunk of dscale, and N = 1.
     const int hs_shapes[][3] = {{1, 48, 4}, {21, 48, 3}, {150, 192, 6}, {70, 100, 5}};
@@ -300,6 +310,7 @@ int main() {
     }
     test_bf16_layernorm(37, 192);
     test_bf16_encoder(3, 7, 48, 5);
+    test_bf16_encoder(3, 7, 48, 5, true);
     test_bf16_headscale_dropout(21, 48, 3);
     return cuda_test_finish();
 }

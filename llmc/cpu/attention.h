@@ -82,7 +82,7 @@ void attention_forward(F* out, F* att,                      // (B,T,C), (B,NH,T,
                 for (int i = 0; i < hs; i++) out_t[i] = 0;
                 for (int u = 0; u <= t; u++) {
                     F w = a[u];
-                    if (drop) w = dropout_keep(&o->dropout, b, attention_dropout_index(h, t, u)) ? w * dscale : (F)0;
+                    if (drop) w = dropout_keep(&o->dropout, b, attention_dropout_index(h + o->head_offset, t, u)) ? w * dscale : (F)0;
                     const F* v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
                     for (int i = 0; i < hs; i++) out_t[i] += w * v[i];
                 }
@@ -113,7 +113,7 @@ void attention_backward(F* dinp,                            // (B,T,3C) accumula
                     const F* v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
                     F* dv = dinp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
                     F m = 1;  // the dropout multiplier of this probability: 1, 1/(1-p) or 0
-                    if (drop) m = dropout_keep(&o->dropout, b, attention_dropout_index(h, t, u)) ? dscale : (F)0;
+                    if (drop) m = dropout_keep(&o->dropout, b, attention_dropout_index(h + o->head_offset, t, u)) ? dscale : (F)0;
                     F w = a[u] * m, s = 0;
                     for (int i = 0; i < hs; i++) { s += d[i] * v[i]; dv[i] += w * d[i]; }
                     datt[u] = s * m;

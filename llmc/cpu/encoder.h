@@ -2,6 +2,8 @@
 // Legend: B batch, T time, C channels, Vp padded vocabulary, maxT position rows.
 //   forward:  out[b,t,:] = wte[inp[b,t],:] (+ wpe[t,:] unless wpe is null: ALiBi has no table)
 //   backward: dwte[inp[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
+//   A negative id (vocabulary-parallel embedding: the token's row is on another tensor-parallel
+//   rank) reads as a zero row and receives no gradient.
 //   position_forward/backward: the position add alone, for --embed-layernorm, where the LayerNorm
 //   sits between the word lookup and the positions (KNOBS.md §2.1).
 // Numerics: the backward scatters into rows that several positions share (a repeated token), so
@@ -16,8 +18,12 @@ void encoder_forward(F* out,                               // (B,T,C)
                      int B, int T, int C) {
 #pragma omp parallel for
     for (int bt = 0; bt < B * T; bt++) {
-        const F* we = wte + (size_t)inp[bt] * C;
         F* o = out + (size_t)bt * C;
+        if (inp[bt] < 0) {  // vocabulary-parallel: another rank's row (its sum over ranks fills it)
+            for (int c = 0; c < C; c++) o[c] = wpe ? wpe[(size_t)(bt % T) * C + c] : (F)0;
+            continue;
+        }
+        const F* we = wte + (size_t)inp[bt] * C;
         if (wpe) {
             const F* pe = wpe + (size_t)(bt % T) * C;
             for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
@@ -37,8 +43,10 @@ void encoder_backward(F* dwte, F* dwpe,                    // (Vp,C), (maxT,C) o
         int c1 = c0 + CB < C ? c0 + CB : C;
         for (int bt = 0; bt < B * T; bt++) {
             const F* d = dout + (size_t)bt * C;
-            F* we = dwte + (size_t)inp[bt] * C;
-            for (int c = c0; c < c1; c++) we[c] += d[c];
+            if (inp[bt] >= 0) {  // (a negative id: another rank's row)
+                F* we = dwte + (size_t)inp[bt] * C;
+                for (int c = c0; c < c1; c++) we[c] += d[c];
+            }
             if (dwpe) {
                 F* pe = dwpe + (size_t)(bt % T) * C;
                 for (int c = c0; c < c1; c++) pe[c] += d[c];

@@ -15,7 +15,8 @@
 //   C. one thread per (b, u, c): dk_u[c] += Σ_t ds[t,u]·q_t[c] and dv_u[c] += Σ_t drop(att[t,u])·dout_t[c],
 //      t ascending from u — the order in which the CPU op adds them, so only ds's row dot differs.
 // Numerics: fp32 arithmetic whatever the storage F; expf instead of exp_f32 (both within 2 ulp).
-// The dropout mask comes from dropout_keep (llmc/ops.h), keyed by (h, t, u) as on the CPU.
+// The dropout mask comes from dropout_keep (llmc/ops.h), keyed by (h + o.head_offset, t, u) as on
+// the CPU: under tensor parallelism local head h is the model's head h + head_offset.
 #pragma once
 #include "llmc/cuda/common.cuh"
 
@@ -56,10 +57,11 @@ __device__ inline float attention_score_f32(const F* q, const F* k, int hs, int 
     return o.coeff == 1.0 ? st : st * sc.coeff;
 }
 
-// The dropout multiplier of probability att[b,h,t,u]: 1 (dropout off), 1/(1-p) (kept) or 0.
+// The dropout multiplier of probability att[b,h,t,u] (h the local head): 1 (dropout off),
+// 1/(1-p) (kept) or 0. The mask is the model head's, h + head_offset.
 __device__ inline float attention_drop_mult(const AttentionOpts& o, float dscale, int b, int h, int t, int u) {
     if (!(o.dropout.p > 0)) return 1.0f;
-    return dropout_keep(&o.dropout, b, attention_dropout_index(h, t, u)) ? dscale : 0.0f;
+    return dropout_keep(&o.dropout, b, attention_dropout_index(h + o.head_offset, t, u)) ? dscale : 0.0f;
 }
 
 // ---- forward -------------------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 // cuda/encoder.cuh — token + position embedding; the contract of cpu/encoder.h:
 //   forward:  out[b,t,:] = wte[inp[b,t],:] (+ wpe[t,:] unless wpe is null: ALiBi has no table)
 //   backward: dwte[inp[b,t],:] += dout[b,t,:];  dwpe[t,:] += dout[b,t,:]
+//   A negative id (vocabulary-parallel embedding: the row is on another tensor-parallel rank) reads
+//   as a zero row (out = wpe[t,:], or 0) and adds nothing to dwte (dwpe still gets dout).
 //   position_forward/backward: the position add alone (--embed-layernorm puts the LayerNorm between
 //   the word lookup and the positions, KNOBS.md §2.1).
 // Legend: B batch, T time, C channels, Vp padded vocabulary, maxT position rows.
@@ -26,12 +28,19 @@ __global__ void encoder_forward_kernel(F* out,                      // (B,T,C)
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     size_t bt = i / C, c = i % C;
-    float v = to_f32(wte[(size_t)inp[bt] * C + c]);
-    if (wpe) v += to_f32(wpe[(bt % T) * C + c]);
+    int id = inp[bt];
+    float v;
+    if (id >= 0) {
+        v = to_f32(wte[(size_t)id * C + c]);
+        if (wpe) v += to_f32(wpe[(bt % T) * C + c]);
+    } else {  // another rank's row: the position alone, as the CPU op copies it (no 0 + wpe)
+        v = wpe ? to_f32(wpe[(bt % T) * C + c]) : 0.0f;
+    }
     out[i] = from_f32<F>(v);
 }
 
-// dwte: thread c walks every position in order (see the contract above for why one thread).
+// dwte: thread c walks every position in order (see the contract above for why one thread),
+// skipping the negative ids (another rank's rows).
 template <typename F>
 __global__ void encoder_backward_wte_kernel(float* dwte,          // (Vp,C), accumulated into
                                             const F* dout,    // (B,T,C)
@@ -40,7 +49,8 @@ __global__ void encoder_backward_wte_kernel(float* dwte,          // (Vp,C), acc
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     for (int bt = 0; bt < BT; bt++) {
-        dwte[(size_t)inp[bt] * C + c] += to_f32(dout[(size_t)bt * C + c]);
+        int id = inp[bt];
+        if (id >= 0) dwte[(size_t)id * C + c] += to_f32(dout[(size_t)bt * C + c]);
     }
 }
 

@@ -38,11 +38,13 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda_bf16.h"
 #include "cuda_runtime.h"
 
 typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4, ncclInvalidUsage = 5 } ncclResult_t;
-typedef enum { ncclUint8 = 1, ncclFloat32 = 7, ncclFloat = 7 } ncclDataType_t;
-typedef enum { ncclSum = 0 } ncclRedOp_t;
+typedef enum { ncclUint8 = 1, ncclFloat16 = 6, ncclHalf = 6, ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8,
+               ncclBfloat16 = 9 } ncclDataType_t;  // NCCL's values
+typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
 struct ncclUniqueId { char internal[128]; };
 struct emu_nccl_comm {
     int rank, size;
@@ -185,9 +187,45 @@ inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, nc
     emu::DeviceScope open;
     return MPI_Bcast(recv, (int)count, emu_nccl_type(t), root, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
-inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, ncclComm_t c, cudaStream_t) {
+// Every type and op keel uses: the ranks' buffers are gathered and combined in rank order in double
+// (exact for max; for a sum the order is fixed, as a fixed NCCL topology's is), then rounded once.
+inline double emu_nccl_load(const void* p, size_t i, ncclDataType_t t) {
+    switch (t) {
+        case ncclFloat: return ((const float*)p)[i];
+        case ncclDouble: return ((const double*)p)[i];
+        case ncclBfloat16: return __bfloat162float(((const __nv_bfloat16*)p)[i]);
+        case ncclHalf: return __half2float(((const __half*)p)[i]);
+        default: return ((const uint8_t*)p)[i];
+    }
+}
+inline void emu_nccl_store(void* p, size_t i, ncclDataType_t t, double v) {
+    switch (t) {
+        case ncclFloat: ((float*)p)[i] = (float)v; break;
+        case ncclDouble: ((double*)p)[i] = v; break;
+        case ncclBfloat16: ((__nv_bfloat16*)p)[i] = __float2bfloat16((float)v); break;
+        case ncclHalf: ((__half*)p)[i] = __float2half((float)v); break;
+        default: ((uint8_t*)p)[i] = (uint8_t)v; break;
+    }
+}
+inline size_t emu_nccl_size(ncclDataType_t t) {
+    return t == ncclDouble ? 8 : t == ncclFloat ? 4 : t == ncclBfloat16 || t == ncclHalf ? 2 : 1;
+}
+inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
-    if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    if (!emu_nccl_count(count * emu_nccl_size(t) * c->size) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
     emu::DeviceScope open;
-    return MPI_Allreduce(MPI_IN_PLACE, recv, (int)count, emu_nccl_type(t), MPI_SUM, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    if (t == ncclFloat && op == ncclSum)
+        return MPI_Allreduce(MPI_IN_PLACE, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    size_t bytes = count * emu_nccl_size(t);
+    std::vector<uint8_t> all(bytes * c->size);
+    if (MPI_Allgather(recv, (int)bytes, MPI_BYTE, all.data(), (int)bytes, MPI_BYTE, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+    for (size_t i = 0; i < count; i++) {
+        double v = emu_nccl_load(all.data(), i, t);
+        for (int r = 1; r < c->size; r++) {
+            double x = emu_nccl_load(all.data() + r * bytes, i, t);
+            v = op == ncclMax ? (x > v ? x : v) : v + x;
+        }
+        emu_nccl_store(recv, i, t, v);
+    }
+    return ncclSuccess;
 }
