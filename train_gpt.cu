@@ -310,8 +310,11 @@ static void trainer_sync_replicated(Trainer<A>* tr, int64_t it) {
     if (changed) gpt_params_changed(m);
 }
 
-// --check-replicated-params-interval: a checksum of every replicated tensor, layer by layer, compared
-// across the tensor-parallel ranks; a mismatch stops the run naming the tensor, the layer and the ranks.
+// --check-replicated-params-interval: before the forward of every N-th iteration (after the sync, if
+// on), a checksum of every replicated tensor, layer by layer, compared across the tensor-parallel
+// ranks: the weights this iteration trains with. A mismatch stops the run naming the tensors, their
+// layers and the ranks (one bad copy spreads into the others through the next update, so the check
+// runs on the weights before any of that).
 template <typename A>
 static void trainer_check_replicated(Trainer<A>* tr, int64_t it) {
     GPT<A>* m = &tr->model;
@@ -330,18 +333,23 @@ static void trainer_check_replicated(Trainer<A>* tr, int64_t it) {
     int T = tr->grid.tp;
     std::vector<uint64_t> all(mine.size() * T);
     comm_allgather(&tr->tp, mine.data(), mine.size() * sizeof(uint64_t), all.data());
-    for (size_t i = 0; i < mine.size(); i++)
-        for (int r = 1; r < T; r++)
-            if (all[(size_t)r * mine.size() + i] != all[i]) {
-                char layer[32] = "";
-                if (what[i].second >= 0) snprintf(layer, sizeof layer, " of layer %d", what[i].second);
-                keel_die_code(KEEL_EXIT_RUNTIME, "--sync-tp-duplicated-parameters averages the copies (KNOBS 14.2); find the cause first",
-                              "iteration %lld: replicated tensor %s%s differs between tensor-parallel ranks 0 and %d "
-                              "(world ranks %d and %d; checksums %016llx and %016llx)", (long long)it, m->table.t[what[i].first].name,
-                              layer, r, rank_grid_rank_of(&tr->grid, 0, tr->grid.pp_rank, tr->grid.dp_rank),
-                              rank_grid_rank_of(&tr->grid, r, tr->grid.pp_rank, tr->grid.dp_rank),
-                              (unsigned long long)all[i], (unsigned long long)all[(size_t)r * mine.size() + i]);
-            }
+    for (int r = 1; r < T; r++) {
+        std::string bad;
+        int count = 0;
+        for (size_t i = 0; i < mine.size(); i++) {
+            if (all[(size_t)r * mine.size() + i] == all[i]) continue;
+            if (++count > 8) continue;
+            bad += std::string(count > 1 ? ", " : "") + m->table.t[what[i].first].name;
+            if (what[i].second >= 0) bad += " of layer " + std::to_string(what[i].second);
+        }
+        if (count == 0) continue;
+        if (count > 8) bad += ", ... (" + std::to_string(count) + " in all)";
+        keel_die_code(KEEL_EXIT_RUNTIME, "--sync-tp-duplicated-parameters averages the copies (KNOBS 14.2); find the cause first",
+                      "iteration %lld: replicated tensor%s %s differ%s between tensor-parallel ranks 0 and %d (world ranks %d and %d)",
+                      (long long)it, count > 1 ? "s" : "", bad.c_str(), count > 1 ? "" : "s", r,
+                      rank_grid_rank_of(&tr->grid, 0, tr->grid.pp_rank, tr->grid.dp_rank),
+                      rank_grid_rank_of(&tr->grid, r, tr->grid.pp_rank, tr->grid.dp_rank));
+    }
 }
 
 // Pipeline messages between neighbouring stages: s → s+1 carries activations, s+1 → s their
@@ -366,7 +374,10 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     int dp = comm->size;
     int64_t accum = gbs / ((int64_t)B * dp);  // micro-batch steps on this rank
     double t0 = now_ms();
-    if (tr->grid.tp > 1) trainer_sync_replicated(tr, it);
+    if (tr->grid.tp > 1) {
+        trainer_sync_replicated(tr, it);
+        if (c->check_replicated_params_interval > 0 && it % c->check_replicated_params_interval == 0) trainer_check_replicated(tr, it);
+    }
     gpt_zero_grad(&tr->model);
     double scale = st->scaler.scale;
     std::vector<double> losses(accum);
@@ -982,8 +993,6 @@ static int trainer_run(Trainer<A>* tr) {
         if (trainer_iteration(tr, &rec)) {
             log_iteration(&tr->log, &rec, c->log_interval);
             if (rec.iteration % c->log_interval == 0) trainer_check_tied_embedding(tr, rec.iteration);
-            if (tr->grid.tp > 1 && c->check_replicated_params_interval > 0 && rec.iteration % c->check_replicated_params_interval == 0)
-                trainer_check_replicated(tr, rec.iteration);
         }
         if (tr->rollback_pending) {  // back to the snapshot; the skipped window follows in the next passes
             trainer_rollback(tr, rec.iteration);
