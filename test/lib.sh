@@ -49,3 +49,46 @@ for x, y in zip(a, b):
 print(f"worst relative difference {worst:.3g}")
 PY
 }
+
+# ---- multi-rank runs (mpirun --oversubscribe; the callers export OMPI_ALLOW_RUN_AS_ROOT...) --------
+
+# mpi_refused NP PATTERN ARGS...: $KEEL on NP ranks must fail, every rank's error line matching
+# PATTERN, before any iteration ran. (expect_fail's one-error-line rule cannot hold: every rank prints.)
+mpi_refused() {
+  local np=$1 pattern=$2; shift 2
+  local out rc
+  out=$(timeout -k 10 60 mpirun --oversubscribe -np "$np" $KEEL "$@" 2>&1); rc=$?
+  [ $rc -ne 0 ] && grep -qE -- "error: .*$pattern" <<<"$out" && ! grep -q "iteration *1/" <<<"$out" \
+    && ok "refused: $(grep -m1 '^error:' <<<"$out")" || fail "not refused ($rc) /$pattern/: $(grep -m1 error <<<"$out")"
+}
+
+# same_checkpoint WHAT DIR_A DIR_B ITERATION: model.bin, optimizer.bin and state.txt byte-identical.
+same_checkpoint() {
+  local f bad=0
+  for f in model.bin optimizer.bin state.txt; do
+    cmp -s "$2/iter_000000$4/$f" "$3/iter_000000$4/$f" || { fail "$1: $f differs"; bad=1; }
+  done
+  [ $bad -eq 0 ] && ok "$1: model.bin, optimizer.bin and state.txt identical"
+}
+
+# text_samples LOG: the --sample-interval blocks of a training log.
+text_samples() { sed -n '/^---------------- sample at/,/^-----------------------------------------------------------*$/p' "$1"; }
+
+# compare_layer_stats A B TOL RECORDS: the per-layer statistics (--log-layer-norms-interval) of
+# JSONL file A within TOL relative of B's, both holding RECORDS such records.
+compare_layer_stats() {
+  python3 - "$@" <<'EOF'
+import json, sys
+a, b = ([json.loads(l) for l in open(f) if "layer_grad_norm" in l] for f in sys.argv[1:3])
+tol, n = float(sys.argv[3]), int(sys.argv[4])
+assert len(a) == len(b) == n, (len(a), len(b))
+keys = [k for k in b[0] if k.startswith(("layer_", "embedding_", "final_norm_"))]
+assert len(keys) >= 8, keys
+for x, y in zip(a, b):
+    for k in keys:
+        xs, ys = (v if isinstance(v, list) else [v] for v in (x[k], y[k]))
+        assert len(xs) == len(ys), (k, xs, ys)
+        for u, v in zip(xs, ys):
+            assert v > 0 and abs(u - v) <= tol * v, (x["iteration"], k, u, v)
+EOF
+}

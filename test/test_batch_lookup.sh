@@ -22,7 +22,7 @@ DATA=data/brown/brown_train.bin
 # a run with the token dump on: name, then the command (the dump lands in $TMP/name.rank<r>)
 train() {
   local name=$1; shift
-  KEEL_DUMP_TOKENS="$TMP/$name" timeout 120 "$@" >>"$TMP/$name.log" 2>&1 || { fail "$name: run failed"; tail -5 "$TMP/$name.log"; }
+  KEEL_DUMP_TOKENS="$TMP/$name" timeout -k 10 120 "$@" >>"$TMP/$name.log" 2>&1 || { fail "$name: run failed"; tail -5 "$TMP/$name.log"; }
 }
 # the dump of a run, in the lookup's order
 dumped() { cat "$TMP/$1".rank* | sort -n -k1,1 -k2,2 -k3,3 -k4,4; }

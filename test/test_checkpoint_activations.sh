@@ -23,7 +23,7 @@ same() {  # a b: records and (when both saved) model + optimizer bytes identical
 }
 for ck in off on; do
   flag=(); [ $ck = on ] && flag=(--checkpoint-activations)
-  timeout 300 $KEEL "${ARGS[@]}" "${flag[@]}" --save "$TMP/cpu_$ck" --save-interval 4 --metrics-file "$TMP/cpu_$ck.jsonl" >"$TMP/cpu_$ck.log" 2>&1 \
+  timeout -k 10 300 $KEEL "${ARGS[@]}" "${flag[@]}" --save "$TMP/cpu_$ck" --save-interval 4 --metrics-file "$TMP/cpu_$ck.jsonl" >"$TMP/cpu_$ck.log" 2>&1 \
     || { fail "CPU run ($ck) failed"; tail -5 "$TMP/cpu_$ck.log"; }
 done
 same cpu_off cpu_on && ok "checkpoint-activations on = off: identical records and checkpoint bytes"
@@ -34,7 +34,7 @@ python3 -c "import sys; a, b = float(sys.argv[1]), float(sys.argv[2]); sys.exit(
 if command -v mpirun >/dev/null; then
   for ck in off on; do
     flag=(); [ $ck = on ] && flag=(--checkpoint-activations)
-    timeout 300 mpirun --oversubscribe -np 2 $KEEL "${ARGS[@]}" "${flag[@]}" --pipeline-model-parallel-size 2 --metrics-file "$TMP/pp_$ck.jsonl" \
+    timeout -k 10 300 mpirun --oversubscribe -np 2 $KEEL "${ARGS[@]}" "${flag[@]}" --pipeline-model-parallel-size 2 --metrics-file "$TMP/pp_$ck.jsonl" \
       >"$TMP/pp_$ck.log" 2>&1 || { fail "PP=2 run ($ck) failed"; tail -5 "$TMP/pp_$ck.log"; }
   done
   same pp_off pp_on && ok "PP=2: checkpoint-activations on = off, identical records"
@@ -44,7 +44,7 @@ EMU=build/train_gpt_emu
 if [ -x $EMU ]; then
   for ck in off on; do
     flag=(); [ $ck = on ] && flag=(--checkpoint-activations)
-    timeout 300 $EMU "${ARGS[@]}" "${flag[@]}" --train-iters 3 --metrics-file "$TMP/emu_$ck.jsonl" >"$TMP/emu_$ck.log" 2>&1 \
+    timeout -k 10 300 $EMU "${ARGS[@]}" "${flag[@]}" --train-iters 3 --metrics-file "$TMP/emu_$ck.jsonl" >"$TMP/emu_$ck.log" 2>&1 \
       || { fail "emulated CUDA run ($ck) failed"; tail -5 "$TMP/emu_$ck.log"; }
   done
   same emu_off emu_on && ok "emulated CUDA trainer (bf16): checkpoint-activations on = off, identical records"

@@ -39,7 +39,7 @@ for bin in build/comm_groups_mpi build/comm_groups_emu; do
   [ -x "$bin" ] || continue
   log=$TMP/$(basename "$bin").log
   start=$(date +%s)
-  timeout 30 mpirun --oversubscribe -np 4 "$bin" >"$log" 2>&1; rc=$?
+  timeout -k 10 30 mpirun --oversubscribe -np 4 "$bin" >"$log" 2>&1; rc=$?
   secs=$(( $(date +%s) - start ))
   grep -E '^(ok|FAIL)' "$log" | sed "s|^|  $bin: |"
   if [ $rc -eq 0 ] && grep -q '^PASS$' "$log" && ! grep -q '^FAIL' "$log"; then
@@ -49,7 +49,7 @@ for bin in build/comm_groups_mpi build/comm_groups_emu; do
     grep -v '^ok' "$log" | tail -25
   fi
 
-  out=$(timeout 30 mpirun --oversubscribe -np 4 "$bin" --bad-split 2>&1); rc=$?
+  out=$(timeout -k 10 30 mpirun --oversubscribe -np 4 "$bin" --bad-split 2>&1); rc=$?
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'one group, two member lists' <<<"$out"; then
     ok "$bin: disagreeing member lists refused: $(grep -o 'comm_split: one group.*' <<<"$out" | head -1)"
   else

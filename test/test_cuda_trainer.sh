@@ -30,8 +30,8 @@ ARGS=("${TINY[@]}" --train-iters $N --hidden-dropout 0.1 --attention-dropout 0.1
 compare() { compare_jsonl "$@"; }  # (test/lib.sh)
 parity() {  # name tol flags...: the same run on both trainers
   local name=$1 tol=$2; shift 2
-  timeout 600 ./train_gpt_cpu "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }
-  timeout 600 $CUDA "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cuda.jsonl" >"$TMP/$name.cuda.log" 2>&1 || { fail "$name: CUDA run failed"; tail -5 "$TMP/$name.cuda.log"; return; }
+  timeout -k 10 600 ./train_gpt_cpu "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }
+  timeout -k 10 600 $CUDA "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cuda.jsonl" >"$TMP/$name.cuda.log" 2>&1 || { fail "$name: CUDA run failed"; tail -5 "$TMP/$name.cuda.log"; return; }
   local r; r=$(compare "$TMP/$name.cuda.jsonl" "$TMP/$name.cpu.jsonl" $tol 2>&1) && ok "$name: CUDA = CPU within $tol ($r)" || fail "$name: $r"
 }
 
@@ -47,8 +47,8 @@ parity adam8bit 1e-4 --fp32 --optimizer adam8bit --adam8bit-min-size 1024 --adam
 parity_mixed() {  # name tol flags...: the CUDA run in bf16 (--bf16 among the flags, or the default), the CPU in fp32
   local name=$1 tol=$2; shift 2
   local cpu=(); for a in "$@"; do [ "$a" = --bf16 ] || cpu+=("$a"); done
-  timeout 600 ./train_gpt_cpu "${ARGS[@]}" "${cpu[@]}" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }
-  timeout 600 $CUDA "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cuda.jsonl" >"$TMP/$name.cuda.log" 2>&1 || { fail "$name: CUDA run failed"; tail -5 "$TMP/$name.cuda.log"; return; }
+  timeout -k 10 600 ./train_gpt_cpu "${ARGS[@]}" "${cpu[@]}" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }
+  timeout -k 10 600 $CUDA "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cuda.jsonl" >"$TMP/$name.cuda.log" 2>&1 || { fail "$name: CUDA run failed"; tail -5 "$TMP/$name.cuda.log"; return; }
   grep -q "precision: bf16" "$TMP/$name.cuda.log" || fail "$name: the CUDA run does not report bf16"
   local r; r=$(compare "$TMP/$name.cuda.jsonl" "$TMP/$name.cpu.jsonl" $tol 2>&1) && ok "$name: CUDA bf16 = CPU fp32 within $tol ($r)" || fail "$name: $r"
 }
@@ -98,7 +98,7 @@ r=$(compare "$TMP/x.jsonl" "$TMP/y.jsonl" 2e-5 2>&1) && ok "CPU trainer continue
 
 # 6. data parallel through the NCCL backend
 if command -v mpirun >/dev/null; then
-  timeout 600 mpirun --oversubscribe -np 2 $CUDA "${ARGS[@]}" --zero-stage 1 --metrics-file "$TMP/dp2.jsonl" >"$TMP/dp2.log" 2>&1 \
+  timeout -k 10 600 mpirun --oversubscribe -np 2 $CUDA "${ARGS[@]}" --zero-stage 1 --metrics-file "$TMP/dp2.jsonl" >"$TMP/dp2.log" 2>&1 \
     || { fail "DP=2 CUDA run failed"; tail -5 "$TMP/dp2.log"; }
   r=$(compare "$TMP/dp2.jsonl" "$TMP/a.jsonl" 2e-5 2>&1) && ok "DP=2 ZeRO-1 (NCCL backend) = one process ($r)" || fail "DP=2: $r"
 fi

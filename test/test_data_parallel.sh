@@ -19,7 +19,7 @@ MPI=(mpirun --oversubscribe -np)
 DPARGS=("${TINY[@]}" --global-batch-size 16 --train-iters $N)
 run() {  # name np args...: a run whose JSONL lands in $TMP/name.jsonl
   local name=$1 np=$2; shift 2
-  timeout 300 "${MPI[@]}" "$np" $KEEL "$@" --metrics-file "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1 \
+  timeout -k 10 300 "${MPI[@]}" "$np" $KEEL "$@" --metrics-file "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1 \
     || { fail "$name: run failed"; tail -8 "$TMP/$name.log"; }
 }
 same_run() {  # a b: identical records and final checkpoint bytes
@@ -71,7 +71,7 @@ done
 run resume_full 2 "${DPARGS[@]}" --train-iters $((2*N)) --zero-stage 1 --save "$TMP/resume_full"
 run resume_a 2 "${DPARGS[@]}" --train-iters $((2*N)) --zero-stage 1 --exit-interval $N --save "$TMP/resume_split"
 cp "$TMP/resume_a.jsonl" "$TMP/resume_b.jsonl"
-timeout 300 "${MPI[@]}" 2 $KEEL "${DPARGS[@]}" --train-iters $((2*N)) --zero-stage 1 --load "$TMP/resume_split" --save "$TMP/resume_split" \
+timeout -k 10 300 "${MPI[@]}" 2 $KEEL "${DPARGS[@]}" --train-iters $((2*N)) --zero-stage 1 --load "$TMP/resume_split" --save "$TMP/resume_split" \
   --metrics-file "$TMP/resume_b.jsonl" >"$TMP/resume_b.log" 2>&1 || { fail "resume run"; tail -5 "$TMP/resume_b.log"; }
 cmp -s <(strip_timing "$TMP/resume_full.jsonl") <(strip_timing "$TMP/resume_b.jsonl") && ok "DP=2 ZeRO-1 resume: every record identical" \
   || fail "DP=2 ZeRO-1 resume: records differ"
@@ -110,10 +110,10 @@ p, base = ([json.loads(l) for l in open(f) if '"lm_loss"' in l] for f in sys.arg
 assert any(x["grad_norm"] != y["grad_norm"] for x, y in zip(p, base)), "factor 3 changed no bit: inert"
 assert all(abs(x["grad_norm"] - y["grad_norm"]) <= 1e-5 * y["grad_norm"] for x, y in zip(p, base))
 EOF
-out=$(timeout 60 "${MPI[@]}" 2 $KEEL "${TINY[@]}" --global-batch-size 6 --micro-batch-size 2 --train-iters 2 2>&1); rc=$?
+out=$(timeout -k 10 60 "${MPI[@]}" 2 $KEEL "${TINY[@]}" --global-batch-size 6 --micro-batch-size 2 --train-iters 2 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "error: --global-batch-size 6 is not divisible by --micro-batch-size 2 x data-parallel size 2" <<<"$out" \
   && ! grep -q "iteration *1/" <<<"$out" && ok "bad layout refused before any work" || fail "bad layout: rc $rc: $(grep error <<<"$out")"
-out=$(timeout 60 mpirun --oversubscribe -np 1 $KEEL "${TINY[@]}" --train-iters 2 : -np 1 $KEEL "${TINY[@]}" --train-iters 3 2>&1); rc=$?
+out=$(timeout -k 10 60 mpirun --oversubscribe -np 1 $KEEL "${TINY[@]}" --train-iters 2 : -np 1 $KEEL "${TINY[@]}" --train-iters 3 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "error: rank 1 was started with other flag values than rank 0" <<<"$out" \
   && ok "ranks with different flags refused" || fail "different flags per rank: rc $rc: $(grep error <<<"$out" | head -2)"
 finish

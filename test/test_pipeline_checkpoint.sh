@@ -23,15 +23,8 @@ ARGS=("${TINY[@]}" --num-layers 4 --micro-batch-size 1 --global-batch-size 8 --h
 Q8=(--optimizer adam8bit --adam8bit-min-size 64 --adam8bit-block-size 64 --adam8bit-percentile-clipping 95)
 run() {  # name np args...
   local name=$1 np=$2; shift 2
-  timeout 300 "${MPI[@]}" "$np" $KEEL "$@" --metrics-file "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1 \
+  timeout -k 10 300 "${MPI[@]}" "$np" $KEEL "$@" --metrics-file "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1 \
     || { fail "$name: run failed"; tail -8 "$TMP/$name.log"; }
-}
-same_files() {  # what dirA dirB iteration
-  local f bad=0
-  for f in model.bin optimizer.bin state.txt; do
-    cmp -s "$2/iter_000000$4/$f" "$3/iter_000000$4/$f" || { fail "$1: $f differs"; bad=1; }
-  done
-  [ $bad -eq 0 ] && ok "$1: model.bin, optimizer.bin and state.txt identical"
 }
 
 # 1. bit-exact resume, PP=2 x DP=2 ZeRO-1, 8-bit Adam
@@ -39,13 +32,13 @@ run full 4 "${ARGS[@]}" "${Q8[@]}" --pipeline-model-parallel-size 2 --zero-stage
 run part_a 4 "${ARGS[@]}" "${Q8[@]}" --pipeline-model-parallel-size 2 --zero-stage 1 --train-iters 6 --save "$TMP/part" \
   --save-interval 3 --exit-interval 3
 cp "$TMP/part_a.jsonl" "$TMP/part_b.jsonl"
-timeout 300 "${MPI[@]}" 4 $KEEL "${ARGS[@]}" "${Q8[@]}" --pipeline-model-parallel-size 2 --zero-stage 1 --train-iters 6 \
+timeout -k 10 300 "${MPI[@]}" 4 $KEEL "${ARGS[@]}" "${Q8[@]}" --pipeline-model-parallel-size 2 --zero-stage 1 --train-iters 6 \
   --save "$TMP/part" --save-interval 3 --load "$TMP/part" --metrics-file "$TMP/part_b.jsonl" >"$TMP/part_b.log" 2>&1 \
   || { fail "resume run failed"; tail -5 "$TMP/part_b.log"; }
 grep -q "successfully loaded checkpoint from $TMP/part at iteration 3" "$TMP/part_b.log" || fail "the resume did not load iteration 3"
 cmp -s <(strip_timing "$TMP/full.jsonl") <(strip_timing "$TMP/part_b.jsonl") \
   && ok "PP=2 x DP=2 ZeRO-1 resume: every record identical to the uninterrupted run" || fail "PP=2 x DP=2 resume: records differ"
-same_files "PP=2 x DP=2 resume, final checkpoint" "$TMP/full" "$TMP/part" 6
+same_checkpoint "PP=2 x DP=2 resume, final checkpoint" "$TMP/full" "$TMP/part" 6
 
 # 2. reshard across pipeline sizes, both optimizers
 run adam 4 "${ARGS[@]}" --pipeline-model-parallel-size 2 --zero-stage 1 --train-iters 3 --save "$TMP/adam"
@@ -55,11 +48,11 @@ for opt in adam q8; do
   for p in 1 3 4; do
     run "re_${opt}_pp$p" $p "${ARGS[@]}" "${extra[@]}" --pipeline-model-parallel-size $p --train-iters $it --load "$src" --save "$TMP/re_${opt}_pp$p"
     grep -q "writing the loaded state to --save" "$TMP/re_${opt}_pp$p.log" || fail "$opt PP=$p: no re-save"
-    same_files "$opt: saved at PP=2 x DP=2 ZeRO-1, loaded and re-saved at PP=$p" "$src" "$TMP/re_${opt}_pp$p" $it
+    same_checkpoint "$opt: saved at PP=2 x DP=2 ZeRO-1, loaded and re-saved at PP=$p" "$src" "$TMP/re_${opt}_pp$p" $it
   done
 done
 run back 2 "${ARGS[@]}" --pipeline-model-parallel-size 2 --train-iters 3 --load "$TMP/re_adam_pp1" --save "$TMP/back"
-same_files "adam: the PP=1 copy re-saved at PP=2" "$TMP/adam" "$TMP/back" 3
+same_checkpoint "adam: the PP=1 copy re-saved at PP=2" "$TMP/adam" "$TMP/back" 3
 
 # 3. training continues after the reshard
 run cont1 1 "${ARGS[@]}" --train-iters 5 --override-lr-scheduler --load "$TMP/adam" --save "$TMP/cont1"
@@ -81,30 +74,18 @@ run show2 2 "${ARGS[@]}" "${SHOW[@]}" --pipeline-model-parallel-size 2 --save "$
 run show2_export 1 "${ARGS[@]}" "${SHOW[@]}" --load "$TMP/show2" --export-llmc "$TMP/show2_one.bin"
 [ -s "$TMP/show2.bin" ] && cmp -s "$TMP/show2.bin" "$TMP/show2_one.bin" \
   && ok "--export-llmc at PP=2 = one process exporting the same checkpoint ($(stat -c %s "$TMP/show2.bin") bytes)" || fail "PP=2 export differs"
-samples() { sed -n '/^---------------- sample at/,/^-----------------------------------------------------------*$/p' "$1"; }
-[ "$(samples "$TMP/show1.log" | grep -c 'sample at')" -eq 2 ] && cmp -s <(samples "$TMP/show1.log") <(samples "$TMP/show2.log") \
-  && ok "--sample-interval at PP=2: the same two samples as one process" || fail "PP=2 samples differ: $(samples "$TMP/show2.log" | head -3)"
-python3 - "$TMP/show2.jsonl" "$TMP/show1.jsonl" <<'EOF' && ok "--log-layer-norms-interval at PP=2 = one process within 1e-6" || fail "PP=2 layer statistics"
-import json, sys
-a, b = ([json.loads(l) for l in open(f) if "layer_grad_norm" in l] for f in sys.argv[1:3])
-assert len(a) == len(b) == 2, (len(a), len(b))
-keys = [k for k in b[0] if k.startswith(("layer_", "embedding_", "final_norm_"))]
-assert len(keys) >= 8, keys
-for x, y in zip(a, b):
-    for k in keys:
-        xs, ys = (v if isinstance(v, list) else [v] for v in (x[k], y[k]))
-        assert len(xs) == len(ys) == (4 if k.startswith("layer_") else 1), (k, xs, ys)
-        for u, v in zip(xs, ys):
-            assert v > 0 and abs(u - v) <= 1e-6 * v, (x["iteration"], k, u, v)
-EOF
+[ "$(text_samples "$TMP/show1.log" | grep -c 'sample at')" -eq 2 ] && cmp -s <(text_samples "$TMP/show1.log") <(text_samples "$TMP/show2.log") \
+  && ok "--sample-interval at PP=2: the same two samples as one process" || fail "PP=2 samples differ: $(text_samples "$TMP/show2.log" | head -3)"
+compare_layer_stats "$TMP/show2.jsonl" "$TMP/show1.jsonl" 1e-6 2 \
+  && ok "--log-layer-norms-interval at PP=2 = one process within 1e-6" || fail "PP=2 layer statistics"
 
 # 7. the emulated CUDA trainer (device buffers, NCCL) saves and reshards the same way
 EMU=build/train_gpt_emu
 if [ -x $EMU ]; then
-  timeout 300 "${MPI[@]}" 2 $EMU "${ARGS[@]}" --fp32 --pipeline-model-parallel-size 2 --train-iters 3 --save "$TMP/emu2" \
+  timeout -k 10 300 "${MPI[@]}" 2 $EMU "${ARGS[@]}" --fp32 --pipeline-model-parallel-size 2 --train-iters 3 --save "$TMP/emu2" \
     >"$TMP/emu2.log" 2>&1 || { fail "emulated PP=2 run failed"; tail -5 "$TMP/emu2.log"; }
-  timeout 300 $EMU "${ARGS[@]}" --fp32 --train-iters 3 --load "$TMP/emu2" --save "$TMP/emu1" >"$TMP/emu1.log" 2>&1 \
+  timeout -k 10 300 $EMU "${ARGS[@]}" --fp32 --train-iters 3 --load "$TMP/emu2" --save "$TMP/emu1" >"$TMP/emu1.log" 2>&1 \
     || { fail "emulated PP=1 re-save failed"; tail -5 "$TMP/emu1.log"; }
-  same_files "emulated CUDA trainer: saved at PP=2, re-saved at PP=1" "$TMP/emu2" "$TMP/emu1" 3
+  same_checkpoint "emulated CUDA trainer: saved at PP=2, re-saved at PP=1" "$TMP/emu2" "$TMP/emu1" 3
 fi
 finish

@@ -41,5 +41,5 @@ expect_usage_error() { # name, expected message part, flags...
 }
 expect_usage_error "heads not divisible by T" "not divisible by --tensor-model-parallel-size" --dry-run "${G124[@]}" --tensor-model-parallel-size 5
 expect_usage_error "more stages than layers" "exceeds --num-layers" --dry-run "${G124[@]}" --pipeline-model-parallel-size 13
-expect_usage_error "training refuses TP > 1" "not built into training yet" "${TINY[@]}" --train-iters 1 --tensor-model-parallel-size 2
+expect_usage_error "training at TP=2 needs 2 ranks" "1 launched ranks are not divisible by --tensor-model-parallel-size 2" "${TINY[@]}" --train-iters 1 --tensor-model-parallel-size 2
 finish

@@ -5,7 +5,8 @@
 #   2. TP=2 vs one process: the initial weights byte-identical (model.bin after iteration 1, whose
 #      learning rate is 0: the weights are the initialization); every loss, grad norm and validation
 #      loss within 1e-5 over 6 iterations with dropout on (not bits: a split matmul adds its K terms in
-#      two halves, and the vocabulary's Σ exp in two parts);
+#      two halves, and the vocabulary's Σ exp in two parts); the text samples identical and the
+#      per-layer norms within 1e-5;
 #   3. replicated-tensor integrity: a drift planted on rank 1's ln2w of layer 1 (test hook
 #      KEEL_TEST_PERTURB_REPLICATED) stops the run at that iteration, naming ln2w, layer 1 and the
 #      ranks; --sync-tp-duplicated-parameters repairs it (the run finishes under the same check); the
@@ -21,17 +22,10 @@ command -v mpirun >/dev/null && command -v mpicxx >/dev/null || { fail "mpirun/m
 MPI=(mpirun --oversubscribe -np)
 run() {  # name np binary args...
   local name=$1 np=$2 bin=$3; shift 3
-  timeout 300 "${MPI[@]}" "$np" $bin "$@" --metrics-file "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1 \
+  timeout -k 10 300 "${MPI[@]}" "$np" $bin "$@" --metrics-file "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1 \
     || { fail "$name: run failed"; tail -8 "$TMP/$name.log"; }
 }
 compare() { compare_jsonl "$TMP/$1.jsonl" "$TMP/$2.jsonl" "$3"; }
-same_files() {  # what dirA dirB iteration
-  local f bad=0
-  for f in model.bin optimizer.bin state.txt; do
-    cmp -s "$2/iter_000000$4/$f" "$3/iter_000000$4/$f" || { fail "$1: $f differs"; bad=1; }
-  done
-  [ $bad -eq 0 ] && ok "$1: model.bin, optimizer.bin and state.txt identical"
-}
 
 # 1. gradient check under TP=2 (built here with MPI, as test_comm_groups does)
 SRC=test/tp_gradcheck.cpp
@@ -41,14 +35,15 @@ if [ ! -x build/tp_gradcheck ] || [ -n "$(find "$SRC" llmc -newer build/tp_gradc
   g++ -O2 -std=c++17 -Wall -Wextra -Wno-unused-parameter -ffp-contract=off -fopenmp -I. -DKEEL_MPI "${MPI_C[@]}" "$SRC" \
     -o build/tp_gradcheck "${MPI_L[@]}" -lm >"$TMP/build.log" 2>&1 || { fail "building tp_gradcheck"; tail -20 "$TMP/build.log"; }
 fi
-if out=$(timeout 300 "${MPI[@]}" 2 build/tp_gradcheck 2>&1); then
+if out=$(timeout -k 10 300 "${MPI[@]}" 2 build/tp_gradcheck 2>&1); then
   ok "TP=2 gradient check: $(grep -c '^ok' <<<"$out") checks ($(grep -m1 'gradient = TP=1' <<<"$out"))"
 else
   fail "TP=2 gradient check"; grep -v '^ok' <<<"$out" | head -20
 fi
 
 # 2. TP=2 vs one process
-ARGS=("${TINY[@]}" --train-iters 6 --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 3 --eval-iters 1)
+ARGS=("${TINY[@]}" --train-iters 6 --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 3 --eval-iters 1
+      --log-layer-norms-interval 3 --sample-interval 3 --sample-length 12)
 run one 1 $KEEL "${ARGS[@]}" --save "$TMP/one" --save-interval 1
 run tp2 2 $KEEL "${ARGS[@]}" --tensor-model-parallel-size 2 --save "$TMP/tp2" --save-interval 1
 cmp -s "$TMP/one/iter_0000001/model.bin" "$TMP/tp2/iter_0000001/model.bin" \
@@ -56,14 +51,19 @@ cmp -s "$TMP/one/iter_0000001/model.bin" "$TMP/tp2/iter_0000001/model.bin" \
 r=$(compare tp2 one 1e-5 2>&1) && ok "TP=2 = one process within 1e-5, dropout on ($r)" || fail "TP=2: $r"
 grep -q "tensor parallel: 2 ranks; rank 0 holds heads 0-0" "$TMP/tp2.log" && ok "TP=2: the start-up line names rank 0's slice" \
   || fail "TP=2: no tensor-parallel line"
+[ "$(text_samples "$TMP/one.log" | grep -c 'sample at')" -eq 2 ] && cmp -s <(text_samples "$TMP/one.log") <(text_samples "$TMP/tp2.log") \
+  && ok "--sample-interval at TP=2 (each rank's vocabulary columns of the row gathered): the same samples as one process" \
+  || fail "TP=2 samples differ: $(text_samples "$TMP/tp2.log" | head -3)"
+compare_layer_stats "$TMP/tp2.jsonl" "$TMP/one.jsonl" 1e-5 2 \
+  && ok "--log-layer-norms-interval at TP=2 = one process within 1e-5 (split tensors summed, replicated counted once)" || fail "TP=2 layer statistics"
 
 # 3. replicated-tensor drift: caught, repaired, and the repair is harmless without drift
 CHK=("${TINY[@]}" --train-iters 6 --tensor-model-parallel-size 2 --check-replicated-params-interval 1)
-out=$(KEEL_TEST_PERTURB_REPLICATED=ln2w:1:3 timeout 120 "${MPI[@]}" 2 -x KEEL_TEST_PERTURB_REPLICATED $KEEL "${CHK[@]}" 2>&1); rc=$?
+out=$(KEEL_TEST_PERTURB_REPLICATED=ln2w:1:3 timeout -k 10 120 "${MPI[@]}" 2 -x KEEL_TEST_PERTURB_REPLICATED $KEEL "${CHK[@]}" 2>&1); rc=$?
 [ $rc -ne 0 ] && grep -q "iteration 3: replicated tensor ln2w of layer 1 differs between tensor-parallel ranks 0 and 1 (world ranks 0 and 1)" <<<"$out" \
   && ! grep -q "iteration        3/" <<<"$out" \
   && ok "planted drift caught before iteration 3 trains: $(grep -m1 '^error' <<<"$out")" || fail "drift not caught ($rc): $(grep -m1 error <<<"$out")"
-out=$(KEEL_TEST_PERTURB_REPLICATED=ln2w:1:3 timeout 120 "${MPI[@]}" 2 -x KEEL_TEST_PERTURB_REPLICATED $KEEL "${CHK[@]}" \
+out=$(KEEL_TEST_PERTURB_REPLICATED=ln2w:1:3 timeout -k 10 120 "${MPI[@]}" 2 -x KEEL_TEST_PERTURB_REPLICATED $KEEL "${CHK[@]}" \
       --sync-tp-duplicated-parameters 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q "iteration        6/" <<<"$out" && ok "--sync-tp-duplicated-parameters repairs the drift: the checked run finishes" \
   || fail "sync did not repair ($rc): $(grep -m1 error <<<"$out")"
@@ -81,15 +81,15 @@ run d3_full 8 $KEEL "${D3[@]}" "${L3[@]}" --train-iters 6 --save "$TMP/d3_full" 
 r=$(compare d3_full d3_one 1e-5 2>&1) && ok "TP=2 x PP=2 x DP=2 ZeRO-1 = one process within 1e-5 ($r)" || fail "3D: $r"
 run d3_a 8 $KEEL "${D3[@]}" "${L3[@]}" --train-iters 6 --save "$TMP/d3_part" --save-interval 3 --exit-interval 3
 cp "$TMP/d3_a.jsonl" "$TMP/d3_b.jsonl"
-timeout 300 "${MPI[@]}" 8 $KEEL "${D3[@]}" "${L3[@]}" --train-iters 6 --save "$TMP/d3_part" --save-interval 3 --load "$TMP/d3_part" \
+timeout -k 10 300 "${MPI[@]}" 8 $KEEL "${D3[@]}" "${L3[@]}" --train-iters 6 --save "$TMP/d3_part" --save-interval 3 --load "$TMP/d3_part" \
   --metrics-file "$TMP/d3_b.jsonl" >"$TMP/d3_b.log" 2>&1 || { fail "3D resume run failed"; tail -5 "$TMP/d3_b.log"; }
 cmp -s <(strip_timing "$TMP/d3_full.jsonl") <(strip_timing "$TMP/d3_b.jsonl") \
   && ok "3D resume: every record identical to the uninterrupted run" || fail "3D resume: records differ"
-same_files "3D resume, final checkpoint" "$TMP/d3_full" "$TMP/d3_part" 6
+same_checkpoint "3D resume, final checkpoint" "$TMP/d3_full" "$TMP/d3_part" 6
 run d3_re1 1 $KEEL "${D3[@]}" --train-iters 6 --load "$TMP/d3_full" --save "$TMP/d3_re1"
-same_files "3D checkpoint re-saved at TP=1 PP=1 DP=1" "$TMP/d3_full" "$TMP/d3_re1" 6
+same_checkpoint "3D checkpoint re-saved at TP=1 PP=1 DP=1" "$TMP/d3_full" "$TMP/d3_re1" 6
 run d3_re2 2 $KEEL "${D3[@]}" --tensor-model-parallel-size 2 --train-iters 6 --load "$TMP/d3_re1" --save "$TMP/d3_re2"
-same_files "that copy re-saved at TP=2" "$TMP/d3_full" "$TMP/d3_re2" 6
+same_checkpoint "that copy re-saved at TP=2" "$TMP/d3_full" "$TMP/d3_re2" 6
 
 # 5. the emulated CUDA trainer: NCCL all-reduces of device buffers
 EMU=build/train_gpt_emu
@@ -99,15 +99,8 @@ if [ -x $EMU ]; then
 fi
 
 # 6. refusals, on every rank, before any iteration
-refused() {  # np pattern args...
-  local np=$1 pattern=$2; shift 2
-  local out rc
-  out=$(timeout 60 "${MPI[@]}" "$np" $KEEL "$@" 2>&1); rc=$?
-  [ $rc -ne 0 ] && grep -qE -- "error: .*$pattern" <<<"$out" && ! grep -q "iteration *1/" <<<"$out" \
-    && ok "refused: $(grep -m1 '^error:' <<<"$out")" || fail "not refused ($rc) /$pattern/: $(grep -m1 error <<<"$out")"
-}
-refused 4 "--num-attention-heads 2 is not divisible by --tensor-model-parallel-size 4" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 4
-refused 2 "padded vocabulary 50257 is not divisible" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 1
-refused 2 "adam8bit is not built for --tensor-model-parallel-size" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 2 --optimizer adam8bit
-refused 2 "--normformer is not built for --tensor-model-parallel-size" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 2 --normformer
+mpi_refused 4 "--num-attention-heads 2 is not divisible by --tensor-model-parallel-size 4" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 4
+mpi_refused 2 "padded vocabulary 50257 is not divisible" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 2 --make-vocab-size-divisible-by 1
+mpi_refused 2 "adam8bit is not built for --tensor-model-parallel-size" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 2 --optimizer adam8bit
+mpi_refused 2 "--normformer is not built for --tensor-model-parallel-size" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 2 --normformer
 finish
