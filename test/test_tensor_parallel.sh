@@ -14,7 +14,8 @@
 #   4. full 3D: TP=2 x PP=2 x DP=2 with ZeRO-1 (8 processes) vs one process within 1e-5; bit-exact
 #      resume; its checkpoint re-saved by one process (TP=1 PP=1 DP=1) and at TP=2 PP=1 is
 #      byte-identical (model.bin, optimizer.bin, state.txt): the merge is free;
-#   5. the emulated CUDA trainer at TP=2 (NCCL all-reduce of device buffers) = the CPU trainer at TP=2;
+#   5. the emulated CUDA trainer at TP=2 (NCCL all-reduce of device buffers) = the CPU trainer at TP=2
+#      (fp32, 2e-5), and in bf16 = one CPU process within 5e-3 (the bf16 tolerance of test_cuda_trainer);
 #   6. bad shapes refused: heads or padded vocabulary not divisible by T, 8-bit Adam, NormFormer.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -96,6 +97,9 @@ EMU=build/train_gpt_emu
 if [ -x $EMU ]; then
   run emu_tp2 2 $EMU "${ARGS[@]}" --fp32 --tensor-model-parallel-size 2
   r=$(compare emu_tp2 tp2 2e-5 2>&1) && ok "emulated CUDA trainer TP=2 = CPU trainer TP=2 ($r)" || fail "emulated TP=2: $r"
+  # bf16: the all-reduces of bf16 activations (NCCL's bf16 sum) and the fp32 statistics
+  run emu_tp2_bf16 2 $EMU "${ARGS[@]}" --bf16 --tensor-model-parallel-size 2
+  r=$(compare emu_tp2_bf16 one 5e-3 2>&1) && ok "emulated CUDA trainer TP=2 --bf16 = CPU fp32 one process within 5e-3 ($r)" || fail "emulated TP=2 bf16: $r"
 fi
 
 # 6. refusals, on every rank, before any iteration
