@@ -942,7 +942,7 @@ static void trainer_setup(Trainer<A>* tr) {
                              tokenizer_vocab_size(&tr->tok), g->vocab_size);
         tr->have_tok = true;
     }
-    if (const char* dump = getenv("KEEL_DUMP_TOKENS"); dump && stage == 0)
+    if (const char* dump = getenv("KEEL_DUMP_TOKENS"); dump && stage == 0 && tr->grid.tp_rank == 0)  // one writer per DP rank
         tr->token_dump = fopen_check((std::string(dump) + ".rank" + std::to_string(tr->comm.rank)).c_str(), "ab");
     tr->sample.resize(T + 1);
     tr->inputs.resize((size_t)B * T);

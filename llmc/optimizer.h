@@ -413,12 +413,12 @@ static inline std::string optimizer_describe(const Optimizer* o, const ParamTabl
     char buf[768];
     double per = (double)o->canonical_bytes / (double)o->canon_n, mb = (double)o->canonical_bytes / 1048576.0;
     char rank_part[200] = "";
-    const char* of = o->n != o->canon_n ? "of this pipeline stage's " : "of ";
+    const char* of = o->n != o->canon_n ? "of this rank's part of the model: " : "of ";
     if (o->range_hi - o->range_lo != o->n)
         snprintf(rank_part, sizeof rank_part, " | ZeRO-1: this rank holds %.1f MiB (parameters %lld..%lld %s%lld)",
                  (double)o->state_bytes / 1048576.0, (long long)o->range_lo, (long long)o->range_hi, of, (long long)o->n);
     else if (o->n != o->canon_n)
-        snprintf(rank_part, sizeof rank_part, " | this pipeline stage holds %.1f MiB (%lld of the %lld parameters)",
+        snprintf(rank_part, sizeof rank_part, " | this rank's part of the model (stage, tensor slice) holds %.1f MiB (%lld of the %lld parameters)",
                  (double)o->state_bytes / 1048576.0, (long long)o->n, (long long)o->canon_n);
     if (o->type == OPTIMIZER_ADAM) {
         snprintf(buf, sizeof buf, "optimizer: adam, fp32 m and v | state %.2f bytes/parameter (%.1f MiB)%s", per, mb, rank_part);
