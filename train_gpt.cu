@@ -741,16 +741,11 @@ static void trainer_dry_run(Config* c, int launched) {
     if (c->hidden_size % c->num_attention_heads != 0)
         keel_usage_error("--hidden-size %lld is not divisible by --num-attention-heads %lld", (long long)c->hidden_size,
                          (long long)c->num_attention_heads);
-    if (c->num_attention_heads % T != 0)
-        keel_usage_error("--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %lld",
-                         (long long)c->num_attention_heads, (long long)T);
+    config_validate_tp(c, false);
     if (P > c->num_layers)
         keel_usage_error("--pipeline-model-parallel-size %lld exceeds --num-layers %lld", (long long)P, (long long)c->num_layers);
     GPTConfig g;
     gpt_config_from_flags(c, &g);
-    if (g.padded_vocab_size % T != 0)
-        keel_usage_error("padded vocabulary %d is not divisible by --tensor-model-parallel-size %lld (set --make-vocab-size-divisible-by)",
-                         g.padded_vocab_size, (long long)T);
     PlanLayout l;
     l.tp = (int)T;
     l.pp = (int)P;
@@ -793,6 +788,7 @@ static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** ar
         c->max_position_embeddings = llmc_read_header(c->load_llmc.c_str(), nullptr).maxT;  // GPT-2: 1024
     if (c->dry_run) trainer_dry_run(c, comm->size);
     config_validate(c, comm->size);
+    config_validate_tp(c, true);
 #ifdef KEEL_CUDA
     if (!c->fp16 && !c->fp32) c->bf16 = true;
 #else

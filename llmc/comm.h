@@ -300,17 +300,27 @@ static inline void comm_sendrecv(const Comm* c, const void* sendbuf, size_t send
 #endif
 }
 
-// Sum over ranks of a few doubles, added in rank order: the same bits on every rank.
-static inline void comm_allreduce_sum_f64(const Comm* c, double* x, int n) {
-    if (c->size == 1) return;
-    std::vector<double> all((size_t)n * c->size);
-    comm_allgather(c, x, (size_t)n * sizeof(double), all.data());
-    for (int i = 0; i < n; i++) {
-        double s = all[i];
-        for (int r = 1; r < c->size; r++) s += all[(size_t)r * n + i];
-        x[i] = s;
+// x (n values of T, host memory) → the sum (or max) over ranks on every rank, in place: every rank's
+// x gathered, then combined in rank order 0, 1, ..., N-1, so every rank holds the same bits and a
+// run repeats them. For the tensor-parallel group's activations on the CPU (a few (B,T,C) buffers
+// over a handful of ranks: the gathered copies are small) and the fp64 gradient checks.
+enum CommOp { COMM_SUM, COMM_MAX };
+template <typename T> static inline void comm_allreduce_host(const Comm* c, T* x, size_t n, CommOp op) {
+    if (c->size == 1 || n == 0) return;
+    std::vector<T> all(n * (size_t)c->size);
+    comm_allgather(c, x, n * sizeof(T), all.data());
+    for (size_t i = 0; i < n; i++) {
+        T v = all[i];
+        for (int r = 1; r < c->size; r++) {
+            T y = all[(size_t)r * n + i];
+            v = op == COMM_MAX ? (y > v ? y : v) : v + y;
+        }
+        x[i] = v;
     }
 }
+
+// Sum over ranks of a few doubles, added in rank order: the same bits on every rank.
+static inline void comm_allreduce_sum_f64(const Comm* c, double* x, int n) { comm_allreduce_host(c, x, (size_t)n, COMM_SUM); }
 
 static inline bool comm_any(const Comm* c, bool flag) {
     double x = flag ? 1.0 : 0.0;
@@ -393,25 +403,6 @@ static inline void comm_allgather_shards_f32(const Comm* c, float* buf, const st
     std::vector<size_t> counts(c->size);
     for (int r = 0; r < c->size; r++) counts[r] = (size_t)(lo[r + 1] - lo[r]) * sizeof(float);
     comm_allgatherv(c, buf + lo[c->rank], counts[c->rank], buf, counts);
-}
-
-// x (n values of T, host memory) → the sum (or max) over ranks on every rank, in place: every rank's
-// x gathered, then combined in rank order 0, 1, ..., N-1, so every rank holds the same bits and a
-// run repeats them. For the tensor-parallel group's activations on the CPU (a few (B,T,C) buffers
-// over a handful of ranks: the gathered copies are small) and the fp64 gradient checks.
-enum CommOp { COMM_SUM, COMM_MAX };
-template <typename T> static inline void comm_allreduce_host(const Comm* c, T* x, size_t n, CommOp op) {
-    if (c->size == 1 || n == 0) return;
-    std::vector<T> all(n * (size_t)c->size);
-    comm_allgather(c, x, n * sizeof(T), all.data());
-    for (size_t i = 0; i < n; i++) {
-        T v = all[i];
-        for (int r = 1; r < c->size; r++) {
-            T y = all[(size_t)r * n + i];
-            v = op == COMM_MAX ? (y > v ? y : v) : v + y;
-        }
-        x[i] = v;
-    }
 }
 
 #ifdef KEEL_NCCL

@@ -84,7 +84,7 @@ struct Config {
     int64_t log_layer_norms_interval = 0;
     int64_t check_replicated_params_interval = 0;  // tensor parallelism: compare replicated tensors every N iterations
     bool sync_tp_duplicated_parameters = false;    // ... or average them over the TP group before every forward
-    // layout and planning (DESIGN §5): --dry-run plans any layout; training takes TP = PP = 1 for now
+    // layout and planning (DESIGN §5): --dry-run plans any layout; training runs TP x PP x DP over the launched ranks
     int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1, data_parallel_size = 0;
     bool checkpoint_activations = false, dry_run = false;
     double gpu_memory_gb = 80;
@@ -540,20 +540,7 @@ static inline void config_validate(Config* c, int world) {
     if (c->clip_grad < 0) keel_usage_error("--clip-grad must be >= 0 (0 turns clipping off)");
     if (c->init_method_std <= 0) keel_usage_error("--init-method-std must be > 0");
     config_validate_knobs(c);
-    int64_t TP = c->tensor_model_parallel_size;
-    if (TP > 1) {  // Megatron's split: whole heads per rank, the MLP's 4C and the padded vocabulary in equal parts
-        if (c->num_attention_heads % TP != 0)
-            keel_usage_error("--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %lld",
-                             (long long)c->num_attention_heads, (long long)TP);
-        int64_t Vp = (c->vocab_size + c->make_vocab_size_divisible_by - 1) / c->make_vocab_size_divisible_by * c->make_vocab_size_divisible_by;
-        if (Vp % TP != 0)
-            keel_usage_error("padded vocabulary %lld is not divisible by --tensor-model-parallel-size %lld (set --make-vocab-size-divisible-by)",
-                             (long long)Vp, (long long)TP);
-        if (c->optimizer == "adam8bit")
-            keel_usage_error("--optimizer adam8bit is not built for --tensor-model-parallel-size > 1 (its blockwise state is not canonical across TP)");
-        if (c->normformer)
-            keel_usage_error("--normformer is not built for --tensor-model-parallel-size > 1 (its LayerNorm over the MLP's 4C would span ranks)");
-    }
+    int64_t TP = c->tensor_model_parallel_size;  // its shape rules: config_validate_tp (llmc/model.h)
     if ((c->check_replicated_params_interval > 0 || c->sync_tp_duplicated_parameters) && TP == 1)
         printf("WARNING: --check-replicated-params-interval/--sync-tp-duplicated-parameters do nothing without tensor parallelism\n");
     int64_t P = c->pipeline_model_parallel_size;

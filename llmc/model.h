@@ -113,7 +113,7 @@ struct ParamTensor {
     int64_t numel;             // derived: (L ·) rows · cols
     int64_t offset_canonical;  // derived: position in the canonical flat buffer (of a pipeline stage or a
                                // tensor-parallel rank: in its own buffer; param_table_rank_spans maps it to the whole model's)
-    int parts;                 // derived: fused blocks along the split dimension, each split on its own (QKV: 3)
+    int parts;                 // fused blocks along the split dimension, each split on its own (QKV: 3)
 };
 
 struct ParamTable {
@@ -132,14 +132,14 @@ static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
     int64_t wte_rows = first || last ? Vp : 0, lnf_rows = last ? 1 : 0;
     InitRule wte_init = cfg->stable_embedding ? INIT_XAVIER_VOCAB : INIT_NORMAL_VOCAB;
     InitRule wpe_init = cfg->sinusoidal_positions ? INIT_SINUSOIDAL : INIT_NORMAL;
-    //        id           name        layer rows      cols   decay  tp       init  (numel, offset, parts: derived)
+    //        id           name        layer rows      cols   decay  tp       init  numel offset parts
     const ParamTensor rows[NUM_PARAMS] = {
         {"wte",       false, wte_rows, C,     true,  TP_ROWS, wte_init, 0, 0, 1},
         {"wpe",       false, pos_rows, C,     true,  TP_NONE, wpe_init, 0, 0, 1},
         {"ln1w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
         {"ln1b",      true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
-        {"qkvw",      true,  3 * C,    C,     true,  TP_ROWS, INIT_NORMAL, 0, 0, 1},
-        {"qkvb",      true,  1,        3 * C, false, TP_COLS, INIT_ZERO, 0, 0, 1},
+        {"qkvw",      true,  3 * C,    C,     true,  TP_ROWS, INIT_NORMAL, 0, 0, 3},  // q, k, v: each split on its own
+        {"qkvb",      true,  1,        3 * C, false, TP_COLS, INIT_ZERO, 0, 0, 3},
         {"attprojw",  true,  C,        C,     true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0, 1},
         {"attprojb",  true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
         {"ln2w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
@@ -161,7 +161,6 @@ static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
     int64_t offset = 0, TP = cfg->tp_size;
     for (int i = 0; i < NUM_PARAMS; i++) {
         pt->t[i] = rows[i];
-        pt->t[i].parts = i == P_QKVW || i == P_QKVB ? 3 : 1;
         if (rows[i].tp == TP_ROWS) pt->t[i].rows /= TP;  // this rank's slice (of each part)
         if (rows[i].tp == TP_COLS) pt->t[i].cols /= TP;
         pt->t[i].numel = (rows[i].per_layer ? gpt_stage_layers(cfg) : 1) * pt->t[i].rows * pt->t[i].cols;
@@ -785,6 +784,25 @@ template <typename F> void gpt_zero_grad(GPT<F>* m) { backend_memset_zero(m->gra
 // Parameter count without the padding rows of the vocabulary (what users quote as model size).
 static inline int64_t gpt_num_params_real(const ParamTable* pt, const GPTConfig* cfg) {
     return pt->total - (int64_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels;
+}
+
+// Tensor parallelism's shape rules (exit 2 naming the flags): whole heads per rank (then C, 4C and
+// the head's channels divide too) and the padded vocabulary in equal parts. training: also the
+// knobs not built for T > 1 (--dry-run still plans them).
+static inline void config_validate_tp(const Config* c, bool training) {
+    int64_t T = c->tensor_model_parallel_size;
+    if (c->num_attention_heads % T != 0)
+        keel_usage_error("--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %lld",
+                         (long long)c->num_attention_heads, (long long)T);
+    int Vp = gpt_padded_vocab((int)c->vocab_size, (int)c->make_vocab_size_divisible_by);
+    if (Vp % T != 0)
+        keel_usage_error("padded vocabulary %d is not divisible by --tensor-model-parallel-size %lld (set --make-vocab-size-divisible-by)",
+                         Vp, (long long)T);
+    if (!training || T == 1) return;
+    if (c->optimizer == "adam8bit")
+        keel_usage_error("--optimizer adam8bit is not built for --tensor-model-parallel-size > 1 (its blockwise state is not canonical across TP)");
+    if (c->normformer)
+        keel_usage_error("--normformer is not built for --tensor-model-parallel-size > 1 (its LayerNorm over the MLP's 4C would span ranks)");
 }
 
 // The model's shape and knobs from the flags (the trainer, --dry-run and the dev/ tools share it).

@@ -64,6 +64,12 @@ out=$(KEEL_TEST_PERTURB_REPLICATED=ln2w:1:3 timeout -k 10 120 "${MPI[@]}" 2 -x K
 [ $rc -ne 0 ] && grep -q "iteration 3: replicated tensor ln2w of layer 1 differs between tensor-parallel ranks 0 and 1 (world ranks 0 and 1)" <<<"$out" \
   && ! grep -q "iteration        3/" <<<"$out" \
   && ok "planted drift caught before iteration 3 trains: $(grep -m1 '^error' <<<"$out")" || fail "drift not caught ($rc): $(grep -m1 error <<<"$out")"
+# every 2nd iteration: the drift of iteration 3 is found at 4, after one update spread it (all named)
+out=$(KEEL_TEST_PERTURB_REPLICATED=ln2w:1:3 timeout -k 10 120 "${MPI[@]}" 2 -x KEEL_TEST_PERTURB_REPLICATED $KEEL "${CHK[@]}" \
+      --check-replicated-params-interval 2 2>&1); rc=$?
+[ $rc -ne 0 ] && grep -q "iteration        3/" <<<"$out" && grep -qE "error: iteration 4: replicated tensors .*ln2w of layer 1.* differ" <<<"$out" \
+  && ok "--check-replicated-params-interval 2: the drift of iteration 3 found at 4: $(grep -m1 '^error' <<<"$out" | cut -c1-140)..." \
+  || fail "interval 2 ($rc): $(grep -m1 error <<<"$out")"
 out=$(KEEL_TEST_PERTURB_REPLICATED=ln2w:1:3 timeout -k 10 120 "${MPI[@]}" 2 -x KEEL_TEST_PERTURB_REPLICATED $KEEL "${CHK[@]}" \
       --sync-tp-duplicated-parameters 2>&1); rc=$?
 [ $rc -eq 0 ] && grep -q "iteration        6/" <<<"$out" && ok "--sync-tp-duplicated-parameters repairs the drift: the checked run finishes" \
