@@ -48,8 +48,12 @@ int main() {
     test_low_precision<__nv_bfloat16>("bf16", 1.0 / 128, 64, 260, 33);
     test_low_precision<__half>("fp16", 1.0 / 512, 37, 48, 144);
     test_low_precision<__half>("fp16", 1.0 / 512, 64, 260, 33);
+    // the bias gradient's two stages: several row chunks (DBIAS_ROWS = 256), a partial last chunk,
+    // OC a multiple of the 16-byte vector (8 bf16, 4 fp32) and not
+    test_low_precision<__nv_bfloat16>("bf16", 1.0 / 128, 600, 16, 72);
+    test_low_precision<__nv_bfloat16>("bf16", 1.0 / 128, 1000, 8, 37);
     struct Shape { int N, C, OC; };
-    for (Shape s : {Shape{1, 1, 1}, Shape{3, 5, 7}, Shape{37, 48, 144}, Shape{64, 260, 33}}) {
+    for (Shape s : {Shape{1, 1, 1}, Shape{3, 5, 7}, Shape{37, 48, 144}, Shape{64, 260, 33}, Shape{777, 8, 36}, Shape{513, 4, 5}}) {
         int N = s.N, C = s.C, OC = s.OC;
         std::string sz = " N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
         std::vector<float> inp = randn((size_t)N * C, 1), w = randn((size_t)OC * C, 2), b = randn(OC, 3), dout = randn((size_t)N * OC, 4);

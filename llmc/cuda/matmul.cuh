@@ -12,12 +12,16 @@
 // dbias are fp32 whatever the storage type (DESIGN §3: gradients accumulate in fp32). cuBLASLt picks one
 // algorithm per shape from its heuristic and is deterministic for it on a given GPU and library
 // version (no split-K reduction with atomics is requested: the workspace is fixed and the heuristic
-// is asked for the first result only). dbias is keel's own kernel: each thread owns one output
-// channel and sums the N rows in order (no atomics).
+// is asked for the first result only, once per shape). dbias is keel's own deterministic two-stage
+// column sum (matmul_dbias below; no atomics).
 #pragma once
 #include <cublasLt.h>
 
+#include <algorithm>
+#include <map>
+
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/vec.cuh"
 
 #define CUBLAS_CHECK(call)                                                                                  \
     do {                                                                                                    \
@@ -48,11 +52,45 @@ static inline LtContext* lt_context() {
     return &ctx;
 }
 
-// D (m,n) = alpha·op(A)·op(B) + beta·D [+ bias], column-major. A and B are of the storage type F,
-// D of type Out (F, or fp32 for the weight gradients: bf16 × bf16 → fp32 accumulated into fp32 is
-// one of cuBLASLt's supported type combinations); the bias, if any, is of D's type.
+// One cuBLASLt product, column-major: for i < batch,
+//   D_i (m,n) = alpha·op(A_i)·op(B_i) + beta·D_i [+ bias],   X_i = X + i·stride_X (elements)
+// A and B of the storage type F, D of type Out (F, or fp32: bf16 × bf16 → fp32 is one of
+// cuBLASLt's supported type combinations; the weight gradients and the attention scores use it);
+// the bias, if any, is of D's type (never with batches). Leading dimensions are the packed ones.
+struct LtBatch {
+    int count = 1;
+    int64_t stride_a = 0, stride_b = 0, stride_d = 0;  // elements
+};
+
+// The algorithm cuBLASLt's heuristic picks for one product shape, asked once per shape and kept:
+// the heuristic query costs host time every call otherwise, and asking once also pins the choice
+// (the same algorithm for the same shape for the whole run: one summation order, the same bits).
+struct LtKey {
+    int td, t, m, n, k, ta, tb, bias, batch;
+    int64_t sa, sb, sd;
+    bool operator<(const LtKey& o) const {
+        const int64_t x[] = {td, t, m, n, k, ta, tb, bias, batch, sa, sb, sd};
+        const int64_t y[] = {o.td, o.t, o.m, o.n, o.k, o.ta, o.tb, o.bias, o.batch, o.sa, o.sb, o.sd};
+        return std::lexicographical_compare(x, x + 12, y, y + 12);
+    }
+};
+static inline std::map<LtKey, cublasLtMatmulAlgo_t>& lt_algo_cache() {
+    static std::map<LtKey, cublasLtMatmulAlgo_t> cache;
+    return cache;
+}
+
+static inline void lt_layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int rows, int cols, int batch, int64_t stride) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(l, t, rows, cols, rows));
+    if (batch > 1) {
+        int32_t count = batch;
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+        CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
+    }
+}
+
 template <typename Out, typename F>
-static void lt_matmul(Out* d, const F* a, const F* b, const Out* bias, int m, int n, int k, bool trans_a, bool trans_b, float beta) {
+static void lt_matmul(Out* d, const F* a, const F* b, const Out* bias, int m, int n, int k, bool trans_a, bool trans_b, float beta,
+                      float alpha = 1.0f, LtBatch batch = LtBatch()) {
     LtContext* ctx = lt_context();
     cudaDataType_t t = cuda_type<F>::value, td = cuda_type<Out>::value;
     cublasLtMatmulDesc_t desc;
@@ -66,34 +104,107 @@ static void lt_matmul(Out* d, const F* a, const F* b, const Out* bias, int m, in
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     }
     cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, t, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, t, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, td, m, n, m));
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    uint64_t ws = ctx->workspace_bytes;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld, ld, pref, 1, &heur, &found));
-    if (found == 0) keel_die("cuBLASLt has no algorithm for a %dx%dx%d matmul (trans %d%d, bias %d)", m, n, k, trans_a, trans_b, bias != nullptr);
-    float alpha = 1.0f;
-    CUBLAS_CHECK(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &heur.algo, ctx->workspace,
+    lt_layout(&la, t, trans_a ? k : m, trans_a ? m : k, batch.count, batch.stride_a);
+    lt_layout(&lb, t, trans_b ? n : k, trans_b ? k : n, batch.count, batch.stride_b);
+    lt_layout(&ld, td, m, n, batch.count, batch.stride_d);
+    LtKey key = {(int)td, (int)t, m, n, k, trans_a, trans_b, bias != nullptr, batch.count, batch.stride_a, batch.stride_b, batch.stride_d};
+    auto found_algo = lt_algo_cache().find(key);
+    if (found_algo == lt_algo_cache().end()) {
+        cublasLtMatmulPreference_t pref;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        uint64_t ws = ctx->workspace_bytes;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        cublasLtMatmulHeuristicResult_t heur;
+        int found = 0;
+        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld, ld, pref, 1, &heur, &found));
+        cublasLtMatmulPreferenceDestroy(pref);
+        if (found == 0)
+            keel_die("cuBLASLt has no algorithm for a %dx%dx%d matmul (trans %d%d, bias %d, batch %d)", m, n, k, trans_a, trans_b,
+                     bias != nullptr, batch.count);
+        found_algo = lt_algo_cache().emplace(key, heur.algo).first;
+    }
+    CUBLAS_CHECK(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &found_algo->second, ctx->workspace,
                                 ctx->workspace_bytes, MAIN_STREAM));
-    cublasLtMatmulPreferenceDestroy(pref);
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(ld);
     cublasLtMatmulDescDestroy(desc);
 }
 
-// dbias[o] += Σ_n dout[n,o], n ascending: one thread per output channel.
-template <typename F> __global__ void matmul_dbias_kernel(float* dbias, const F* dout, int N, int OC) {
+// ---- the bias gradient: a deterministic two-stage column sum ----------------------------------------
+// dbias[o] += Σ_n dout[n,o]. Stage 1: the N rows are cut into chunks of DBIAS_ROWS; block (x, y)
+// sums chunk y for DBIAS_COLS·V consecutive columns: thread (cx, ry) of its 32×8 threads holds V
+// adjacent columns (one 16-byte load of dout per row when V > 1) and adds rows ry, ry+8, ... of the
+// chunk in ascending order; the 8 row-lanes are then added in ry order through shared memory, and
+// the chunk's sums go to partial[y, o]. Stage 2: one thread per column adds the chunks' partials in
+// chunk order into dbias. Every addition's order is a function of (N, OC) alone — no atomics, no
+// dependence on the GPU's block schedule — and the grid has OC/(32·V) × N/DBIAS_ROWS blocks (192 at
+// GPT-2 124M's C with B·T = 16384), where one thread per column had 3–12 blocks walking all N rows.
+enum { DBIAS_ROWS = 256, DBIAS_COL_THREADS = 32, DBIAS_ROW_THREADS = 8 };
+
+template <typename F, int V>
+__global__ void matmul_dbias_partial_kernel(float* partial,    // (chunks, OC)
+                                            const F* dout,     // (N, OC)
+                                            int N, int OC) {
+    __shared__ float sums[DBIAS_ROW_THREADS][DBIAS_COL_THREADS * V];
+    int cx = threadIdx.x % DBIAS_COL_THREADS, ry = threadIdx.x / DBIAS_COL_THREADS;
+    int o0 = (blockIdx.x * DBIAS_COL_THREADS + cx) * V;  // this thread's first column
+    int r0 = blockIdx.y * DBIAS_ROWS, r1 = N < r0 + DBIAS_ROWS ? N : r0 + DBIAS_ROWS;
+    float acc[V];
+    for (int v = 0; v < V; v++) acc[v] = 0.0f;
+    if (o0 < OC) {
+        for (int r = r0 + ry; r < r1; r += DBIAS_ROW_THREADS) {
+            const F* row = dout + (size_t)r * OC + o0;
+            if (V > 1) {
+                Pack<F, V> x = pack_load<F, V>(row);
+                for (int v = 0; v < V; v++) acc[v] += to_f32(x.v[v]);
+            } else {
+                acc[0] += to_f32(row[0]);
+            }
+        }
+    }
+    for (int v = 0; v < V; v++) sums[ry][cx * V + v] = acc[v];
+    __syncthreads();
+    if (ry == 0 && o0 < OC) {
+        for (int v = 0; v < V; v++) {
+            float s = sums[0][cx * V + v];
+            for (int y = 1; y < DBIAS_ROW_THREADS; y++) s += sums[y][cx * V + v];
+            partial[(size_t)blockIdx.y * OC + o0 + v] = s;
+        }
+    }
+}
+
+__global__ inline void matmul_dbias_finish_kernel(float* dbias, const float* partial, int chunks, int OC) {
     int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= OC) return;
-    float sum = 0.0f;
-    for (int n = 0; n < N; n++) sum += to_f32(dout[(size_t)n * OC + o]);
-    dbias[o] += sum;
+    float s = 0.0f;
+    for (int c = 0; c < chunks; c++) s += partial[(size_t)c * OC + o];
+    dbias[o] += s;
+}
+
+// The partials (chunks, OC) in fp32, kept between calls and reserved at set-up (matmul_reserve).
+static inline DeviceScratch* matmul_dbias_scratch() {
+    static DeviceScratch s;
+    return &s;
+}
+static inline size_t matmul_scratch_bytes(size_t N, size_t OC) { return (N + DBIAS_ROWS - 1) / DBIAS_ROWS * OC * sizeof(float); }
+// Sizes the bias-gradient scratch for up to N rows and OC output channels (no allocation later).
+static inline void matmul_reserve(size_t N, size_t OC) { scratch_reserve(matmul_dbias_scratch(), matmul_scratch_bytes(N, OC)); }
+
+template <typename F> static void matmul_dbias(float* dbias, const F* dout, int N, int OC) {
+    int chunks = (int)ceil_div(N, DBIAS_ROWS);
+    float* partial = (float*)scratch_reserve(matmul_dbias_scratch(), matmul_scratch_bytes(N, OC));
+    const int V = 16 / sizeof(F);
+    if (OC % V == 0 && pack_aligned(dout)) {  // every row starts 16-byte aligned
+        dim3 grid(ceil_div(OC, DBIAS_COL_THREADS * V), chunks);
+        KEEL_LAUNCH(matmul_dbias_partial_kernel<F KEEL_COMMA V>, grid, DBIAS_COL_THREADS * DBIAS_ROW_THREADS, 0, MAIN_STREAM)(partial, dout, N, OC);
+    } else {
+        dim3 grid(ceil_div(OC, DBIAS_COL_THREADS), chunks);
+        KEEL_LAUNCH(matmul_dbias_partial_kernel<F KEEL_COMMA 1>, grid, DBIAS_COL_THREADS * DBIAS_ROW_THREADS, 0, MAIN_STREAM)(partial, dout, N, OC);
+    }
+    CUDA_CHECK_LAUNCH();
+    KEEL_LAUNCH(matmul_dbias_finish_kernel, ceil_div(OC, 256), 256, 0, MAIN_STREAM)(dbias, partial, chunks, OC);
+    CUDA_CHECK_LAUNCH();
 }
 
 template <typename F> void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC) {
@@ -106,10 +217,7 @@ void matmul_backward(F* dinp, float* dweight, float* dbias, const F* dout, const
     if (N == 0 || OC == 0) return;
     if (dinp) lt_matmul(dinp, weight, dout, (const F*)nullptr, C, N, OC, false, false, 1.0f);
     if (dweight) lt_matmul(dweight, inp, dout, (const float*)nullptr, C, OC, N, false, true, 1.0f);
-    if (dbias) {
-        KEEL_LAUNCH(matmul_dbias_kernel<F>, ceil_div(OC, 256), 256, 0, MAIN_STREAM)(dbias, dout, N, OC);
-        CUDA_CHECK_LAUNCH();
-    }
+    if (dbias) matmul_dbias(dbias, dout, N, OC);
 }
 
 }  // namespace keel_cuda

@@ -5,6 +5,9 @@
 //
 // Semantics implemented (column-major, as cuBLASLt):
 //   D = alpha·op(A)·op(B) + beta·C  [+ bias[i] on row i of D under CUBLASLT_EPILOGUE_BIAS]
+//   strided batches (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT / _STRIDED_BATCH_OFFSET on every layout):
+//   product i reads A + i·strideA, B + i·strideB, C + i·strideC and writes D + i·strideD (elements);
+//   all four layouts must carry the same batch count (a bias epilogue is refused with batches)
 //   op(X) = X or Xᵀ (CUBLASLT_MATMUL_DESC_TRANSA/B); A, B, C, D fp32 or bf16 (read as float,
 //   D rounded to its type); products summed in fp32 in ascending k (the GPU's order differs:
 //   tests compare with a tolerance). C may be D (in-place accumulate).
@@ -25,6 +28,7 @@ typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cubla
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
                CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 } cublasLtMatmulDescAttributes_t;
 typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+typedef enum { CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6 } cublasLtMatrixLayoutAttribute_t;
 
 struct emu_lt_handle { int unused; };
 struct emu_lt_desc {
@@ -38,6 +42,8 @@ struct emu_lt_layout {
     cudaDataType_t type;
     uint64_t rows, cols;
     int64_t ld;
+    int32_t batch = 1;     // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT
+    int64_t stride = 0;    // CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, in elements
 };
 struct emu_lt_pref { uint64_t workspace = 0; };
 typedef emu_lt_handle* cublasLtHandle_t;
@@ -112,6 +118,20 @@ inline cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* l, cuda
     *l = new emu_lt_layout{type, rows, cols, ld};
     return CUBLAS_STATUS_SUCCESS;
 }
+inline cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr, const void* buf,
+                                                       size_t size) {
+    if (attr == CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT) {
+        if (size != sizeof(int32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&l->batch, buf, sizeof(int32_t));
+        return l->batch >= 1 ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (attr == CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET) {
+        if (size != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&l->stride, buf, sizeof(int64_t));
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    return emu_lt_refuse("matrix layout attribute", attr);
+}
 inline cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) { delete l; return CUBLAS_STATUS_SUCCESS; }
 
 inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* p) { *p = new emu_lt_pref; return CUBLAS_STATUS_SUCCESS; }
@@ -161,24 +181,39 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
     if (lc->type != ld->type) return emu_lt_refuse("C and D of different types, D type", ld->type);
     if (ld->type != la->type && ld->type != CUDA_R_32F) return emu_lt_refuse("D type with these inputs", ld->type);
     if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    int32_t batch = ld->batch;
+    if (la->batch != batch || lb->batch != batch || lc->batch != batch)
+        return emu_lt_refuse("layouts with different batch counts, D's", batch);
+    if (batch > 1 && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) return emu_lt_refuse("an epilogue with batches, epilogue", d->epilogue);
+    if (C != D && lc->stride != ld->stride) return emu_lt_refuse("a C batch stride other than D's", lc->stride);
     float alpha, beta;
     memcpy(&alpha, alpha_p, 4);
     memcpy(&beta, beta_p, 4);
     emu::DeviceScope open;
     bool ta = d->transa == CUBLAS_OP_T, tb = d->transb == CUBLAS_OP_T;
-#pragma omp parallel for schedule(static)
-    for (int64_t j = 0; j < (int64_t)n; j++) {
-        for (uint64_t i = 0; i < m; i++) {
-            float acc = 0.0f;
-            for (uint64_t p = 0; p < k; p++) {
-                float a = emu_lt_load(A, la->type, ta ? i * la->ld + p : p * la->ld + i);
-                float b = emu_lt_load(B, lb->type, tb ? p * lb->ld + j : j * lb->ld + p);
-                acc += a * b;
+    auto elem = [](const void* base, cudaDataType_t t, int64_t off) {
+        size_t sz = t == CUDA_R_32F ? 4 : 2;
+        return (const void*)((const char*)base + off * (int64_t)sz);
+    };
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int32_t bi = 0; bi < batch; bi++) {
+        for (int64_t j = 0; j < (int64_t)n; j++) {
+            const void* Ab = elem(A, la->type, bi * la->stride);
+            const void* Bb = elem(B, lb->type, bi * lb->stride);
+            const void* Cb = elem(C, lc->type, bi * lc->stride);
+            void* Db = (void*)elem(D, ld->type, bi * ld->stride);
+            for (uint64_t i = 0; i < m; i++) {
+                float acc = 0.0f;
+                for (uint64_t p = 0; p < k; p++) {
+                    float a = emu_lt_load(Ab, la->type, ta ? i * la->ld + p : p * la->ld + i);
+                    float b = emu_lt_load(Bb, lb->type, tb ? p * lb->ld + j : j * lb->ld + p);
+                    acc += a * b;
+                }
+                float r = alpha * acc;
+                if (beta != 0.0f) r += beta * emu_lt_load(Cb, lc->type, j * lc->ld + i);
+                if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) r += emu_lt_load(d->bias, ld->type, i);
+                emu_lt_store(Db, ld->type, j * ld->ld + i, r);
             }
-            float r = alpha * acc;
-            if (beta != 0.0f) r += beta * emu_lt_load(C, lc->type, j * lc->ld + i);
-            if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) r += emu_lt_load(d->bias, ld->type, i);
-            emu_lt_store(D, ld->type, j * ld->ld + i, r);
         }
     }
     return CUBLAS_STATUS_SUCCESS;
