@@ -16,6 +16,7 @@ CXXFLAGS  ?= -O3 -march=native
 # without it); every result is unchanged, IEEE sqrt is exact either way.
 KEEL_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter -ffp-contract=off -fno-math-errno -I.
 LDLIBS    = -lm
+COMMA := ,
 
 # ---- detection (each overridable) ---------------------------------------------------------------
 OPENMP_OK := $(shell echo 'int main(){return 0;}' | $(CXX) -fopenmp -x c++ - -o /dev/null 2>/dev/null && echo 1)
@@ -58,6 +59,49 @@ else
   endif
 endif
 
+# ---- GPU architecture: what nvcc compiles the device code for ------------------------------------
+# Without an -arch nvcc targets its oldest architecture: on an H100 the driver would JIT-compile the
+# PTX at start-up and every bf16 conversion would run in software. So: the GPU that nvidia-smi finds
+# (compute capability "9.0" → sm_90), else a fat binary for A100 and H100 (sm_80 sm_90) with PTX of
+# the newest for later GPUs to JIT. GPU_ARCH="90" or "80 90" overrides; each value must be one nvcc
+# can compile for (nvcc --list-gpu-code; an a/f suffix, e.g. 90a, names the same GPU's
+# architecture-specific variant).
+GPU_ARCH_FAT := 80 90
+ifneq ($(NVCC),)
+  NVCC_GPU_CODES := $(patsubst sm_%,%,$(shell $(NVCC) --list-gpu-code 2>/dev/null))
+  ifneq ($(origin GPU_ARCH),undefined)
+    GPU_ARCH_WHY := GPU_ARCH=$(GPU_ARCH)
+  else
+    # The first GPU: "name, 9.0"; a driver that finds no GPU prints an error instead (no match).
+    GPU_FOUND := $(shell nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader 2>/dev/null | head -n1 | grep -E ', *[0-9]+\.[0-9]+$$')
+    GPU_FOUND_CAP := $(subst .,,$(lastword $(subst $(COMMA), ,$(GPU_FOUND))))
+    GPU_FOUND_NAME := $(shell echo '$(GPU_FOUND)' | cut -d, -f1)
+    ifeq ($(GPU_FOUND),)
+      GPU_ARCH := $(GPU_ARCH_FAT)
+      GPU_ARCH_WHY := no GPU found: fat binary; GPU_ARCH= overrides
+    else ifneq ($(filter $(GPU_FOUND_CAP),$(NVCC_GPU_CODES)),)
+      GPU_ARCH := $(GPU_FOUND_CAP)
+      GPU_ARCH_WHY := found $(GPU_FOUND_NAME) via nvidia-smi
+    else
+      $(info ✗ GPU arch sm_$(GPU_FOUND_CAP) of $(GPU_FOUND_NAME): this nvcc cannot compile for it (it knows $(NVCC_GPU_CODES)))
+      GPU_ARCH := $(GPU_ARCH_FAT)
+      GPU_ARCH_WHY := fat binary instead; GPU_ARCH= overrides
+    endif
+  endif
+  GPU_ARCH_BAD := $(strip $(foreach a,$(GPU_ARCH),$(if $(filter $(patsubst %a,%,$(patsubst %f,%,$(a))),$(NVCC_GPU_CODES)),,$(a))))
+  ifeq ($(strip $(GPU_ARCH)),)
+    $(error ✗ GPU_ARCH is empty: give compute capabilities without the dot, e.g. GPU_ARCH=90 or GPU_ARCH="80 90")
+  endif
+  ifneq ($(GPU_ARCH_BAD),)
+    $(error ✗ GPU_ARCH=$(GPU_ARCH): $(GPU_ARCH_BAD) is not an architecture this nvcc compiles for (one or more of: $(NVCC_GPU_CODES); e.g. GPU_ARCH=90 or GPU_ARCH="80 90"))
+  endif
+  # Machine code for each architecture, plus PTX of the newest (numeric order) so a later GPU can JIT.
+  GPU_ARCH_PTX := $(lastword $(shell printf '%s\n' $(GPU_ARCH) | sort -n))
+  NVCC_ARCH_FLAGS := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_$(GPU_ARCH_PTX),code=compute_$(GPU_ARCH_PTX)
+  $(info ✓ GPU arch $(foreach a,$(GPU_ARCH),sm_$(a)) ($(GPU_ARCH_WHY)))
+endif
+GPU_ARCH_STAMP := build/gpu_arch_flags
+
 HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.cuh)
 TARGETS := train_gpt_cpu tokenize_gpt2 batch_lookup layer_norms
 ifneq ($(NVCC),)
@@ -68,7 +112,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all run test test-cuda test-gpu data bench setup clean tests
+.PHONY: all run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -78,10 +122,17 @@ endif
 train_gpt_cpu: train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $(CPU_MPI_FLAGS) -x c++ $< -o $@ $(MPI_LIBS) $(LDLIBS)
 
+# Everything nvcc builds depends on this file, rewritten only when the architecture flags change: a
+# build for another GPU (or GPU_ARCH=) recompiles instead of reporting "up to date".
+$(GPU_ARCH_STAMP): FORCE
+	@mkdir -p build
+	@echo '$(NVCC_ARCH_FLAGS)' | cmp -s - $@ || echo '$(NVCC_ARCH_FLAGS)' > $@
+FORCE:
+
 # The same train_gpt.cu, compiled by nvcc and linked against cuBLASLt, NCCL and MPI.
 NVCC_FLAGS ?= -O3 -std=c++17 --expt-relaxed-constexpr
-train_gpt: train_gpt.cu $(HEADERS)
-	$(NVCC) $(NVCC_FLAGS) -DKEEL_CUDA -DKEEL_MPI -I. -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno $(MPI_CFLAGS) $< -o $@ \
+train_gpt: train_gpt.cu $(HEADERS) $(GPU_ARCH_STAMP)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -DKEEL_CUDA -DKEEL_MPI -I. -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno $(MPI_CFLAGS) $< -o $@ \
 	  -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl $(MPI_LIBS) -lm
 
 tokenize_gpt2: dev/tokenize_gpt2.cpp $(HEADERS)
@@ -145,13 +196,38 @@ test-cuda: setup
 # On a machine with a GPU: the same kernel tests compiled by nvcc, and the real train_gpt against
 # the CPU trainer.
 GPU_TEST_BINS := $(patsubst test/%.cpp,build/gpu/%,$(wildcard test/test_cuda_*.cpp))
-build/gpu/test_cuda_%: test/test_cuda_%.cpp $(HEADERS)
+build/gpu/test_cuda_%: test/test_cuda_%.cpp $(HEADERS) $(GPU_ARCH_STAMP)
 	@mkdir -p build/gpu
-	$(NVCC) $(NVCC_FLAGS) -I. -x cu $< -o $@ -Xcompiler -fopenmp -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -I. -x cu $< -o $@ -Xcompiler -fopenmp -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas
 test-gpu: setup
 	@$(MAKE) --no-print-directory train_gpt_cpu train_gpt $(GPU_TEST_BINS)
 	@$(MAKE) --no-print-directory data
 	@KEEL_TEST_BIN_DIR=build/gpu KEEL_CUDA_TRAINER=./train_gpt bash test/run_tests.sh cuda
+
+# ---- kernel lab (dev/cuda, STYLE 12) ---------------------------------------------------------------
+# One program per hot kernel family: numbered variants, each checked against the CPU op before it
+# is timed (dev/cuda/README.md). `make cuda-lab` builds them with nvcc for the GPU arch above into
+# build/lab/; `make cuda-lab-emu` builds them with g++ against the CUDA emulation and runs their
+# checks at a tiny shape (nothing is timed there).
+LAB_SRCS := $(wildcard dev/cuda/*.cu)
+LAB_BINS := $(patsubst dev/cuda/%.cu,build/lab/%,$(LAB_SRCS))
+LAB_EMU_BINS := $(patsubst dev/cuda/%.cu,build/lab_emu/%,$(LAB_SRCS))
+LAB_EMU_ARGS ?= -B 2 -T 37 -C 48 -NH 4 -V 500 -Vp 512 -r 1
+build/lab/%: dev/cuda/%.cu dev/cuda/lab.h $(HEADERS) $(GPU_ARCH_STAMP)
+	@mkdir -p build/lab
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -I. $< -o $@ -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno \
+	  -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas
+build/lab_emu/%: dev/cuda/%.cu dev/cuda/lab.h $(HEADERS) $(EMU_HEADERS)
+	@mkdir -p build/lab_emu
+	$(CXX) -O2 $(KEEL_CXXFLAGS) $(EMU_FLAGS) -x c++ $< -o $@ $(LDLIBS)
+ifneq ($(NVCC),)
+cuda-lab: $(LAB_BINS)
+else
+cuda-lab:
+	@echo "✗ cuda-lab needs nvcc (and NCCL headers; see the ✓/✗ lines above)"; exit 1
+endif
+cuda-lab-emu: $(LAB_EMU_BINS)
+	@for b in $(LAB_EMU_BINS); do echo "== $$b $(LAB_EMU_ARGS)"; $$b $(LAB_EMU_ARGS) || exit 1; done
 
 run: setup
 	@$(MAKE) --no-print-directory all
@@ -164,6 +240,11 @@ build/fma_peak: dev/fma_peak.cpp
 
 bench: train_gpt_cpu build/fma_peak
 	@bash scripts/bench.sh
+
+# The GPU trainer's step profile without a GPU (the emulator's KEEL_EMU_PROFILE counts): launches,
+# tensor-core FLOPs against the model's, syncs, allocations and bytes per iteration (issue 21).
+gpu-profile:
+	@bash scripts/gpu_profile.sh
 
 clean:
 	rm -rf build train_gpt_cpu train_gpt tokenize_gpt2 batch_lookup layer_norms

@@ -32,3 +32,56 @@ read -r PEAK2 _ < <(peak_probe)
 echo "fp32 FMA peak, measured: $PEAK GFLOP/s ($PEAK_ISA) before the runs, $PEAK2 after (% peak: against the one before)"
 ./build/fma_peak | awk '$2 != "threads" && $2 != "'"$PEAK_ISA"'" { printf "  (%s: %s GFLOP/s)\n", $2, $3 }'
 echo "threads: ${OMP_NUM_THREADS:-$(nproc)} | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') | $(grep -m1 -o 'backend: [^|]*' "$tmp/tiny.log" || true)"
+
+# ---- GPU: train_gpt at GPT-2 124M and 350M (B=16, T=1024, bf16) ---------------------------------
+# ms/iteration: the median of the iterations after the first (start-up, allocation, cuBLASLt's
+# heuristics); tokens/s = B·T / that. Model FLOPs per token = 6·N + 12·L·C·T (N = parameters
+# including the padded vocabulary; attention counted at full T×T, the PaLM / llm.c convention), so
+# MFU = FLOPs/token · tokens/s / peak, with the bf16 dense peak taken from the GPU's name (H100 and
+# H200: 989 TFLOP/s, A100: 312; otherwise MFU is n/a). Peak memory: nvidia-smi's memory.used of the
+# GPU, sampled every 0.2 s during the run (the whole GPU: other processes count too).
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 || true)
+if [ -z "$GPU_NAME" ]; then
+  echo "GPU: no GPU found (nvidia-smi): the GPU figures (train_gpt at 124M and 350M) need a GPU — not yet measured"
+  exit 0
+fi
+if [ ! -x ./train_gpt ]; then
+  echo "GPU: $GPU_NAME found but ./train_gpt is not built (make train_gpt): GPU figures not measured"
+  exit 0
+fi
+case "$GPU_NAME" in
+  *H100*|*H200*) GPU_PEAK=989 ;;
+  *A100*) GPU_PEAK=312 ;;
+  *) GPU_PEAK=0 ;;
+esac
+GPU_ITERS=${BENCH_GPU_ITERS:-10}
+GPU_INDEX=${CUDA_VISIBLE_DEVICES:-0}; GPU_INDEX=${GPU_INDEX%%,*}
+echo
+echo "GPU: $GPU_NAME | bf16 dense peak: $([ "$GPU_PEAK" -gt 0 ] && echo "$GPU_PEAK TFLOP/s" || echo "unknown for this GPU (MFU n/a)") | $GPU_ITERS iterations, median of 2..$GPU_ITERS"
+echo "model FLOPs per token = 6·N + 12·L·C·T (N: parameters incl. padded vocabulary; attention at full T×T)"
+printf '%-6s %-28s %10s %12s %9s %7s %12s\n' config shape ms/iter tok/s TFLOP/s MFU "peak mem"
+gpu_bench() { # name L C NH T B
+  local name=$1 L=$2 C=$3 NH=$4 T=$5 B=$6 sampler P peak rc=0
+  nvidia-smi -i "$GPU_INDEX" --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$tmp/$name.mem" 2>/dev/null &
+  sampler=$!
+  timeout -k 10 900 ./train_gpt --bf16 --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length "$T" \
+    --micro-batch-size "$B" --train-iters "$GPU_ITERS" --lr 1e-4 --train-data-path data/brown/brown_train.bin \
+    --log-interval 1000 --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 || rc=$?
+  kill "$sampler" 2>/dev/null || true
+  wait "$sampler" 2>/dev/null || true
+  if [ $rc -ne 0 ]; then echo "$name: train_gpt failed (exit $rc)"; tail -3 "$tmp/$name.log"; return; fi
+  P=$(grep -o '([0-9]* with vocabulary padding)' "$tmp/$name.log" | grep -o '[0-9]*' | head -n1 || true)
+  peak=$(awk '$1 ~ /^[0-9]+$/ && $1 > m { m = $1 } END { print m + 0 }' "$tmp/$name.mem")
+  { grep -o '"elapsed_ms": [0-9.e+-]*' "$tmp/$name.jsonl" || true; } | awk 'NR > 1 { print $2 }' | sort -g |
+    awk -v P="$P" -v PEAK="$GPU_PEAK" -v L="$L" -v C="$C" -v T="$T" -v B="$B" -v NH="$NH" -v name="$name" -v mem="$peak" '
+      { v[n++] = $1 }
+      END {
+        if (n == 0) { printf "%s: no timed iterations\n", name; exit }
+        med = n % 2 ? v[(n - 1) / 2] : (v[n / 2 - 1] + v[n / 2]) / 2
+        tps = B * T / (med / 1000); tf = (6 * P + 12 * L * C * T) * tps / 1e12
+        mfu = PEAK > 0 ? sprintf("%.1f%%", 100 * tf / PEAK) : "n/a"
+        printf "%-6s %-28s %10.1f %12.0f %9.1f %7s %8.1f GiB\n", name, sprintf("L%d C%d NH%d T%d B%d", L, C, NH, T, B), med, tps, tf, mfu, mem / 1024
+      }'
+}
+gpu_bench 124M 12 768 12 1024 16
+gpu_bench 350M 24 1024 16 1024 16
