@@ -393,6 +393,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     double dloss = scale / ((double)gbs * T) * dp;  // the loss scale rides on dloss; ×DP: the reduction averages
     auto first_sample = [&](int mb) { return batch_first_sample(st->consumed_samples, mb, dp, comm->rank, B); };
     auto slot_of = [&](int mb) { gpt_use_slot(model, mb % slots); };
+    if (last_stage) gpt_loss_log_reserve(model, (int)accum, B, T);
     for (const PipeAction& a : pipeline_schedule_1f1b(stage, P, (int)accum)) {
         switch (a.op) {
             case PIPE_RECV_FORWARD:
@@ -405,7 +406,8 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
                 if (first_stage || last_stage) trainer_read_batch(tr, &tr->train_data, first, B, T);
                 if (first_stage) trainer_dump_tokens(tr, it, a.mb, first, B, T);
                 gpt_set_dropout(model, true, st->dropout_seed, first);
-                losses[a.mb] = gpt_forward(model, tr->inputs.data(), last_stage ? tr->targets.data() : nullptr, B, T);
+                // the losses stay on the device until the iteration's end (one read-back, not one per micro-batch)
+                gpt_forward(model, tr->inputs.data(), last_stage ? tr->targets.data() : nullptr, B, T, dloss, (int)a.mb);
                 if (stats) layer_stats_acts(model, B, T, act_sumsq.data() + a.mb * (L + 1));
                 break;
             }
@@ -442,6 +444,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     // (test hook: KEEL_TEST_UNTIE_PIPELINE_EMBEDDING=1 leaves the copies apart, to prove the exchange matters)
     if (P > 1 && (first_stage || last_stage) && !getenv("KEEL_TEST_UNTIE_PIPELINE_EMBEDDING"))
         comm_allreduce_sum_f32_buf(&tr->embed, model->g[P_WTE], (size_t)model->table.t[P_WTE].numel);
+    if (last_stage) losses = gpt_losses_read(model, (int)accum, B, T);
     double loss = trainer_sum_global_order(comm, losses.data(), accum, 1)[0] / (double)(accum * dp);
     comm_broadcast(&tr->pipe, &loss, sizeof loss, P - 1);  // the last stage computed it
     float* grads = tr->model.grads;

@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
                 dataloader_read(&dl, batch_first_sample(st.consumed_samples, m, 1, 0, B) + b, sample.data());
                 for (int t = 0; t < T; t++) inputs[b * T + t] = sample[t], targets[b * T + t] = sample[t + 1];
             }
-            gpt_forward(&model, inputs.data(), targets.data(), B, T);
+            gpt_forward(&model, inputs.data(), targets.data(), B, T, 1.0 / ((double)gbs * T));  // the fused classifier's dloss
             acts[0] += plain_sumsq(model.acts.encoded, BT * C);
             for (int l = 0; l < L; l++) acts[1 + l] += plain_sumsq(model.acts.residual3 + l * BT * C, BT * C);
             gpt_backward(&model, B, T, 1.0 / ((double)gbs * T));

@@ -261,6 +261,7 @@ template <typename F> struct Activations {
     S* losses;     // (B,T)
     int* inputs;   // (B,T) token ids on the device
     int* targets;  // (B,T)
+    int* wte_groups;  // (2·B·T + 2) encoder_token_groups of inputs (llmc/ops.h): the word-embedding gradient's work list
 };
 
 // Gradient scratch for one layer at a time, reused down the stack.
@@ -300,11 +301,17 @@ template <typename F> struct GPT {
     int* inputs;              // (B,T) on the device: the slot's
     int* targets;             // (B,T) on the device: the slot's
     std::vector<acc_t<F>> losses_host;
+    // The per-position losses of an iteration's micro-batches, kept on the device and read back once
+    // (gpt_losses_read): a read per micro-batch would synchronize the host with the GPU each time.
+    acc_t<F>* loss_log;       // (loss_log_rows) micro-batch k at k·B·T
+    size_t loss_log_rows;
+    double classifier_dloss;  // the dloss of the last training forward's fused classifier (gpt_backward checks it)
     float* alibi;             // (NH) ALiBi slopes in device memory (the attention kernels read them), or null
     DropoutState dropout;
     const Comm* tp;           // the tensor-parallel group (null or size 1: none)
     acc_t<F>* vp_stats;       // (B,T,3) vocabulary-parallel cross-entropy: row max, Σ exp, target logit
     std::vector<int> ids_host;  // (B,T) the rank's local token / target numbers (tensor parallelism)
+    std::vector<int> groups_host, group_count;  // (2·B·T + 2), (Vp/T): encoder_token_groups' output and counts
 };
 
 // Tensor parallelism's all-reduces over the group (no-ops without it): the sum after a row-parallel
@@ -380,6 +387,8 @@ template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, con
     a->logits = alloc(head * BT * Vp); a->losses = stat(head * BT);
     a->inputs = (int*)backend_malloc(BT * sizeof(int));
     a->targets = (int*)backend_malloc(BT * sizeof(int));
+    a->wte_groups = cfg->stage_first ? (int*)backend_malloc((2 * BT + 2) * sizeof(int)) : nullptr;
+    bytes += cfg->stage_first ? (2 * BT + 2) * sizeof(int) : 0;
     return bytes;
 }
 
@@ -419,6 +428,9 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     d->atty_hs = alloc(nf * BT * Ca); d->qkv = alloc(BT * 3 * Ca); d->fch = alloc(BT * H);
     d->fch_act = alloc(BT * H); d->lnfc = alloc(nf * BT * H);
     m->losses_host.resize(BT);
+    m->loss_log = nullptr;
+    m->loss_log_rows = 0;
+    m->classifier_dloss = 0.0;
     m->alibi = nullptr;
     if (cfg->alibi) {  // the slopes of the model's heads; this rank's slice
         std::vector<float> slopes(NH);
@@ -430,6 +442,13 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     m->tp = nullptr;
     m->vp_stats = cfg->tp_size > 1 && cfg->stage_last ? gpt_alloc<acc_t<F>>(3 * BT) : nullptr;
     m->ids_host.resize(BT);
+    m->groups_host.resize(2 * BT + 2);
+    m->group_count.assign(td.Vl, 0);
+    // the ops' kept scratch (CUDA: the attention products, the bias and LayerNorm column sums),
+    // sized now for the largest micro-batch so that no training step allocates (CPU: nothing)
+    attention_reserve<F>(B, T, (int)Ca, td.NH);
+    matmul_reserve(BT, std::max({3 * Ca, H, C}));
+    layernorm_reserve((int)BT, (int)(nf ? std::max(H, C) : C));
 }
 
 template <typename F> void gpt_free(GPT<F>* m) {
@@ -444,6 +463,7 @@ template <typename F> void gpt_free(GPT<F>* m) {
         for (acc_t<F>* b : stats) backend_free(b);
         backend_free(a->inputs);
         backend_free(a->targets);
+        backend_free(a->wte_groups);
     }
     F* dbufs[] = {d->residual, d->branch, d->ln, d->atty, d->atty_hs, d->qkv, d->fch, d->fch_act, d->lnfc};
     for (F* b : dbufs) backend_free(b);
@@ -452,6 +472,7 @@ template <typename F> void gpt_free(GPT<F>* m) {
     if constexpr (gpt_has_compute_copy<F>()) backend_free(m->params_c);
     backend_free(m->alibi);
     backend_free(m->vp_stats);
+    backend_free(m->loss_log);
 }
 
 // Turns dropout on for the next forward/backward of a training micro-batch whose row 0 is the
@@ -527,12 +548,12 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
         if (dwpe) position_backward(dwpe, d, B, T, C);
         backend_memset_zero(m->dacts.ln, BTC * sizeof(F));
         layernorm_backward(m->dacts.ln, m->g[P_LNEW], m->g[P_LNEB], d, a->emb, m->p[P_LNEW], a->lne_mean, a->lne_rstd, B * T, C);
-        encoder_backward(m->g[P_WTE], (acc_t<F>*)nullptr, m->dacts.ln, m->inputs, B, T, C);
+        encoder_backward(m->g[P_WTE], (acc_t<F>*)nullptr, m->dacts.ln, m->inputs, a->wte_groups, B, T, C);
     } else if (cfg->tp_size > 1) {  // the replicated positions from the whole gradient, this rank's word rows
         if (dwpe) position_backward(dwpe, d, B, T, C);
-        encoder_backward(m->g[P_WTE], (acc_t<F>*)nullptr, d, m->inputs, B, T, C);
+        encoder_backward(m->g[P_WTE], (acc_t<F>*)nullptr, d, m->inputs, a->wte_groups, B, T, C);
     } else {
-        encoder_backward(m->g[P_WTE], dwpe, d, m->inputs, B, T, C);
+        encoder_backward(m->g[P_WTE], dwpe, d, m->inputs, a->wte_groups, B, T, C);
     }
 }
 
@@ -579,9 +600,10 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     }
     DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
     if (d.p > 0) dropout_forward(branch, branch, B, (size_t)T * C, &d);
-    residual_forward(residual2, residual, branch, BT * C);
+    // residual2 = residual + branch, then the MLP branch's ln2 = LayerNorm(residual2): one pass on the GPU
+    residual_layernorm_forward(residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, p[P_LN2W] + l * C,
+                               p[P_LN2B] + l * C, (int)BT, C);
     // MLP branch
-    layernorm_forward(ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)BT, C);
     matmul_forward(fch, ln2, p[P_FCW] + l * CH, p[P_FCB] + l * H, (int)BT, C, H);  // column-parallel
     gpt_activation_forward(m, fch_act, fch, BT * H);
     F* fcin = fch_act;
@@ -596,8 +618,20 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     residual_forward(residual3, residual2, fcproj, BT * C);
 }
 
+// The mean of n per-position losses, added in position order in double.
+template <typename S> static inline double gpt_mean_loss(const S* losses, size_t n) {
+    double sum = 0;  // fixed order: position 0 .. n-1
+    for (size_t i = 0; i < n; i++) sum += (double)losses[i];
+    return sum / (double)n;
+}
+
 // Forward pass over tokens (B,T) with B·T within the allocated shape. With targets, computes the
 // per-position losses and returns their mean; without (generation), leaves logits and returns 0.
+// dloss ≠ 0 (training): the fused classifier also leaves the loss's gradient w.r.t. the logits, for
+// the gpt_backward(…, dloss) that follows (cpu/classifier.h: the probabilities are never stored).
+// loss_slot ≥ 0 (training): the losses stay on the device in slot loss_slot of the loss log
+// (gpt_loss_log_reserve) and the function returns 0 without waiting for the GPU; gpt_losses_read
+// fetches every slot of the iteration at once.
 // The activation layout keeps the allocated stride, so a shorter T (curriculum, sampling) works.
 //
 // One layer (pre-LN GPT-2; [..] only under its knob):
@@ -609,7 +643,8 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
 // then unused). The last stage ends with the loss; an earlier one ends at gpt_stage_output (no
 // targets needed, returns 0). Layer l of the stage is layer stage_layer_first + l of the model: its
 // dropout masks and layer-scaling coefficient are the ones it has without pipeline parallelism.
-template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, int B, int T) {
+template <typename F>
+double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, int B, int T, double dloss = 0.0, int loss_slot = -1) {
     const GPTConfig* cfg = &m->config;
     int L = gpt_stage_layers(cfg);
     int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
@@ -622,6 +657,10 @@ template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, cons
         for (size_t i = 0; i < BT; i++)
             if (inputs_host[i] < 0 || inputs_host[i] >= V) keel_die("token id %d at position %zu is outside [0, %d)", inputs_host[i], i, V);
         gpt_ids_to_device(m, m->inputs, inputs_host, BT, true);
+        // the word-embedding gradient's token groups, from the ids as this rank numbers them
+        const int* local = cfg->tp_size == 1 ? inputs_host : m->ids_host.data();
+        int used = encoder_token_groups(m->groups_host.data(), local, (int)BT, &m->group_count);
+        backend_copy_to_device(a->wte_groups, m->groups_host.data(), (size_t)used * sizeof(int));
         gpt_embed_forward(m, B, T);
     }
     for (int l = 0; l < L; l++) gpt_layer_forward(m, l, B, T);
@@ -633,8 +672,12 @@ template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, cons
     for (size_t i = 0; i < BT; i++)
         if (targets_host[i] < 0 || targets_host[i] >= V) keel_die("target id %d at position %zu is outside [0, %d)", targets_host[i], i, V);
     gpt_ids_to_device(m, m->targets, targets_host, BT, false);
+    if (loss_slot >= 0 && (size_t)(loss_slot + 1) * BT > m->loss_log_rows)
+        keel_die("gpt_forward: loss slot %d of %zu positions is beyond the loss log's %zu rows", loss_slot, BT, m->loss_log_rows);
+    acc_t<F>* losses = loss_slot >= 0 ? m->loss_log + (size_t)loss_slot * BT : a->losses;
+    m->classifier_dloss = dloss;
     if (cfg->tp_size == 1) {
-        classifier_forward(a->losses, a->logits, m->targets, (int)BT, V, Vp);
+        classifier_forward(losses, a->logits, m->targets, (int)BT, V, Vp, (acc_t<F>)dloss);
     } else {  // vocabulary-parallel cross-entropy (cpu/classifier.h): max, then Σ exp and the target's logit, over ranks
         acc_t<F>* rowmax = m->vp_stats;
         acc_t<F>* stats = m->vp_stats + BT;
@@ -642,12 +685,31 @@ template <typename F> double gpt_forward(GPT<F>* m, const int* inputs_host, cons
         gpt_tp_max(m, rowmax, BT);
         vocab_parallel_sumexp(stats, a->logits, m->targets, rowmax, (int)BT, td.Vr, td.Vl);
         gpt_tp_sum(m, stats, 2 * BT);
-        vocab_parallel_finish(a->losses, a->logits, stats, rowmax, (int)BT, td.Vr, td.Vl);
+        vocab_parallel_finish(losses, a->logits, stats, rowmax, m->targets, (acc_t<F>)dloss, (int)BT, td.Vr, td.Vl);
     }
-    backend_copy_to_host(m->losses_host.data(), a->losses, BT * sizeof(acc_t<F>));
-    double sum = 0;  // fixed order: position 0 .. BT-1
-    for (size_t i = 0; i < BT; i++) sum += (double)m->losses_host[i];
-    return sum / (double)BT;
+    if (loss_slot >= 0) return 0.0;
+    backend_copy_to_host(m->losses_host.data(), losses, BT * sizeof(acc_t<F>));
+    return gpt_mean_loss(m->losses_host.data(), BT);
+}
+
+// Room for `slots` micro-batches of (B,T) losses in the loss log (allocates only when it grows:
+// the first iteration, or a batch-size ramp-up step).
+template <typename F> void gpt_loss_log_reserve(GPT<F>* m, int slots, int B, int T) {
+    size_t rows = (size_t)slots * B * T;
+    if (rows <= m->loss_log_rows) return;
+    backend_free(m->loss_log);
+    m->loss_log = gpt_alloc<acc_t<F>>(rows);
+    m->loss_log_rows = rows;
+}
+
+// The mean loss of each of the first `slots` micro-batches of the loss log: one copy to the host.
+template <typename F> std::vector<double> gpt_losses_read(GPT<F>* m, int slots, int B, int T) {
+    size_t BT = (size_t)B * T;
+    std::vector<acc_t<F>> host((size_t)slots * BT);
+    backend_copy_to_host(host.data(), m->loss_log, host.size() * sizeof(acc_t<F>));
+    std::vector<double> means(slots);
+    for (int k = 0; k < slots; k++) means[k] = gpt_mean_loss(host.data() + k * BT, BT);
+    return means;
 }
 
 // Token ids (inputs) or targets to the device; under tensor parallelism as this rank's local numbers:
@@ -715,7 +777,10 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
     bool nf = cfg->normformer;
     auto zero = [](F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); };
     if (cfg->stage_last) {  // else d->residual holds the gradient of gpt_stage_output (gpt_stage_grad)
-        classifier_backward(a->logits, m->targets, (acc_t<F>)dloss, (int)BT, td.Vr, td.Vl);
+        // the fused classifier of the forward left dlogits in a->logits (cpu/classifier.h)
+        if (m->classifier_dloss != dloss)
+            keel_die("gpt_backward: the forward's fused classifier used dloss %.9g, not %.9g (pass dloss to gpt_forward)",
+                     m->classifier_dloss, dloss);
         zero(d->ln, BT * C);
         matmul_backward(d->ln, g[P_WTE], (acc_t<F>*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, td.Vl);
         gpt_tp_sum(m, d->ln, BT * C);  // each rank's vocabulary columns contributed a part

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "llmc/quantize.h"
 #include "llmc/rand.h"
@@ -37,6 +38,42 @@ KEEL_HD static inline uint64_t dropout_site(int layer, int kind) { return (uint6
 
 KEEL_HD static inline bool dropout_keep(const DropoutSite* d, int64_t b, uint64_t r) {
     return rng_uniform(d->seed, RNG_DROPOUT, d->site, (uint64_t)(d->first_sample + b), r) >= d->p;
+}
+
+// ---- word-embedding gradient (cpu/encoder.h, cuda/encoder.cuh) ----------------------------------------
+// dwte[id] += dout[bt] over every position bt holding token id: positions that share a token add into
+// the same row, so a parallel op must give each row one owner that adds its positions in a fixed
+// order. The token groups say who: built on the host from the ids the host already has (no device
+// sort, no read-back), uploaded with them, (2·n + 2) ints:
+//   [0]                 G, the number of distinct ids ≥ 0 (negative ids — another tensor-parallel
+//                       rank's rows — belong to no group)
+//   [1, G+2)            start of group g in the position list (G + 1 offsets)
+//   [G+2, G+2+P)        the positions, grouped by id in ascending id, ascending within a group
+// Counting sort over the ids (a stable pass), O(n + G) with `count` (of at least max id + 1 zeros,
+// left zeroed for the next call).
+static inline int encoder_token_groups(int* groups, const int* ids, int n, std::vector<int>* count) {
+    std::vector<int>& cnt = *count;
+    std::vector<int> distinct;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] < 0) continue;
+        if (cnt[ids[i]]++ == 0) distinct.push_back(ids[i]);
+    }
+    std::sort(distinct.begin(), distinct.end());
+    int G = (int)distinct.size();
+    int* start = groups + 1;
+    int* pos = groups + G + 2;
+    int off = 0;
+    for (int g = 0; g < G; g++) {
+        start[g] = off;
+        off += cnt[distinct[g]];
+        cnt[distinct[g]] = start[g];  // now: the next free slot of the group
+    }
+    start[G] = off;
+    groups[0] = G;
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0) pos[cnt[ids[i]]++] = i;
+    for (int g = 0; g < G; g++) cnt[distinct[g]] = 0;
+    return G + 2 + off;  // ints used
 }
 
 // ---- attention (cpu/attention.h, cuda/attention.cuh) -------------------------------------------------

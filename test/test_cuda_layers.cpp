@@ -16,16 +16,19 @@
 //   - encoder, position and dropout forward: the same additions in the same order, or one multiply:
 //     bit for bit, tolerance 0; the dropout zero pattern is compared exactly as well. The encoder
 //     also with negative ids (vocabulary-parallel: a zero word row, no dwte gradient).
+#include <array>
 #include <cstring>
 
 #include "llmc/cpu/dropout.h"
 #include "llmc/cpu/encoder.h"
 #include "llmc/cpu/headscale.h"
 #include "llmc/cpu/layernorm.h"
+#include "llmc/cpu/residual.h"
 #include "llmc/cuda/dropout.cuh"
 #include "llmc/cuda/encoder.cuh"
 #include "llmc/cuda/headscale.cuh"
 #include "llmc/cuda/layernorm.cuh"
+#include "llmc/cuda/residual.cuh"
 #include "test/cuda_test.h"
 
 static bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
@@ -36,6 +39,54 @@ static void dev_set(float* d, const std::vector<float>& h) {
 }
 
 // ---- layernorm -------------------------------------------------------------------------------------
+// The CUDA op set run on host inputs: each helper uploads them as storage type T (rounding), with every
+// buffer starting `off` elements into its allocation (off = 1: misaligned, the scalar path; DevBuf in
+// cuda_test.h), runs the op and downloads the results as fp32.
+struct LNForward {
+    std::vector<float> y, mean, rstd, res;  // (N,C) (N) (N) (N,C; the fused op's residual_out)
+};
+struct LNGrads {
+    std::vector<float> dx, dw, db;  // (N,C) (C) (C)
+};
+template <typename T>
+static LNForward gpu_layernorm_forward(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+                                       int N, int C, size_t off) {
+    size_t NC = (size_t)N * C;
+    DevBuf<T> d_x(x, off), d_w(w, off), d_b(b, off), d_y(std::vector<float>(NC), off);
+    DevBuf<float> d_mean(std::vector<float>(N), 0), d_rstd(std::vector<float>(N), 0);
+    keel_cuda::layernorm_forward(d_y.p, d_mean.p, d_rstd.p, d_x.p, d_w.p, d_b.p, N, C);
+    return {d_y.get(NC), d_mean.get(N), d_rstd.get(N), {}};
+}
+// fused: residual_layernorm_forward; otherwise residual_forward then layernorm_forward
+template <typename T>
+static LNForward gpu_residual_layernorm_forward(const std::vector<float>& a, const std::vector<float>& bb, const std::vector<float>& w,
+                                                const std::vector<float>& b, int N, int C, size_t off, bool fused) {
+    size_t NC = (size_t)N * C;
+    DevBuf<T> d_a(a, off), d_bb(bb, off), d_w(w, off), d_b(b, off), d_y(std::vector<float>(NC), off), d_r(std::vector<float>(NC), off);
+    DevBuf<float> d_mean(std::vector<float>(N), 0), d_rstd(std::vector<float>(N), 0);
+    if (fused) {
+        keel_cuda::residual_layernorm_forward(d_r.p, d_y.p, d_mean.p, d_rstd.p, d_a.p, d_bb.p, d_w.p, d_b.p, N, C);
+    } else {
+        keel_cuda::residual_forward(d_r.p, d_a.p, d_bb.p, NC);
+        keel_cuda::layernorm_forward(d_y.p, d_mean.p, d_rstd.p, d_r.p, d_w.p, d_b.p, N, C);
+    }
+    return {d_y.get(NC), d_mean.get(N), d_rstd.get(N), d_r.get(NC)};
+}
+template <typename T>
+static LNGrads gpu_layernorm_backward(const LNGrads& g0, const std::vector<float>& dy, const std::vector<float>& x,
+                                      const std::vector<float>& w, const std::vector<float>& mean, const std::vector<float>& rstd,
+                                      int N, int C, size_t off) {
+    size_t NC = (size_t)N * C;
+    DevBuf<T> d_dx(g0.dx, off), d_dy(dy, off), d_x(x, off), d_w(w, off);
+    DevBuf<float> d_dw(g0.dw, 0), d_db(g0.db, 0), d_mean(mean, 0), d_rstd(rstd, 0);
+    keel_cuda::layernorm_backward(d_dx.p, d_dw.p, d_db.p, d_dy.p, d_x.p, d_w.p, d_mean.p, d_rstd.p, N, C);
+    return {d_dx.get(NC), d_dw.get(C), d_db.get(C)};
+}
+static bool same_grads(const LNGrads& a, const LNGrads& b) { return same_bytes(a.dx, b.dx) && same_bytes(a.dw, b.dw) && same_bytes(a.db, b.db); }
+static bool same_forward(const LNForward& a, const LNForward& b) {
+    return same_bytes(a.y, b.y) && same_bytes(a.mean, b.mean) && same_bytes(a.rstd, b.rstd) && same_bytes(a.res, b.res);
+}
+
 static void test_layernorm(int N, int C) {
     std::string sz = " N=" + std::to_string(N) + " C=" + std::to_string(C);
     size_t NC = (size_t)N * C;
@@ -43,34 +94,45 @@ static void test_layernorm(int N, int C) {
     for (float& v : x) v += 0.7f;  // a non-zero row mean, so the subtraction is exercised
     std::vector<float> y(NC), mean(N), rstd(N);  // (N,C) (N) (N)
     layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-    float *d_x = dev_upload(x), *d_w = dev_upload(w), *d_b = dev_upload(b), *d_dy = dev_upload(dy);
-    float *d_y = dev_upload(std::vector<float>(NC)), *d_mean = dev_upload(mean), *d_rstd = dev_upload(rstd);
-    keel_cuda::layernorm_forward(d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C);
-    check_close("layernorm_forward out" + sz, dev_download(d_y, NC), y, 1e-5, 1e-5);
-    check_close("layernorm_forward mean" + sz, dev_download(d_mean, N), mean, 1e-5, 1e-6);
-    check_close("layernorm_forward rstd" + sz, dev_download(d_rstd, N), rstd, 1e-5, 1e-6);
+    LNForward g = gpu_layernorm_forward<float>(x, w, b, N, C, 0);
+    check_close("layernorm_forward out" + sz, g.y, y, 1e-5, 1e-5);
+    check_close("layernorm_forward mean" + sz, g.mean, mean, 1e-5, 1e-6);
+    check_close("layernorm_forward rstd" + sz, g.rstd, rstd, 1e-5, 1e-6);
+    // misaligned buffers take the scalar path over the same chunks: the same additions, the same bits
+    check_true("layernorm_forward misaligned (scalar path): same bytes" + sz, same_forward(gpu_layernorm_forward<float>(x, w, b, N, C, 1), g));
+
+    // residual + layernorm: the fused op against the two ops it replaces (bit for bit) and the CPU twin
+    std::vector<float> a = randn(NC, 17, 2.0), r(NC), y2(NC), mean2(N), rstd2(N);  // (N,C) x3 (N) (N)
+    residual_layernorm_forward(r.data(), y2.data(), mean2.data(), rstd2.data(), a.data(), x.data(), w.data(), b.data(), N, C);
+    LNForward fused = gpu_residual_layernorm_forward<float>(a, x, w, b, N, C, 0, true);
+    check_true("residual_layernorm_forward = residual_forward + layernorm_forward, same bytes" + sz,
+               same_forward(fused, gpu_residual_layernorm_forward<float>(a, x, w, b, N, C, 0, false)));
+    check_true("residual_layernorm_forward misaligned (scalar path): same bytes" + sz,
+               same_forward(fused, gpu_residual_layernorm_forward<float>(a, x, w, b, N, C, 1, true)));
+    check_close("residual_layernorm_forward residual" + sz, fused.res, r, 0, 0);
+    check_close("residual_layernorm_forward out" + sz, fused.y, y2, 1e-5, 1e-5);
+    check_close("residual_layernorm_forward mean" + sz, fused.mean, mean2, 1e-5, 1e-6);
+    check_close("residual_layernorm_forward rstd" + sz, fused.rstd, rstd2, 1e-5, 1e-6);
 
     // The backward reads the CPU's statistics on both sides: the comparison is the backward's alone.
-    dev_set(d_mean, mean);
-    dev_set(d_rstd, rstd);
-    std::vector<float> dx0 = randn(NC, 14), dw0 = randn(C, 15), db0 = randn(C, 16);  // (N,C) (C) (C)
-    std::vector<float> dx = dx0, dw = dw0, db = db0;
-    layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
-    float *d_dx = dev_upload(dx0), *d_dw = dev_upload(dw0), *d_db = dev_upload(db0);
-    keel_cuda::layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C);
-    std::vector<float> g_dx = dev_download(d_dx, NC), g_dw = dev_download(d_dw, C), g_db = dev_download(d_db, C);
-    check_close("layernorm_backward dinp" + sz, g_dx, dx, 1e-5, 1e-5);
-    check_close("layernorm_backward dweight" + sz, g_dw, dw, 1e-5, 1e-4);
-    check_close("layernorm_backward dbias" + sz, g_db, db, 1e-5, 1e-4);
+    LNGrads g0 = {randn(NC, 14), randn(C, 15), randn(C, 16)}, want = g0;
+    layernorm_backward(want.dx.data(), want.dw.data(), want.db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    LNGrads got = gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 0);
+    check_close("layernorm_backward dinp" + sz, got.dx, want.dx, 1e-5, 1e-5);
+    check_close("layernorm_backward dweight" + sz, got.dw, want.dw, 1e-5, 1e-4);
+    check_close("layernorm_backward dbias" + sz, got.db, want.db, 1e-5, 1e-4);
+    // twice: the last-block counter was reset, and the reduction order does not depend on timing
+    check_true("layernorm_backward twice: same bytes" + sz, same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 0), got));
+    check_true("layernorm_backward misaligned (scalar path): same bytes" + sz,
+               same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 1), got));
+}
 
-    dev_set(d_dx, dx0);
-    dev_set(d_dw, dw0);
-    dev_set(d_db, db0);
-    keel_cuda::layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C);
-    check_true("layernorm_backward twice: same bytes" + sz, same_bytes(dev_download(d_dx, NC), g_dx) &&
-                                                            same_bytes(dev_download(d_dw, C), g_dw) &&
-                                                            same_bytes(dev_download(d_db, C), g_db));
-    for (float* p : {d_x, d_w, d_b, d_dy, d_y, d_mean, d_rstd, d_dx, d_dw, d_db}) dev_free(p);
+// The token groups of ids (llmc/ops.h) on the device, as the model uploads them with the inputs.
+static int* upload_token_groups(const std::vector<int>& ids, int V) {
+    std::vector<int> groups(2 * ids.size() + 2), count(V, 0);
+    int used = encoder_token_groups(groups.data(), ids.data(), (int)ids.size(), &count);
+    groups.resize(used);
+    return dev_upload(groups);
 }
 
 // ---- encoder and position ----------------------------------------------------------------------------
@@ -95,13 +157,14 @@ static void test_encoder(int B, int T, int C, int V, bool with_wpe, bool with_ne
 
     std::vector<float> dwte = randn(wte.size(), 24), dwpe = randn(wpe.size(), 25);  // (Vp,C) (maxT,C)
     float *d_dwte = dev_upload(dwte), *d_dwpe = dev_upload(dwpe);
-    encoder_backward(dwte.data(), with_wpe ? dwpe.data() : nullptr, dy.data(), tok.data(), B, T, C);
-    keel_cuda::encoder_backward(d_dwte, with_wpe ? d_dwpe : nullptr, d_dy, d_tok, B, T, C);
+    int* d_groups = upload_token_groups(tok, V);
+    encoder_backward(dwte.data(), with_wpe ? dwpe.data() : nullptr, dy.data(), tok.data(), (const int*)nullptr, B, T, C);
+    keel_cuda::encoder_backward(d_dwte, with_wpe ? d_dwpe : nullptr, d_dy, d_tok, d_groups, B, T, C);
     std::vector<float> g_dwte = dev_download(d_dwte, wte.size());
     check_close("encoder_backward dwte" + sz, g_dwte, dwte, 0, 0);
     check_close("encoder_backward dwpe" + sz, dev_download(d_dwpe, wpe.size()), dwpe, 0, 0);
     dev_set(d_dwte, randn(wte.size(), 24));
-    keel_cuda::encoder_backward(d_dwte, with_wpe ? d_dwpe : nullptr, d_dy, d_tok, B, T, C);
+    keel_cuda::encoder_backward(d_dwte, with_wpe ? d_dwpe : nullptr, d_dy, d_tok, d_groups, B, T, C);
     check_true("encoder_backward twice: same bytes" + sz, same_bytes(dev_download(d_dwte, wte.size()), g_dwte));
 
     if (with_wpe) {  // the position add alone (--embed-layernorm)
@@ -117,6 +180,7 @@ static void test_encoder(int B, int T, int C, int V, bool with_wpe, bool with_ne
         check_close("position_backward" + sz, dev_download(d_dwpe, wpe.size()), dwpe, 0, 0);
     }
     dev_free(d_tok);
+    dev_free(d_groups);
     for (float* p : {d_wte, d_wpe, d_dy, d_y, d_dwte, d_dwpe}) dev_free(p);
 }
 
@@ -177,50 +241,70 @@ static void test_dropout(int B, size_t R, double p) {
     for (float* p : {d_x, d_dy, d_y, d_dx}) dev_free(p);
 }
 
-// ---- bf16 storage ------------------------------------------------------------------------------------------
-// Every op with F = __nv_bfloat16 against the fp32 CPU op on the same bf16-rounded inputs. The CUDA
-// ops compute in fp32 and round each stored bf16 value once (2^-9 relative); statistics and
-// parameter gradients are fp32 buffers (DESIGN §3), so those match to fp32 rounding of the sums:
-// rtol 2e-2 / atol 2e-2 on bf16 outputs and 1e-4 on fp32 ones, which still catch any wrong index,
-// missing term or a gradient rounded to bf16.
+// ---- bf16 and fp16 storage ---------------------------------------------------------------------------------
+// Every op with a 16-bit storage type T against the fp32 CPU op run on exactly the T-rounded inputs
+// (cuda_test.h: lowp_rounded<T>). Outputs the kernel forms with one fp32 operation and one rounding (an add
+// or a multiply) must equal the rounded CPU result bit for bit; the others are checked by check_lowp
+// (relative bound LOWP_RTOL plus a floor of 1e-3·rms: a wrong small value fails, unlike the former
+// 2e-2 absolute tolerance), with negative controls showing that a perturbed element is caught. fp32
+// statistics and parameter gradients: check_f32_of_lowp (fp32 reordering).
 typedef __nv_bfloat16 bf16;
-static std::vector<bf16> to_bf16(const std::vector<float>& v) {
-    std::vector<bf16> r(v.size());
-    for (size_t i = 0; i < v.size(); i++) r[i] = __float2bfloat16(v[i]);
-    return r;
-}
-static std::vector<float> from_bf16(const std::vector<bf16>& v) {
-    std::vector<float> r(v.size());
-    for (size_t i = 0; i < v.size(); i++) r[i] = __bfloat162float(v[i]);
-    return r;
-}
-static std::vector<float> bf16_randn(size_t n, uint64_t key) { return from_bf16(to_bf16(randn(n, key))); }
-static std::vector<float> bf16_download(const bf16* d, size_t n) { return from_bf16(dev_download(d, n)); }
-static bf16* bf16_upload(const std::vector<float>& v) { return dev_upload(to_bf16(v)); }
-static const double BF_TOL = 2e-2, F32_TOL = 1e-4;
+template <typename T> static const char* type_name();
+template <> const char* type_name<bf16>() { return "bf16"; }
+template <> const char* type_name<__half>() { return "fp16"; }
 
-static void test_bf16_layernorm(int N, int C) {
+template <typename T> static void test_lowp_layernorm(int N, int C) {
+    std::string sz = std::string(type_name<T>()) + " N=" + std::to_string(N) + " C=" + std::to_string(C) + " ";
     size_t NC = (size_t)N * C;
-    std::vector<float> x = bf16_randn(NC, 50), w = bf16_randn(C, 51), b = bf16_randn(C, 52), dy = bf16_randn(NC, 53);
-    std::vector<float> y(NC), mean(N), rstd(N), dx = bf16_randn(NC, 54), dw = bf16_randn(C, 55), db = bf16_randn(C, 56);
-    bf16 *d_x = bf16_upload(x), *d_w = bf16_upload(w), *d_b = bf16_upload(b), *d_dy = bf16_upload(dy);
-    bf16 *d_y = bf16_upload(y), *d_dx = bf16_upload(dx);
-    float *d_mean = dev_upload(mean), *d_rstd = dev_upload(rstd), *d_dw = dev_upload(dw), *d_db = dev_upload(db);
+    std::vector<float> x = lowp_rounded<T>(randn(NC, 50, 2.0)), w = lowp_rounded<T>(randn(C, 51)), b = lowp_rounded<T>(randn(C, 52));
+    std::vector<float> dy = lowp_rounded<T>(randn(NC, 53));
+    std::vector<float> y(NC), mean(N), rstd(N);
     layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-    keel_cuda::layernorm_forward(d_y, d_mean, d_rstd, d_x, d_w, d_b, N, C);
-    check_close("bf16 layernorm_forward out", bf16_download(d_y, NC), y, BF_TOL, BF_TOL);
-    check_close("bf16 layernorm_forward mean (fp32)", dev_download(d_mean, N), mean, F32_TOL, F32_TOL);
-    check_close("bf16 layernorm_forward rstd (fp32)", dev_download(d_rstd, N), rstd, F32_TOL, F32_TOL);
-    mean = dev_download(d_mean, N);  // both backwards read the statistics the bf16 forward stored
-    rstd = dev_download(d_rstd, N);
-    layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
-    keel_cuda::layernorm_backward(d_dx, d_dw, d_db, d_dy, d_x, d_w, d_mean, d_rstd, N, C);
-    check_close("bf16 layernorm_backward dinp", bf16_download(d_dx, NC), dx, BF_TOL, BF_TOL);
-    check_close("bf16 layernorm_backward dweight (fp32)", dev_download(d_dw, C), dw, F32_TOL, F32_TOL);
-    check_close("bf16 layernorm_backward dbias (fp32)", dev_download(d_db, C), db, F32_TOL, F32_TOL);
-    for (bf16* p : {d_x, d_w, d_b, d_dy, d_y, d_dx}) dev_free(p);
-    for (float* p : {d_mean, d_rstd, d_dw, d_db}) dev_free(p);
+    LNForward g = gpu_layernorm_forward<T>(x, w, b, N, C, 0);
+    check_lowp(sz + "layernorm_forward out", g.y, y);
+    lowp_negative_controls(sz + "layernorm_forward out", g.y, y);
+    check_f32_of_lowp(sz + "layernorm_forward mean (fp32)", g.mean, mean);
+    check_f32_of_lowp(sz + "layernorm_forward rstd (fp32)", g.rstd, rstd);
+    check_true(sz + "layernorm_forward misaligned (scalar path): same bytes", same_forward(gpu_layernorm_forward<T>(x, w, b, N, C, 1), g));
+
+    // fused residual + layernorm: the residual is rounded to T before the LayerNorm reads it, so the
+    // reference normalizes the rounded CPU sum
+    std::vector<float> a = lowp_rounded<T>(randn(NC, 57, 2.0)), r(NC), y2(NC), mean2(N), rstd2(N);
+    residual_forward(r.data(), a.data(), x.data(), NC);
+    r = lowp_rounded<T>(r);
+    layernorm_forward(y2.data(), mean2.data(), rstd2.data(), r.data(), w.data(), b.data(), N, C);
+    LNForward fused = gpu_residual_layernorm_forward<T>(a, x, w, b, N, C, 0, true);
+    check_true(sz + "residual_layernorm_forward = residual_forward + layernorm_forward, same bytes",
+               same_forward(fused, gpu_residual_layernorm_forward<T>(a, x, w, b, N, C, 0, false)));
+    check_true(sz + "residual_layernorm_forward misaligned (scalar path): same bytes",
+               same_forward(fused, gpu_residual_layernorm_forward<T>(a, x, w, b, N, C, 1, true)));
+    check_close(sz + "residual_layernorm_forward residual (exactly rounded)", fused.res, r, 0, 0);
+    check_lowp(sz + "residual_layernorm_forward out", fused.y, y2);
+    check_f32_of_lowp(sz + "residual_layernorm_forward mean (fp32)", fused.mean, mean2);
+    check_f32_of_lowp(sz + "residual_layernorm_forward rstd (fp32)", fused.rstd, rstd2);
+
+    // backward, from the statistics the T forward stored (both sides read them)
+    LNGrads g0 = {lowp_rounded<T>(randn(NC, 54)), randn(C, 55), randn(C, 56)}, want = g0;
+    layernorm_backward(want.dx.data(), want.dw.data(), want.db.data(), dy.data(), x.data(), w.data(), g.mean.data(), g.rstd.data(), N, C);
+    LNGrads got = gpu_layernorm_backward<T>(g0, dy, x, w, g.mean, g.rstd, N, C, 0);
+    check_lowp(sz + "layernorm_backward dinp", got.dx, want.dx);
+    lowp_negative_controls(sz + "layernorm_backward dinp", got.dx, want.dx);
+    check_f32_of_lowp(sz + "layernorm_backward dweight (fp32)", got.dw, want.dw);
+    check_f32_of_lowp(sz + "layernorm_backward dbias (fp32)", got.db, want.db);
+    expect_fail(sz + "layernorm_backward dweight with one channel 0.1% off", [&] {
+        std::vector<float> bad = got.dw;
+        bad[C / 2] *= 1.001f;
+        return check_f32_of_lowp("dweight", bad, want.dw);
+    });
+    check_true(sz + "layernorm_backward twice: same bytes", same_grads(gpu_layernorm_backward<T>(g0, dy, x, w, g.mean, g.rstd, N, C, 0), got));
+    check_true(sz + "layernorm_backward misaligned (scalar path): same bytes",
+               same_grads(gpu_layernorm_backward<T>(g0, dy, x, w, g.mean, g.rstd, N, C, 1), got));
 }
+
+static std::vector<bf16> to_bf16(const std::vector<float>& v) { return lowp_store<bf16>(v); }
+static std::vector<float> bf16_randn(size_t n, uint64_t key) { return lowp_rounded<bf16>(randn(n, key)); }
+static std::vector<float> bf16_download(const bf16* d, size_t n) { return lowp_widen(dev_download(d, n)); }
+static bf16* bf16_upload(const std::vector<float>& v) { return dev_upload(to_bf16(v)); }
 
 static void test_bf16_encoder(int B, int T, int C, int V, bool with_neg = false) {
     int BT = B * T;
@@ -234,22 +318,25 @@ static void test_bf16_encoder(int B, int T, int C, int V, bool with_neg = false)
     int* d_tok = dev_upload(tok);
     bf16 *d_wte = bf16_upload(wte), *d_wpe = bf16_upload(wpe), *d_dy = bf16_upload(dy), *d_y = bf16_upload(y);
     float *d_dwte = dev_upload(dwte), *d_dwpe = dev_upload(dwpe);
+    // one fp32 add, one rounding: the rounded CPU sum exactly
     encoder_forward(y.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
     keel_cuda::encoder_forward(d_y, d_tok, d_wte, d_wpe, B, T, C);
-    check_close("bf16 encoder_forward" + neg, bf16_download(d_y, y.size()), y, BF_TOL, BF_TOL);
-    encoder_backward(dwte.data(), dwpe.data(), dy.data(), tok.data(), B, T, C);
-    keel_cuda::encoder_backward(d_dwte, d_dwpe, d_dy, d_tok, B, T, C);
-    check_close("bf16 encoder_backward dwte (fp32)" + neg, dev_download(d_dwte, wte.size()), dwte, F32_TOL, F32_TOL);
-    check_close("bf16 encoder_backward dwpe (fp32)" + neg, dev_download(d_dwpe, wpe.size()), dwpe, F32_TOL, F32_TOL);
+    check_close("bf16 encoder_forward (exactly rounded)" + neg, bf16_download(d_y, y.size()), lowp_rounded<bf16>(y), 0, 0);
+    int* d_groups = upload_token_groups(tok, V);
+    encoder_backward(dwte.data(), dwpe.data(), dy.data(), tok.data(), (const int*)nullptr, B, T, C);
+    keel_cuda::encoder_backward(d_dwte, d_dwpe, d_dy, d_tok, d_groups, B, T, C);
+    check_f32_of_lowp("bf16 encoder_backward dwte (fp32)" + neg, dev_download(d_dwte, wte.size()), dwte);
+    check_f32_of_lowp("bf16 encoder_backward dwpe (fp32)" + neg, dev_download(d_dwpe, wpe.size()), dwpe);
     y = bf16_download(d_y, y.size());
     position_forward(y.data(), wpe.data(), B, T, C);
     keel_cuda::position_forward(d_y, d_wpe, B, T, C);
-    check_close("bf16 position_forward" + neg, bf16_download(d_y, y.size()), y, BF_TOL, BF_TOL);
+    check_close("bf16 position_forward (exactly rounded)" + neg, bf16_download(d_y, y.size()), lowp_rounded<bf16>(y), 0, 0);
     dwpe = dev_download(d_dwpe, wpe.size());
     position_backward(dwpe.data(), dy.data(), B, T, C);
     keel_cuda::position_backward(d_dwpe, d_dy, B, T, C);
-    check_close("bf16 position_backward (fp32)" + neg, dev_download(d_dwpe, wpe.size()), dwpe, F32_TOL, F32_TOL);
+    check_f32_of_lowp("bf16 position_backward (fp32)" + neg, dev_download(d_dwpe, wpe.size()), dwpe);
     dev_free(d_tok);
+    dev_free(d_groups);
     for (bf16* p : {d_wte, d_wpe, d_dy, d_y}) dev_free(p);
     for (float* p : {d_dwte, d_dwpe}) dev_free(p);
 }
@@ -263,22 +350,26 @@ static void test_bf16_headscale_dropout(int N, int C, int NH) {
     float* d_ds = dev_upload(ds);
     headscale_forward(y.data(), x.data(), s.data(), N, C, NH);
     keel_cuda::headscale_forward(d_y, d_x, d_s, N, C, NH);
-    check_close("bf16 headscale_forward", bf16_download(d_y, NC), y, BF_TOL, BF_TOL);
+    check_close("bf16 headscale_forward (exactly rounded)", bf16_download(d_y, NC), lowp_rounded<bf16>(y), 0, 0);
     headscale_backward(dx.data(), ds.data(), dy.data(), x.data(), s.data(), N, C, NH);
     keel_cuda::headscale_backward(d_dx, d_ds, d_dy, d_x, d_s, N, C, NH);
-    check_close("bf16 headscale_backward dinp", bf16_download(d_dx, NC), dx, BF_TOL, BF_TOL);
-    check_close("bf16 headscale_backward dscale (fp32)", dev_download(d_ds, NH), ds, F32_TOL, F32_TOL);
+    std::vector<float> g_dx = bf16_download(d_dx, NC);
+    check_lowp("bf16 headscale_backward dinp", g_dx, dx);  // dx + dy·s: one FMA on the GPU
+    lowp_negative_controls("bf16 headscale_backward dinp", g_dx, dx);
+    check_f32_of_lowp("bf16 headscale_backward dscale (fp32)", dev_download(d_ds, NH), ds);
 
     DropoutSite site = {0.3, 7, dropout_site(0, DROPOUT_SITE_ATTN_OUT), 5};  // rows as samples: B=N, R=C
-    dx = bf16_download(d_dx, NC);
+    dx = g_dx;
     dropout_forward(y.data(), x.data(), N, (size_t)C, &site);
     keel_cuda::dropout_forward(d_y, d_x, N, (size_t)C, &site);
     std::vector<float> g_y = bf16_download(d_y, NC);
-    check_close("bf16 dropout_forward", g_y, y, BF_TOL, BF_TOL);
+    check_close("bf16 dropout_forward (exactly rounded)", g_y, lowp_rounded<bf16>(y), 0, 0);
     check_true("bf16 dropout_forward zero pattern equals the CPU's", zero_pattern_mismatches(g_y, y) == 0);
     dropout_backward(dx.data(), dy.data(), N, (size_t)C, &site);
     keel_cuda::dropout_backward(d_dx, d_dy, N, (size_t)C, &site);
-    check_close("bf16 dropout_backward", bf16_download(d_dx, NC), dx, BF_TOL, BF_TOL);
+    g_dx = bf16_download(d_dx, NC);
+    check_lowp("bf16 dropout_backward", g_dx, dx);
+    lowp_negative_controls("bf16 dropout_backward", g_dx, dx);
     for (bf16* p : {d_x, d_s, d_dy, d_y, d_dx}) dev_free(p);
     dev_free(d_ds);
 }
@@ -287,7 +378,11 @@ int main() {
     // (N, C): one row; a single partial warp of rows; N over the 64-row chunk of the column sums
     // with a partial last chunk; C = 4*48 (--normformer's 4C); C = 100 and 1000 (over one
     // 256-thread channel block); rows not a multiple of the 8 rows per block.
-    const int ln_shapes[][2] = {{1, 48}, {7, 48}, {150, 48}, {37, 192}, {70, 100}, {3, 1000}};
+    // (N, C): one row; a single partial warp of rows; N over one backward block (16 rows) with a
+    // partial last block; N = 2100: 66 blocks of 32 rows; C = 4*48 (--normformer's 4C); C = 100 and
+    // 1000 (odd chunk counts; row slices S = 16 and 2 in the backward's column sums), C = 3000 (more
+    // chunks than threads: S = 1, each thread several chunks).
+    const int ln_shapes[][2] = {{1, 48}, {7, 48}, {150, 48}, {2100, 48}, {37, 192}, {70, 100}, {3, 1000}, {3, 3000}};
     for (const auto& s : ln_shapes) test_layernorm(s[0], s[1]);
     // (B, T, C, V): one position; odd B*T = 21 over 5 token ids (repeats); C = 4*48; V = 1: every
     // position scatters into the same dwte row.
@@ -308,7 +403,9 @@ int main() {
         test_dropout(1, 37, p);
         test_dropout(3, 1001, p);
     }
-    test_bf16_layernorm(37, 192);
+    // 16-bit storage: C % 8 == 0 (the 128-bit path) and not (C = 100, 52: scalar chunks), several blocks
+    for (const auto& s : {std::array<int, 2>{37, 192}, {70, 100}, {150, 48}, {5, 52}}) test_lowp_layernorm<bf16>(s[0], s[1]);
+    for (const auto& s : {std::array<int, 2>{37, 192}, {70, 100}}) test_lowp_layernorm<__half>(s[0], s[1]);
     test_bf16_encoder(3, 7, 48, 5);
     test_bf16_encoder(3, 7, 48, 5, true);
     test_bf16_headscale_dropout(21, 48, 3);

@@ -140,7 +140,7 @@ static void check_ops() {
         std::vector<double> wte = randvec(V * C), wpe = randvec(maxT * C), out(N * C), pw = randvec(N * C);
         auto loss = [&] { encoder_forward(out.data(), ids.data(), wte.data(), wpe.data(), B, T, C); return dotw(out, pw); };
         std::vector<double> dwte(V * C, 0), dwpe(maxT * C, 0);
-        encoder_backward(dwte.data(), dwpe.data(), pw.data(), ids.data(), B, T, C);
+        encoder_backward(dwte.data(), dwpe.data(), pw.data(), ids.data(), (const int*)nullptr, B, T, C);
         check("encoder dwte", wte, dwte, loss, 200);
         check("encoder dwpe", wpe, dwpe, loss, 200);
     }
@@ -150,13 +150,13 @@ static void check_ops() {
         double dloss = 0.37;
         auto loss = [&] {
             work = logits;
-            classifier_forward(losses.data(), work.data(), tg.data(), N, V, Vp);
+            classifier_forward(losses.data(), work.data(), tg.data(), N, V, Vp, 0.0);  // the loss alone
             double s = 0;
             for (double l : losses) s += dloss * l;
             return s;
         };
-        loss();
-        classifier_backward(work.data(), tg.data(), dloss, N, V, Vp);
+        work = logits;
+        classifier_forward(losses.data(), work.data(), tg.data(), N, V, Vp, dloss);  // fused: dlogits in place
         std::vector<double> dlogits = work;
         check("classifier dlogits", logits, dlogits, loss, 160);
         for (int n = 0; n < N; n++)
@@ -182,7 +182,7 @@ static void check_model(const char* label, GPTConfig cfg, bool dropout) {
     for (int i = 0; i < B * T; i++) { in[i] = (i * 7 + 3) % cfg.vocab_size; tg[i] = (i * 5 + 1) % cfg.vocab_size; }
     in[3] = in[1];  // a repeated token
     gpt_zero_grad(&m);
-    gpt_forward(&m, in.data(), tg.data(), B, T);
+    gpt_forward(&m, in.data(), tg.data(), B, T, 1.0 / (B * T));
     gpt_backward(&m, B, T, 1.0 / (B * T));
     for (int id = 0; id < NUM_PARAMS; id++) {
         const ParamTensor* t = &m.table.t[id];

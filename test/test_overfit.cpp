@@ -31,7 +31,7 @@ static bool overfit(const char* optimizer) {
     int step = 0;
     for (; step < MAX_STEPS; step++) {
         gpt_zero_grad(&m);
-        loss = gpt_forward(&m, in.data(), tg.data(), B, T);
+        loss = gpt_forward(&m, in.data(), tg.data(), B, T, 1.0 / (B * T));
         if (step == 0) first = loss;
         if (loss < 0.1) break;
         gpt_backward(&m, B, T, 1.0 / (B * T));

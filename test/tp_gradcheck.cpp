@@ -55,7 +55,7 @@ static void check_model(const char* label, GPTConfig whole, bool dropout, const 
     in[3] = in[1];
     gpt_zero_grad(&ref);
     gpt_zero_grad(&m);
-    double lref = gpt_forward(&ref, in.data(), tg.data(), B, T), loss = gpt_forward(&m, in.data(), tg.data(), B, T);
+    double lref = gpt_forward(&ref, in.data(), tg.data(), B, T, 1.0 / (B * T)), loss = gpt_forward(&m, in.data(), tg.data(), B, T, 1.0 / (B * T));
     gpt_backward(&ref, B, T, 1.0 / (B * T));
     gpt_backward(&m, B, T, 1.0 / (B * T));
     char name[128];

@@ -51,6 +51,9 @@ static inline F attention_score(const F* q, const F* k, int hs, int h, int u, co
     return o->coeff == 1.0 ? st : st * coeff;
 }
 
+// The CUDA op set sizes its scratch up front (cuda/attention.cuh); the CPU op set needs none.
+template <typename F> void attention_reserve(int B, int T, int C, int NH) {}
+
 template <typename F>
 void attention_forward(F* out, F* att,                      // (B,T,C), (B,NH,T,T)
                        const F* inp,                         // (B,T,3C)

@@ -10,6 +10,7 @@
 // it is parallel over channel blocks and walks (b,t) in order inside each block: every element
 // sums its contributions in one fixed order whatever the thread count (no atomics, DESIGN §4).
 #pragma once
+#include <cstddef>
 
 template <typename F>
 void encoder_forward(F* out,                               // (B,T,C)
@@ -36,7 +37,9 @@ void encoder_forward(F* out,                               // (B,T,C)
 template <typename F>
 void encoder_backward(F* dwte, F* dwpe,                    // (Vp,C), (maxT,C) or null; accumulated into
                       const F* dout,                       // (B,T,C)
-                      const int* inp, int B, int T, int C) {
+                      const int* inp,                      // (B,T)
+                      const int* groups,                   // encoder_token_groups of inp (llmc/ops.h): the CUDA op's work list; unused here
+                      int B, int T, int C) {
     const int CB = 16;  // channel block: the unit of parallel work
 #pragma omp parallel for
     for (int c0 = 0; c0 < C; c0 += CB) {

@@ -2,6 +2,9 @@
 // Legend: N rows (B*T), C channels.
 //   forward:  mean = Σx/C, rstd = 1/sqrt(Σ(x-mean)²/C + eps), out = (x-mean)·rstd·w + b
 //             saves mean and rstd (N) for the backward.
+//   residual_layernorm_forward: residual_out = a + b, then the forward on residual_out (the GPU fuses
+//             the two into one pass; here it is the two ops, so the CPU trainer's bits are unchanged).
+//   layernorm_reserve: sizes the CUDA backward's scratch; nothing to do here.
 //   backward: with xhat = (x-mean)·rstd and g = dout·w:
 //             dx += rstd·(g - mean(g) - xhat·mean(g·xhat));  dw += Σ_rows dout·xhat;  db += Σ_rows dout
 // Numerics: statistics in the kernel's type F with the two-pass (subtract-mean) variance, eps 1e-5
@@ -9,6 +12,8 @@
 #pragma once
 #include "llmc/ops.h"
 #include <cmath>
+
+#include "llmc/cpu/residual.h"
 
 
 template <typename F>
@@ -32,6 +37,20 @@ void layernorm_forward(F* out, F* mean, F* rstd,           // (N,C), (N), (N)
         rstd[n] = s;
     }
 }
+
+// residual_forward(residual_out, a, b) then layernorm_forward(ln_out, ..., residual_out, ...).
+template <typename F>
+void residual_layernorm_forward(F* residual_out, F* ln_out,         // (N,C), (N,C)
+                                F* mean, F* rstd,                   // (N), (N)
+                                const F* a, const F* b,             // (N,C), (N,C)
+                                const F* weight, const F* bias,     // (C), (C)
+                                int N, int C) {
+    residual_forward(residual_out, a, b, (size_t)N * C);
+    layernorm_forward(ln_out, mean, rstd, residual_out, weight, bias, N, C);
+}
+
+// The CUDA backward's scratch, sized at set-up; the CPU backward needs none.
+static inline void layernorm_reserve(int N_max, int C_max) {}
 
 template <typename F>
 void layernorm_backward(F* dinp, F* dweight, F* dbias,     // (N,C) (C) (C), accumulated into

@@ -63,6 +63,9 @@ void matmul_backward_reference(F* dinp, F* dweight, F* dbias,  // (N,C), (OC,C),
     }
 }
 
+// The CUDA op set sizes its scratch up front (cuda/matmul.cuh); the CPU op set needs none.
+static inline void matmul_reserve(size_t N, size_t OC) {}
+
 // The fast path. Each call is C += A·B on the gemm engine, with A and B read through strides:
 //   forward  out  (N×OC)  = [bias] + inp (N×C) · Wᵀ        B(i,o) = W[o,i]
 //   dinp     dinp (N×C)  += dout (N×OC) · W (OC×C)

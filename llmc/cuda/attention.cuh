@@ -26,7 +26,7 @@
 // coeff, as the CPU does.
 // Softmax rows (forward): warp per row (b,h,t); lane k takes the 4-element groups k, k+32, ... of
 // the fp32 score row (one 16-byte load each when T % 4 == 0); an online max/sum per lane, combined
-// by a fixed butterfly (warp_softmax_combine), then a second pass writes exp(s - max)/sum (and the
+// by a fixed butterfly (cuda/softmax.cuh), then a second pass writes exp(s - max)/sum (and the
 // dropped probabilities when dropout is on). Zeros above the diagonal are written, since the next
 // GEMM reads the whole T×T block.
 // Backward rows: warp per row; dot = Σ_u att·drop'(dP) in the lanes' fixed order then warp_sum.
@@ -43,7 +43,7 @@
 #pragma once
 #include "llmc/cuda/common.cuh"
 #include "llmc/cuda/matmul.cuh"
-#include "llmc/cuda/vec.cuh"
+#include "llmc/cuda/softmax.cuh"
 
 namespace keel_cuda {
 
@@ -106,19 +106,6 @@ __global__ void attention_heads_merge_kernel(F* dst, const Src* src, int B, int 
 }
 
 // ---- softmax rows ----------------------------------------------------------------------------------
-// Combines two online-softmax states (max m, Σ exp(x - m)) over the warp in a fixed butterfly: every
-// lane ends with the row's (max, sum), computed in the same tree whatever the data.
-__device__ inline void warp_softmax_combine(float* m, float* s) {
-    for (int off = 16; off > 0; off >>= 1) {
-        float mo = __shfl_xor_sync(0xffffffffu, *m, off), so = __shfl_xor_sync(0xffffffffu, *s, off);
-        float mn = mo > *m ? mo : *m;
-        // exp(-inf - -inf) would be NaN: a lane that saw nothing contributes nothing
-        float a = *m == -INFINITY ? 0.0f : *s * expf(*m - mn), c = mo == -INFINITY ? 0.0f : so * expf(mo - mn);
-        *m = mn;
-        *s = a + c;
-    }
-}
-
 // The softmax input of score x (the GEMM's alpha already applied) at key position u of head h.
 __device__ inline float attention_softmax_input(float x, int h, int u, const AttentionOpts& o, const AttnScoreScale& sc) {
     if (o.alibi) x += o.alibi[h] * (float)u / sc.coeff;
@@ -149,8 +136,7 @@ __global__ void attention_softmax_kernel(F* att, F* drop, const float* scores, i
         attention_load4<V4>(x, row, u0, T);
         for (int j = 0; j < 4 && u0 + j <= t; j++) {
             float v = attention_softmax_input(x[j], h, u0 + j, o, sc);
-            if (v > m) { s = s * expf(m - v) + 1.0f; m = v; }  // (first element: s = 0·exp(-inf) + 1)
-            else s += expf(v - m);
+            softmax_state_add(&m, &s, v);
         }
     }
     warp_softmax_combine(&m, &s);
@@ -241,7 +227,7 @@ template <typename F> void attention_reserve(int B, int T, int C, int NH) {
 
 // Vector width of the head copies: 16 bytes when a head's channels and every pointer allow it.
 template <typename F> static inline bool attention_vec_ok(int hs, const void* a, const void* b) {
-    return hs % (16 / sizeof(F)) == 0 && pack_aligned(a) && pack_aligned(b);
+    return hs % (16 / sizeof(F)) == 0 && aligned16(a) && aligned16(b);
 }
 template <typename F> static void attention_heads_split(F* dst, const F* src, int parts, int B, int T, int C, int NH, int S) {
     const int V = 16 / sizeof(F);
@@ -256,7 +242,7 @@ template <typename F, typename Src>
 static void attention_heads_merge(F* dst, const Src* src, int parts, int B, int T, int C, int NH, int S, bool accumulate) {
     const int V = 16 / sizeof(F) < 16 / sizeof(Src) ? 16 / sizeof(F) : 16 / sizeof(Src);  // 4 for fp32 sources
     size_t BTC = (size_t)B * T * C;
-    bool vec = (C / NH) % V == 0 && S % V == 0 && pack_aligned(dst) && pack_aligned(src);
+    bool vec = (C / NH) % V == 0 && S % V == 0 && aligned16(dst) && aligned16(src);
     if (vec && V == 4)
         KEEL_LAUNCH(attention_heads_merge_kernel<F KEEL_COMMA Src KEEL_COMMA 4>, dim3(ceil_div(BTC / 4, 256), parts), 256, 0, MAIN_STREAM)(
             dst, src, B, T, C, NH, S, accumulate);

@@ -1,65 +1,60 @@
-// cuda/classifier.cuh — fused softmax + cross-entropy over the (padded) vocabulary; the contract of
-// cpu/classifier.h:
-//   forward:  probs[n,:V] = softmax(logits[n,:V]) over logits in place, probs[n,V:] = 0,
-//             losses[n] = log Σ exp(l - max) - (l_target - max)
-//   backward: dlogits[n,j] = (probs[n,j] - [j == target[n]])·dloss in place, j < V; a target
-//             outside [0, V) subtracts nothing (vocabulary-parallel: another rank's column)
+// cuda/classifier.cuh — fused softmax + cross-entropy over the (padded) vocabulary, loss and
+// gradient in one kernel; the contract of cpu/classifier.h:
+//   classifier_forward(losses, logits, targets, N, V, Vp, dloss):
+//     losses[n] = log Σ exp(l - max) - (l_target - max)
+//     dloss ≠ 0: logits ← dlogits = (p - [j == target])·dloss (j < V), 0 for j ≥ V, p = softmax(l)
+//     dloss = 0: losses only (the logits are not written)
 //   vocabulary-parallel cross-entropy over a rank's (N,Vl) slice whose first Vr columns are real:
 //     vocab_parallel_max     rowmax[n] = max_{j<Vr} l[n,j] (-inf for Vr = 0)
-//     vocab_parallel_sumexp  l[n,j] ← exp(l[n,j] - rowmax[n]) in place (j < Vr); stats[n] =
-//                            (Σ_j exp, the original logit at local target t if 0 ≤ t < Vr else 0)
-//     vocab_parallel_finish  probs[n,:Vr] *= 1/Σ, probs[n,Vr:] = 0, losses[n] = log Σ - (l_t - rowmax)
+//     vocab_parallel_sumexp  stats[n] = (Σ_j exp(l - rowmax), the original logit at local target t
+//                            if 0 ≤ t < Vr else 0); the logits are unchanged
+//     vocab_parallel_finish  losses[n] = log Σ - (l_t - rowmax); dloss ≠ 0: logits ← dlogits
 //   (the model all-reduces rowmax by MAX and stats by SUM between the calls; cpu/classifier.h).
 // Legend: N rows (B*T), V real vocabulary, Vp padded vocabulary (V ≤ Vp); Vl local columns, Vr ≤ Vl
 // of them real. losses, rowmax and stats are fp32 whatever the storage F.
-// Forward: one block per row; thread k takes the columns j ≡ k (mod blockDim) in ascending j, for
-// the max, the sum and the writes alike, so no thread reads a column another one has overwritten.
-// Max and sum are block reductions in a fixed tree (the block size is a function of V alone), so
-// the result depends on the inputs only. The exponentials are recomputed in the writing pass rather
-// than stored and re-read: a bf16 row would otherwise round each one twice.
-// Backward: one thread per (n, j < V), elementwise. fp32 arithmetic whatever the storage F.
-// Vocabulary-parallel ops: one block per row as the forward, the block size a function of Vr (of Vl
-// for finish), thread k on the columns j ≡ k (mod blockDim) ascending, max and Σ by the fixed-tree
-// block reductions. sumexp sums the fp32 exponentials before they are rounded to F, and the thread
-// that owns the target's column reads its original logit just before overwriting it.
+// The fused kernel: one block per row, 1024 threads for GPT-2's vocabulary (a function of V alone).
+// Pass 1 reads the row once: each thread keeps an online (max, Σ exp) over its columns — 16-byte
+// groups of 16/sizeof(F) columns, group g for thread g mod blockDim, when the row allows, else
+// single columns — merged by block_softmax_combine's fixed tree (cuda/softmax.cuh). Pass 2 re-reads
+// the row (from L2: a block's row is ~100 KB in bf16) and writes (exp(l - max)/Σ - [j = t])·dloss,
+// formed in fp32 and rounded once to F. The probabilities never exist in memory: a bf16 p ≈ 0.999
+// would round to 1 and the target's gradient (p - 1) to 0; here it is (p - 1) of the fp32 p.
+// The target's logit is read before any thread overwrites the row (the reductions' barriers order it).
+// The vocabulary-parallel ops: one block per row as above (scalar columns), the block size a
+// function of Vr (of Vl for finish), max and Σ by the fixed-tree block reductions.
 #pragma once
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/softmax.cuh"
 
 namespace keel_cuda {
 
-template <typename F>
-__global__ void classifier_forward_kernel(float* losses, F* logits, const int* targets, int V, int Vp) {
-    __shared__ float red[32];  // (32) warp partials of the reductions
-    int n = blockIdx.x;
+// Row n of logits (V real of Vp columns): V values a group, groups strided over the block.
+template <typename F, int G>
+__global__ void classifier_fused_kernel(float* losses, F* logits, const int* targets, float dloss, int V, int Vp) {
+    __shared__ float red[64];  // (64) warp states of the block reduction
+    int n = blockIdx.x, t = targets[n];
     F* p = logits + (size_t)n * Vp;  // (Vp) this row
-    // Read before any thread overwrites the row: the barriers in the max below order it first.
-    float target_logit = to_f32(p[targets[n]]);
-    float maxv = -INFINITY;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float x = to_f32(p[j]);
-        maxv = x > maxv ? x : maxv;
+    float target_logit = t >= 0 && t < V ? to_f32(p[t]) : 0.0f;
+    float m = -INFINITY, s = 0.0f;
+    for (int j0 = threadIdx.x * G; j0 < V; j0 += blockDim.x * G) {
+        Pack<F, G> x = pack_load<F, G>(p + j0);
+        for (int g = 0; g < G; g++)
+            if (j0 + g < V) softmax_state_add(&m, &s, to_f32(x.v[g]));
     }
-    maxv = block_max(maxv, red);
-    float sum = 0;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(to_f32(p[j]) - maxv);
-    sum = block_sum(sum, red);
-    float inv = 1.0f / sum;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] = from_f32<F>(expf(to_f32(p[j]) - maxv) * inv);
-    for (int j = V + threadIdx.x; j < Vp; j += blockDim.x) p[j] = from_f32<F>(0.0f);
-    // log-sum-exp form: finite even where the target's probability underflows
-    if (threadIdx.x == 0) losses[n] = logf(sum) - (target_logit - maxv);
-}
-
-// One thread per (n, j), j < V; the padding columns stay 0 from the forward.
-template <typename F>
-__global__ void classifier_backward_kernel(F* dlogits, const int* targets, float dloss, int N, int V, int Vp) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)N * V) return;
-    int n = (int)(i / V), j = (int)(i % V);
-    F* p = dlogits + (size_t)n * Vp + j;
-    float d = dloss, g = to_f32(*p) * d;
-    if (j == targets[n]) g -= d;  // j < V: a target outside [0, V) matches no column
-    *p = from_f32<F>(g);
+    block_softmax_combine(&m, &s, red);
+    if (threadIdx.x == 0) losses[n] = logf(s) - (target_logit - m);  // log-sum-exp: finite where p underflows
+    if (dloss == 0.0f) return;
+    float inv = 1.0f / s;
+    for (int j0 = threadIdx.x * G; j0 < Vp; j0 += blockDim.x * G) {
+        Pack<F, G> x = pack_load<F, G>(p + j0);
+        for (int g = 0; g < G; g++) {
+            int j = j0 + g;
+            float d = 0.0f;  // the padding columns' gradient
+            if (j < V) d = (expf(to_f32(x.v[g]) - m) * inv - (j == t ? 1.0f : 0.0f)) * dloss;
+            x.v[g] = from_f32<F>(d);
+        }
+        pack_store<F, G>(p + j0, x);
+    }
 }
 
 // One block per vocabulary-parallel row: rowmax[n] over the Vr real columns; -inf when Vr = 0
@@ -78,33 +73,32 @@ __global__ void vocab_parallel_max_kernel(float* rowmax, const F* logits, int Vr
 }
 
 template <typename F>
-__global__ void vocab_parallel_sumexp_kernel(float* stats, F* logits, const int* targets, const float* rowmax, int Vr,
-                                             int Vl) {
+__global__ void vocab_parallel_sumexp_kernel(float* stats, const F* logits, const int* targets, const float* rowmax, int Vr, int Vl) {
     __shared__ float red[32];  // (32) warp partials
     int n = blockIdx.x, t = targets[n];
-    F* p = logits + (size_t)n * Vl;  // (Vl) this row
+    const F* p = logits + (size_t)n * Vl;  // (Vl) this row
     float m = rowmax[n], sum = 0;
-    if (threadIdx.x == 0 && !(t >= 0 && t < Vr)) stats[2 * n + 1] = 0.0f;  // the target is not here
-    for (int j = threadIdx.x; j < Vr; j += blockDim.x) {
-        float x = to_f32(p[j]);
-        if (j == t) stats[2 * n + 1] = x;  // read by the column's owner before it overwrites it
-        float e = expf(x - m);
-        sum += e;  // the fp32 value, not the one rounded to F
-        p[j] = from_f32<F>(e);
-    }
+    for (int j = threadIdx.x; j < Vr; j += blockDim.x) sum += expf(to_f32(p[j]) - m);
     sum = block_sum(sum, red);
-    if (threadIdx.x == 0) stats[2 * n] = sum;
+    if (threadIdx.x == 0) {
+        stats[2 * n] = sum;
+        stats[2 * n + 1] = t >= 0 && t < Vr ? to_f32(p[t]) : 0.0f;  // the target is here or not
+    }
 }
 
 template <typename F>
-__global__ void vocab_parallel_finish_kernel(float* losses, F* probs, const float* stats, const float* rowmax, int Vr,
-                                             int Vl) {
-    int n = blockIdx.x;
-    F* p = probs + (size_t)n * Vl;  // (Vl) this row
-    float sum = stats[2 * n], inv = 1.0f / sum;
-    for (int j = threadIdx.x; j < Vr; j += blockDim.x) p[j] = from_f32<F>(to_f32(p[j]) * inv);
-    for (int j = Vr + threadIdx.x; j < Vl; j += blockDim.x) p[j] = from_f32<F>(0.0f);
-    if (threadIdx.x == 0) losses[n] = logf(sum) - (stats[2 * n + 1] - rowmax[n]);
+__global__ void vocab_parallel_finish_kernel(float* losses, F* logits, const float* stats, const float* rowmax, const int* targets,
+                                             float dloss, int Vr, int Vl) {
+    int n = blockIdx.x, t = targets[n];
+    F* p = logits + (size_t)n * Vl;  // (Vl) this row
+    float sum = stats[2 * n], m = rowmax[n], inv = 1.0f / sum;
+    if (threadIdx.x == 0) losses[n] = logf(sum) - (stats[2 * n + 1] - m);
+    if (dloss == 0.0f) return;
+    for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+        float d = 0.0f;
+        if (j < Vr) d = (expf(to_f32(p[j]) - m) * inv - (j == t ? 1.0f : 0.0f)) * dloss;
+        p[j] = from_f32<F>(d);
+    }
 }
 
 // Threads of a one-block-per-row launch over n columns: enough warps to cover n once, up to 1024
@@ -116,21 +110,16 @@ static inline int classifier_row_threads(int n) {
 
 template <typename F>
 void classifier_forward(float* losses,      // (N) fp32 whatever F
-                        F* logits,          // (N,Vp): logits in, probs out
+                        F* logits,          // (N,Vp): logits in, dlogits out (dloss ≠ 0)
                         const int* targets, // (N)
-                        int N, int V, int Vp) {
+                        int N, int V, int Vp, float dloss) {
     if (N == 0) return;
-    KEEL_LAUNCH(classifier_forward_kernel<F>, N, classifier_row_threads(V), 0, MAIN_STREAM)(losses, logits, targets, V, Vp);
-    CUDA_CHECK_LAUNCH();
-}
-
-template <typename F>
-void classifier_backward(F* dlogits,          // (N,Vp): probs in, dlogits out
-                         const int* targets,  // (N)
-                         float dloss, int N, int V, int Vp) {
-    size_t n = (size_t)N * V;
-    if (n == 0) return;
-    KEEL_LAUNCH(classifier_backward_kernel<F>, ceil_div(n, 256), 256, 0, MAIN_STREAM)(dlogits, targets, dloss, N, V, Vp);
+    const int G = 16 / sizeof(F);
+    if (Vp % G == 0 && aligned16(logits))  // every row starts 16-byte aligned
+        KEEL_LAUNCH(classifier_fused_kernel<F KEEL_COMMA G>, N, classifier_row_threads((int)ceil_div(V, G)), 0, MAIN_STREAM)(
+            losses, logits, targets, dloss, V, Vp);
+    else
+        KEEL_LAUNCH(classifier_fused_kernel<F KEEL_COMMA 1>, N, classifier_row_threads(V), 0, MAIN_STREAM)(losses, logits, targets, dloss, V, Vp);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -145,7 +134,7 @@ void vocab_parallel_max(float* rowmax,     // (N) fp32
 
 template <typename F>
 void vocab_parallel_sumexp(float* stats,          // (N,2) fp32: Σ exp, target logit
-                           F* logits,             // (N,Vl): logits in, exp(l - rowmax) out (j < Vr)
+                           const F* logits,       // (N,Vl)
                            const int* targets,    // (N) local column numbers, any value
                            const float* rowmax,   // (N) the group's max
                            int N, int Vr, int Vl) {
@@ -156,12 +145,14 @@ void vocab_parallel_sumexp(float* stats,          // (N,2) fp32: Σ exp, target 
 
 template <typename F>
 void vocab_parallel_finish(float* losses,         // (N) fp32
-                           F* probs,              // (N,Vl): exp in, probs out
+                           F* logits,             // (N,Vl): logits in, dlogits out (dloss ≠ 0)
                            const float* stats,    // (N,2) the group's sums
                            const float* rowmax,   // (N)
-                           int N, int Vr, int Vl) {
+                           const int* targets,    // (N) local column numbers
+                           float dloss, int N, int Vr, int Vl) {
     if (N == 0) return;
-    KEEL_LAUNCH(vocab_parallel_finish_kernel<F>, N, classifier_row_threads(Vl), 0, MAIN_STREAM)(losses, probs, stats, rowmax, Vr, Vl);
+    KEEL_LAUNCH(vocab_parallel_finish_kernel<F>, N, classifier_row_threads(Vl), 0, MAIN_STREAM)(losses, logits, stats, rowmax, targets, dloss,
+                                                                                                  Vr, Vl);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,6 @@
 // cuda/common.cuh — what every CUDA op file uses: the check macros, the launch convention, float
-// type conversions and the fixed-order warp/block reductions.
+// type conversions, 128-bit packs (Pack128, load128/store128, the element-wise launch shape), the
+// grid-wide fence and the fixed-order warp/block reductions.
 //
 // The op set lives in namespace keel_cuda, so a test can hold it beside the CPU op set (same names,
 // same signatures: STYLE 1-2); llmc/backend.h brings it into scope for the CUDA trainer.
@@ -21,6 +22,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 
 #include "llmc/common.h"
 #include "llmc/ops.h"
@@ -79,6 +81,66 @@ template <typename F> __device__ __host__ inline F from_f32(float x);
 template <> __device__ __host__ inline float from_f32<float>(float x) { return x; }
 template <> __device__ __host__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
 template <> __device__ __host__ inline __half from_f32<__half>(float x) { return __float2half(x); }
+
+// ---- 128-bit loads and stores -----------------------------------------------------------------------
+// A thread that moves 16 bytes per instruction (8 bf16/fp16 or 4 fp32) needs a quarter to an eighth
+// of the load/store instructions of one moving a scalar, which is what lets a memory-bound kernel reach
+// the GPU's bandwidth. Pack<T, V> is V values of T moved as one access (V a power of two, aligned to
+// its size up to 16 bytes); Pack128<T> is the 16-byte one, 16/sizeof(T) values. pack_load/pack_store
+// (load128/store128) need an address aligned to the pack; the ops check alignment on the host
+// (aligned16) and fall back to scalar accesses otherwise, with the same per-element arithmetic, so
+// both paths give the same bits.
+// KEEL_COMMA lets a kernel with two template arguments pass through KEEL_LAUNCH (a literal comma
+// would split the macro argument): KEEL_LAUNCH(kernel<F KEEL_COMMA V>, ...).
+#define KEEL_COMMA ,
+template <typename T, int V> struct alignas(V * sizeof(T) >= 16 ? 16 : V * sizeof(T)) Pack {
+    static constexpr int SIZE = V;
+    T v[V];
+};
+template <typename T> using Pack128 = Pack<T, 16 / (int)sizeof(T)>;
+template <typename T, int V> __device__ inline Pack<T, V> pack_load(const T* p) {
+#ifdef __CUDA_ARCH__
+    return *reinterpret_cast<const Pack<T, V>*>(p);  // one vector load (ld.global.v4 for 16 bytes)
+#else
+    Pack<T, V> r;  // host compilers (the CPU emulation): memcpy, as T is not Pack for strict aliasing
+    memcpy(&r, p, sizeof r);
+    return r;
+#endif
+}
+template <typename T, int V> __device__ inline void pack_store(T* p, const Pack<T, V>& x) {
+#ifdef __CUDA_ARCH__
+    *reinterpret_cast<Pack<T, V>*>(p) = x;  // one vector store
+#else
+    memcpy(p, &x, sizeof x);
+#endif
+}
+template <typename T> __device__ inline Pack128<T> load128(const T* p) { return pack_load<T, Pack128<T>::SIZE>(p); }
+template <typename T> __device__ inline void store128(T* p, const Pack128<T>& x) { pack_store<T, Pack128<T>::SIZE>(p, x); }
+static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
+// The element-wise launch shape: with every pointer 16-byte aligned, thread t < packs handles the
+// pack of elements [t·V, t·V + V) (V = Pack128<F>::SIZE) and the threads after it one element each of
+// the N % V tail; otherwise packs = 0 and every thread handles one element (the scalar fallback).
+template <typename F> static inline size_t elementwise_packs(size_t N, bool aligned) {
+    return aligned ? N / Pack128<F>::SIZE : 0;
+}
+template <typename F> static inline size_t elementwise_threads(size_t N, size_t packs) {
+    return packs + (N - packs * Pack128<F>::SIZE);
+}
+// In the kernel: the element a tail thread t >= packs handles (>= N: none).
+template <typename F> __device__ inline size_t elementwise_tail_index(size_t t, size_t packs) {
+    return packs * Pack128<F>::SIZE + (t - packs);
+}
+
+// ---- ordering between the blocks of one grid ------------------------------------------------------
+// grid_fence(): this thread's global writes become visible to every block of the grid before its later
+// writes (the "last block done" pattern: partials, fence, then the counter). The emulation runs the
+// blocks of a grid one after another, so there is nothing to order there.
+__device__ inline void grid_fence() {
+#ifndef KEEL_CUDA_EMULATION
+    __threadfence();
+#endif
+}
 
 // ---- fixed-order reductions ----------------------------------------------------------------------
 // Butterfly over the 32 lanes: every lane ends with the same sum, added in the same tree whatever

@@ -4,10 +4,12 @@
 //   backward: dinp[b,r] += keep(b,r) ? dout[b,r] / (1-p) : 0
 //   keep(b,r) = dropout_keep(site, b, r)  (llmc/ops.h: uniform(seed, DROPOUT, site, first_sample + b, r) >= p)
 // Legend: B samples in the micro-batch, R elements per sample.
-// One thread per element. The keep decision is the one host+device function dropout_keep, so the
-// CUDA mask equals the CPU mask bit for bit; the backward regenerates it instead of storing it.
+// Each thread handles one 128-bit pack of every operand (common.cuh's element-wise launch shape;
+// the tail and misaligned buffers one element per thread), deciding keep for each element of it.
+// The keep decision is the one host+device function dropout_keep, so the CUDA mask equals the CPU
+// mask bit for bit; the backward regenerates it instead of storing it.
 // The DropoutSite is host memory: the launcher copies it by value into the kernel's parameters.
-// out may alias inp: each thread reads its element before it writes the same element.
+// out may alias inp: each thread reads its pack (or element) before it writes the same one.
 #pragma once
 #include "llmc/cuda/common.cuh"
 
@@ -16,23 +18,46 @@ namespace keel_cuda {
 enum { DROPOUT_THREADS = 256 };
 
 // p == 0 keeps everything (uniform >= 0 always): the short-circuit only skips the hash.
-template <typename F>
-__global__ void dropout_forward_kernel(F* out, const F* inp,    // (B,R), (B,R)
-                                       size_t R, size_t n,      // n = B*R
-                                       DropoutSite d, float scale) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+__device__ inline float dropout_value(float x, const DropoutSite& d, size_t i, size_t R, float scale) {
     bool keep = d.p == 0.0 || dropout_keep(&d, (int64_t)(i / R), (uint64_t)(i % R));
-    out[i] = from_f32<F>(keep ? to_f32(inp[i]) * scale : 0.0f);
+    return keep ? x * scale : 0.0f;
 }
 
 template <typename F>
+__global__ void dropout_forward_kernel(F* out, const F* inp,    // (B,R), (B,R)
+                                       size_t R, size_t n,      // n = B*R
+                                       size_t packs, DropoutSite d, float scale) {
+    constexpr int V = Pack128<F>::SIZE;
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < packs) {
+        Pack128<F> x = load128(inp + t * V);
+        for (int k = 0; k < V; k++) x.v[k] = from_f32<F>(dropout_value(to_f32(x.v[k]), d, t * V + k, R, scale));
+        store128(out + t * V, x);
+        return;
+    }
+    size_t i = elementwise_tail_index<F>(t, packs);
+    if (i < n) out[i] = from_f32<F>(dropout_value(to_f32(inp[i]), d, i, R, scale));
+}
+
+// Dropped elements of dinp are left as they were (a pack rewrites them unchanged: F → fp32 → F is exact).
+template <typename F>
 __global__ void dropout_backward_kernel(F* dinp, const F* dout,  // (B,R) accumulated into, (B,R)
                                         size_t R, size_t n,      // n = B*R
-                                        DropoutSite d, float scale) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    if (d.p == 0.0 || dropout_keep(&d, (int64_t)(i / R), (uint64_t)(i % R)))
+                                        size_t packs, DropoutSite d, float scale) {
+    constexpr int V = Pack128<F>::SIZE;
+    size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < packs) {
+        Pack128<F> dx = load128(dinp + t * V), dy = load128(dout + t * V);
+        for (int k = 0; k < V; k++) {
+            size_t i = t * V + k;
+            if (d.p == 0.0 || dropout_keep(&d, (int64_t)(i / R), (uint64_t)(i % R)))
+                dx.v[k] = from_f32<F>(to_f32(dx.v[k]) + to_f32(dy.v[k]) * scale);
+        }
+        store128(dinp + t * V, dx);
+        return;
+    }
+    size_t i = elementwise_tail_index<F>(t, packs);
+    if (i < n && (d.p == 0.0 || dropout_keep(&d, (int64_t)(i / R), (uint64_t)(i % R))))
         dinp[i] = from_f32<F>(to_f32(dinp[i]) + to_f32(dout[i]) * scale);
 }
 
@@ -41,7 +66,9 @@ void dropout_forward(F* out, const F* inp, int B, size_t R, const DropoutSite* d
     size_t n = (size_t)B * R;
     if (n == 0 || (d->p == 0.0 && out == inp)) return;  // p = 0 in place: the identity
     float scale = (float)(1.0 / (1.0 - d->p));          // fp32 for any F: a bf16 scale would bias by ~0.1%
-    KEEL_LAUNCH(dropout_forward_kernel<F>, ceil_div(n, DROPOUT_THREADS), DROPOUT_THREADS, 0, MAIN_STREAM)(out, inp, R, n, *d, scale);
+    size_t packs = elementwise_packs<F>(n, aligned16(out) && aligned16(inp));
+    KEEL_LAUNCH(dropout_forward_kernel<F>, ceil_div(elementwise_threads<F>(n, packs), DROPOUT_THREADS), DROPOUT_THREADS, 0,
+                MAIN_STREAM)(out, inp, R, n, packs, *d, scale);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -50,7 +77,9 @@ void dropout_backward(F* dinp, const F* dout, int B, size_t R, const DropoutSite
     size_t n = (size_t)B * R;
     if (n == 0) return;
     float scale = (float)(1.0 / (1.0 - d->p));
-    KEEL_LAUNCH(dropout_backward_kernel<F>, ceil_div(n, DROPOUT_THREADS), DROPOUT_THREADS, 0, MAIN_STREAM)(dinp, dout, R, n, *d, scale);
+    size_t packs = elementwise_packs<F>(n, aligned16(dinp) && aligned16(dout));
+    KEEL_LAUNCH(dropout_backward_kernel<F>, ceil_div(elementwise_threads<F>(n, packs), DROPOUT_THREADS), DROPOUT_THREADS, 0,
+                MAIN_STREAM)(dinp, dout, R, n, packs, *d, scale);
     CUDA_CHECK_LAUNCH();
 }
 

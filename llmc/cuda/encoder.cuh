@@ -8,17 +8,18 @@
 // Legend: B batch, T time, C channels, Vp padded vocabulary, maxT position rows.
 // Forward ops: one thread per element of out. Gradients dwte, dwpe are fp32 whatever F (DESIGN §3).
 // Determinism (no float atomics, DESIGN §4): several positions share a dwte row when a token
-// repeats, so the dwte scatter gives each thread one channel and lets it walk the B*T positions in
-// order, adding dout into dwte[inp[bt]][c]: the read-modify-writes of one element come from one
-// thread, in the CPU op's order, so the sums are the CPU's bit for bit (fp32). dwpe: a thread per
-// (t,c) adds over b in order. Cost: the dwte walk is B*T dependent steps over only C threads; it is
-// latency-bound on a GPU (a token-sorted scatter would be the faster deterministic design).
+// repeats. The dwte scatter works from the token groups (encoder_token_groups, llmc/ops.h: the
+// positions of each distinct id, ascending, built on the host): block x owns group x's row, its
+// threads 4 adjacent channels each (16-byte fp32 accesses), and each thread adds the group's
+// positions in ascending order — the CPU op's order of additions per element, so the sums are the
+// CPU's bit for bit (fp32). Parallel over (distinct tokens × channels) instead of over C threads
+// walking all B·T positions. dwpe: a thread per (t,c) adds over b in order.
 #pragma once
 #include "llmc/cuda/common.cuh"
 
 namespace keel_cuda {
 
-enum { ENC_THREADS = 256, ENC_SCATTER_THREADS = 32 };  // scatter: small blocks spread C over many SMs
+enum { ENC_THREADS = 256, ENC_WTE_THREADS = 64 };  // dwte: 64 threads × 4 channels cover C = 256 a block
 
 template <typename F>
 __global__ void encoder_forward_kernel(F* out,                      // (B,T,C)
@@ -39,19 +40,27 @@ __global__ void encoder_forward_kernel(F* out,                      // (B,T,C)
     out[i] = from_f32<F>(v);
 }
 
-// dwte: thread c walks every position in order (see the contract above for why one thread),
-// skipping the negative ids (another rank's rows).
-template <typename F>
-__global__ void encoder_backward_wte_kernel(float* dwte,          // (Vp,C), accumulated into
-                                            const F* dout,    // (B,T,C)
-                                            const int* inp,   // (B,T)
-                                            int BT, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    for (int bt = 0; bt < BT; bt++) {
-        int id = inp[bt];
-        if (id >= 0) dwte[(size_t)id * C + c] += to_f32(dout[(size_t)bt * C + c]);
+// dwte: block x takes group x of the token groups (blocks past the G groups leave at once: the grid
+// is sized by B·T, the most groups there can be, since G lives in device memory); thread y·blockDim
+// + k the channels [V·that, +V).
+template <typename F, int V>
+__global__ void encoder_backward_wte_kernel(float* dwte,        // (Vp,C), accumulated into
+                                            const F* dout,      // (B,T,C)
+                                            const int* inp,     // (B,T)
+                                            const int* groups,  // encoder_token_groups(inp)
+                                            int C) {
+    int G = groups[0], g = blockIdx.x;
+    int c = (blockIdx.y * blockDim.x + threadIdx.x) * V;
+    if (g >= G || c >= C) return;
+    const int* pos = groups + G + 2;  // the positions, grouped
+    int k0 = groups[1 + g], k1 = groups[2 + g];
+    float* w = dwte + (size_t)inp[pos[k0]] * C + c;
+    Pack<float, V> acc = pack_load<float, V>(w);
+    for (int k = k0; k < k1; k++) {
+        Pack<F, V> d = pack_load<F, V>(dout + (size_t)pos[k] * C + c);
+        for (int v = 0; v < V; v++) acc.v[v] += to_f32(d.v[v]);
     }
+    pack_store<float, V>(w, acc);
 }
 
 // dwpe inside encoder_backward: the running value starts from dwpe and adds each b in order, the
@@ -102,10 +111,17 @@ void encoder_forward(F* out,                               // (B,T,C)
 template <typename F>
 void encoder_backward(float* dwte, float* dwpe,                    // (Vp,C), (maxT,C) or null; accumulated into
                       const F* dout,                       // (B,T,C)
-                      const int* inp, int B, int T, int C) {
+                      const int* inp,                      // (B,T)
+                      const int* groups,                   // (2·B·T + 2) encoder_token_groups of inp (llmc/ops.h)
+                      int B, int T, int C) {
     if ((size_t)B * T * C == 0) return;
-    KEEL_LAUNCH(encoder_backward_wte_kernel<F>, ceil_div(C, ENC_SCATTER_THREADS), ENC_SCATTER_THREADS, 0, MAIN_STREAM)(
-        dwte, dout, inp, B * T, C);
+    if (C % 4 == 0 && aligned16(dwte) && aligned16(dout)) {
+        dim3 grid(B * T, ceil_div(C, 4 * ENC_WTE_THREADS));
+        KEEL_LAUNCH(encoder_backward_wte_kernel<F KEEL_COMMA 4>, grid, ENC_WTE_THREADS, 0, MAIN_STREAM)(dwte, dout, inp, groups, C);
+    } else {
+        dim3 grid(B * T, ceil_div(C, ENC_WTE_THREADS));
+        KEEL_LAUNCH(encoder_backward_wte_kernel<F KEEL_COMMA 1>, grid, ENC_WTE_THREADS, 0, MAIN_STREAM)(dwte, dout, inp, groups, C);
+    }
     CUDA_CHECK_LAUNCH();
     if (!dwpe) return;
     size_t TC = (size_t)T * C;

@@ -1,122 +1,333 @@
 // cuda/layernorm.cuh — LayerNorm over channels; the contract of cpu/layernorm.h:
 //   forward:  mean = Σx/C, rstd = 1/sqrt(Σ(x-mean)²/C + eps), out = (x-mean)·rstd·w + b
 //             saves mean and rstd (N) for the backward.
+//   residual_layernorm_forward: residual_out = a + b (rounded to F), then the forward above on
+//             residual_out — residual_forward and layernorm_forward in one pass.
 //   backward: with xhat = (x-mean)·rstd and g = dout·w:
 //             dx += rstd·(g - mean(g) - xhat·mean(g·xhat));  dw += Σ_rows dout·xhat;  db += Σ_rows dout
 // Legend: N rows (B*T), C channels (any C: 4*hidden under --normformer, not a multiple of 32).
 // Numerics: statistics in fp32 whatever the storage type F, two-pass (subtract-mean) variance;
 // mean, rstd, dweight and dbias are fp32 buffers (DESIGN §3: fp32 statistics and gradient accumulation).
-// Determinism (no float atomics, DESIGN §4):
-//   - forward and dinp: one warp per row; each lane sums its channels (lane, lane+32, ...) in order,
-//     then warp_sum's fixed butterfly adds the 32 lane sums.
-//   - dweight/dbias are a column sum over N rows, done in two stages: a thread per (row chunk of
-//     LN_ROW_CHUNK rows, channel) sums its rows in order into a scratch partial, then a thread per
-//     channel adds the chunks' partials in chunk order. The chunking depends on N alone, so the order
-//     of every addition is a function of the shape, never of timing or the GPU's block schedule.
+//
+// Channel ownership. A row's channels are cut into chunks of V = Pack128<F>::SIZE (8 bf16/fp16, 4
+// fp32); lane l of a row's warp owns chunks l, l+32, l+64, ... and sums a chunk's channels in order.
+// When C % V == 0 and the buffers are 16-byte aligned, a chunk is one 128-bit load/store; otherwise
+// (odd C, misaligned views) the same chunks are read element by element. The order of every addition
+// is therefore a function of (C, F) alone, and the vector and scalar paths give the same bits.
+//
+// Forward (and the fused residual forward): one warp per row, 8 rows per block. Per lane: the chunk
+// sums in order, then warp_sum's fixed butterfly over the 32 lanes. The fused kernel first writes the
+// rounded residual row (each lane its own chunks), then runs the same row code on what it wrote: the
+// LayerNorm reads the rounded residual, as the unfused pair does, so the two agree bit for bit.
+//
+// Backward: one kernel. Block k owns rows [k·R, k·R + R), R = layernorm_backward_rows(N) (a function
+// of N alone), 16 warps:
+//   1. dinp: one warp per row (rows k·R + w, + 16, ...), the two row means as in the forward.
+//   2. the block's dweight/dbias contributions: thread (slice s, chunk j) sums rows k·R + s, + S, ...
+//      in order for the V channels of chunk j (S = row slices that fit the block beside the C/V chunks);
+//      the S slice sums are added in slice order (through shared memory) into the block's slot of the
+//      fp32 partials scratch (blocks, 2, C).
+//   3. the last block to finish adds the slots in block order into dweight/dbias. "Last" is decided by
+//      an integer atomic counter; which block is last depends on timing, but what it computes does
+//      not: every slot is complete when it reads them and it adds them in block order 0, 1, ....
+//      That block resets the counter to 0 for the next launch.
+//   Memory ordering on the GPU: each thread fences (grid_fence: __threadfence) after writing its slot
+//   entries; __syncthreads; thread 0 then increments the counter. The fence makes the slot writes
+//   visible device-wide before the increment can be observed. The last block's thread 0 fences after
+//   its atomic (acquire side) and reads the slots through volatile loads, which go to L2 (no stale L1
+//   line can be read). Under the emulation the blocks run one after another.
+// Scratch: the partials and the counter are sized by layernorm_reserve(N_max, C_max) at set-up (no
+// cudaMalloc in a steady-state step); an unreserved larger call grows them once.
 #pragma once
+#include <initializer_list>
+
 #include "llmc/cuda/common.cuh"
 
 namespace keel_cuda {
 
-enum { LN_WARPS_PER_BLOCK = 8, LN_ROW_CHUNK = 64, LN_COL_THREADS = 256 };
+enum {
+    LN_WARPS_PER_BLOCK = 8,    // forward: rows per block
+    LN_BWD_WARPS = 16,         // backward: warps per block (512 threads)
+    LN_BWD_MAX_BLOCKS = 128,   // backward: blocks at most (one wave on a 132-SM H100; the last block reads
+                               // LN_BWD_MAX_BLOCKS·2C partials, so more blocks lengthen the serial tail)
+};
 
-// The dweight/dbias partials (2, nchunks, C), kept between calls (a cudaMalloc per step would
-// synchronize the device every backward).
-inline float* layernorm_scratch(size_t floats) {
-    static DeviceScratch s;
-    return (float*)scratch_reserve(&s, floats * sizeof(float));
+// ---- scratch -----------------------------------------------------------------------------------------
+// Rows per backward block: a multiple of the warps, and enough that there are at most
+// LN_BWD_MAX_BLOCKS blocks. Depends on N alone (the reduction order is a function of the shape).
+static inline int layernorm_backward_rows(int N) {
+    int per = (int)ceil_div((size_t)N, LN_BWD_MAX_BLOCKS);
+    return (int)ceil_div((size_t)per, LN_BWD_WARPS) * LN_BWD_WARPS;
+}
+// The most blocks any N <= N_max launches (the block count is not monotone in N).
+static inline int layernorm_backward_max_blocks(int N_max) {
+    int b = (int)ceil_div((size_t)N_max, LN_BWD_WARPS);
+    return b < LN_BWD_MAX_BLOCKS ? b : LN_BWD_MAX_BLOCKS;
+}
+
+struct LayerNormScratch {
+    DeviceScratch partial;       // (blocks, 2, C) fp32: dweight then dbias per block
+    unsigned* done = nullptr;    // blocks finished in the running backward; 0 between launches
+};
+static inline LayerNormScratch* layernorm_scratch() {
+    static LayerNormScratch s;
+    return &s;
+}
+static inline void layernorm_scratch_size(LayerNormScratch* s, int blocks, int C) {
+    scratch_reserve(&s->partial, (size_t)blocks * 2 * C * sizeof(float));
+    if (!s->done) {
+        CUDA_CHECK(cudaMalloc((void**)&s->done, sizeof(unsigned)));
+        CUDA_CHECK(cudaMemset(s->done, 0, sizeof(unsigned)));
+    }
+}
+
+// Sizes the backward's scratch for every call with N <= N_max rows and C <= C_max channels: the model
+// calls it once at set-up with its largest LayerNorm (C, or 4C under --normformer).
+static inline void layernorm_reserve(int N_max, int C_max) {
+    if (N_max > 0 && C_max > 0) layernorm_scratch_size(layernorm_scratch(), layernorm_backward_max_blocks(N_max), C_max);
+}
+
+// ---- chunks of a row -------------------------------------------------------------------------------------
+// The channels [c0, c0 + V) of row x, as fp32 (V = Pack128<F>::SIZE); returns how many exist (< V only
+// for the last chunk of a row whose C is not a multiple of V, which never takes the vector path).
+template <typename F> __device__ inline int ln_load_chunk(float* f, const F* x, int c0, int C, bool vec) {
+    constexpr int V = Pack128<F>::SIZE;
+    if (vec) {
+        Pack128<F> p = load128(x + c0);
+        for (int k = 0; k < V; k++) f[k] = to_f32(p.v[k]);
+        return V;
+    }
+    int n = C - c0 < V ? C - c0 : V;
+    for (int k = 0; k < n; k++) f[k] = to_f32(x[c0 + k]);
+    return n;
+}
+template <typename F> __device__ inline void ln_store_chunk(F* x, const float* f, int c0, int n, bool vec) {
+    constexpr int V = Pack128<F>::SIZE;
+    if (vec) {
+        Pack128<F> p;
+        for (int k = 0; k < V; k++) p.v[k] = from_f32<F>(f[k]);
+        store128(x + c0, p);
+        return;
+    }
+    for (int k = 0; k < n; k++) x[c0 + k] = from_f32<F>(f[k]);
+}
+
+// ---- forward -------------------------------------------------------------------------------------------
+// One row by one warp: statistics of x (C channels), then out. Lane `lane` touches only its chunks.
+template <typename F>
+__device__ inline void layernorm_row(F* o, float* mean, float* rstd, const F* x, const F* weight, const F* bias,
+                                     int C, bool vec, int lane) {
+    constexpr int V = Pack128<F>::SIZE;
+    float f[V], w[V], b[V];
+    float sum = 0.0f;
+    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
+        int n = ln_load_chunk(f, x, c0, C, vec);
+        for (int k = 0; k < n; k++) sum += f[k];
+    }
+    float m = warp_sum(sum) / C;
+    float sq = 0.0f;
+    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
+        int n = ln_load_chunk(f, x, c0, C, vec);
+        for (int k = 0; k < n; k++) {
+            float d = f[k] - m;
+            sq += d * d;
+        }
+    }
+    float s = 1.0f / sqrtf(warp_sum(sq) / C + (float)LAYERNORM_EPS);
+    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
+        int n = ln_load_chunk(f, x, c0, C, vec);
+        ln_load_chunk(w, weight, c0, C, vec);
+        ln_load_chunk(b, bias, c0, C, vec);
+        for (int k = 0; k < n; k++) f[k] = (f[k] - m) * s * w[k] + b[k];
+        ln_store_chunk(o, f, c0, n, vec);
+    }
+    if (lane == 0) {
+        *mean = m;
+        *rstd = s;
+    }
 }
 
 template <typename F>
 __global__ void layernorm_forward_kernel(F* out, float* mean, float* rstd,        // (N,C), (N), (N)
                                          const F* inp,                    // (N,C)
                                          const F* weight, const F* bias,  // (C), (C)
-                                         int N, int C) {
+                                         int N, int C, bool vec) {
     int lane = threadIdx.x % 32;
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= N) return;  // the whole warp leaves together: no lane is missing from warp_sum below
-    const F* x = inp + (size_t)row * C;
-    float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += to_f32(x[c]);
-    float m = warp_sum(sum) / C;
-    float sq = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = to_f32(x[c]) - m;
-        sq += d * d;
-    }
-    float s = 1.0f / sqrtf(warp_sum(sq) / C + (float)LAYERNORM_EPS);
-    F* o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32)
-        o[c] = from_f32<F>((to_f32(x[c]) - m) * s * to_f32(weight[c]) + to_f32(bias[c]));
-    if (lane == 0) {
-        mean[row] = m;
-        rstd[row] = s;
-    }
+    if (row >= N) return;  // the whole warp leaves together: no lane is missing from warp_sum
+    size_t off = (size_t)row * C;
+    layernorm_row(out + off, mean + row, rstd + row, inp + off, weight, bias, C, vec, lane);
 }
 
-// dinp, one warp per row: the two row means of the formula, then the per-channel update.
+// residual_out = a + b rounded to F (residual_forward's arithmetic), then layernorm_row on the row it
+// wrote. Each lane rereads only the channels it wrote itself (same chunks), so program order is all the
+// ordering needed; the reread hits L1.
 template <typename F>
-__global__ void layernorm_backward_dinp_kernel(F* dinp,                           // (N,C), accumulated into
-                                               const F* dout, const F* inp,       // (N,C), (N,C)
-                                               const F* weight,                   // (C)
-                                               const float* mean, const float* rstd,      // (N), (N)
-                                               int N, int C) {
+__global__ void residual_layernorm_forward_kernel(F* residual_out, F* ln_out,          // (N,C), (N,C)
+                                                  float* mean, float* rstd,            // (N), (N)
+                                                  const F* a, const F* b,              // (N,C), (N,C)
+                                                  const F* weight, const F* bias,      // (C), (C)
+                                                  int N, int C, bool vec) {
+    constexpr int V = Pack128<F>::SIZE;
     int lane = threadIdx.x % 32;
     int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= N) return;  // whole warp, as in the forward
-    const F* d = dout + (size_t)row * C;
-    const F* x = inp + (size_t)row * C;
-    float m = mean[row], s = rstd[row];
+    if (row >= N) return;  // whole warp
+    size_t off = (size_t)row * C;
+    F* r = residual_out + off;
+    float fa[V], fb[V];
+    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
+        int n = ln_load_chunk(fa, a + off, c0, C, vec);
+        ln_load_chunk(fb, b + off, c0, C, vec);
+        for (int k = 0; k < n; k++) fa[k] += fb[k];
+        ln_store_chunk(r, fa, c0, n, vec);
+    }
+    layernorm_row(ln_out + off, mean + row, rstd + row, r, weight, bias, C, vec, lane);
+}
+
+// ---- backward ------------------------------------------------------------------------------------------
+// Phase 1 for one row by one warp: dx += rstd·(g - mean(g) - xhat·mean(g·xhat)).
+template <typename F>
+__device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, const F* weight, float m, float s, int C,
+                                              bool vec, int lane) {
+    constexpr int V = Pack128<F>::SIZE;
+    float fd[V], fx[V], fw[V], fdx[V];
     float g_sum = 0.0f, gx_sum = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float g = to_f32(d[c]) * to_f32(weight[c]);
-        g_sum += g;
-        gx_sum += g * (to_f32(x[c]) - m) * s;
+    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
+        int n = ln_load_chunk(fd, d, c0, C, vec);
+        ln_load_chunk(fx, x, c0, C, vec);
+        ln_load_chunk(fw, weight, c0, C, vec);
+        for (int k = 0; k < n; k++) {
+            float g = fd[k] * fw[k];
+            g_sum += g;
+            gx_sum += g * (fx[k] - m) * s;
+        }
     }
     float gmean = warp_sum(g_sum) / C, gxmean = warp_sum(gx_sum) / C;
-    F* dx = dinp + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) {
-        float xhat = (to_f32(x[c]) - m) * s;
-        float g = to_f32(d[c]) * to_f32(weight[c]);
-        dx[c] = from_f32<F>(to_f32(dx[c]) + s * (g - gmean - xhat * gxmean));
+    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
+        int n = ln_load_chunk(fdx, dx, c0, C, vec);
+        ln_load_chunk(fd, d, c0, C, vec);
+        ln_load_chunk(fx, x, c0, C, vec);
+        ln_load_chunk(fw, weight, c0, C, vec);
+        for (int k = 0; k < n; k++) {
+            float xhat = (fx[k] - m) * s;
+            float g = fd[k] * fw[k];
+            fdx[k] = fdx[k] + s * (g - gmean - xhat * gxmean);
+        }
+        ln_store_chunk(dx, fdx, c0, n, vec);
     }
 }
 
-// Stage 1 of dweight/dbias: block (chunk, channel block); each thread sums the chunk's rows in
-// order for its channel. Neighbouring threads read neighbouring channels of one row (coalesced).
+// Phase 2 for one (row slice, chunk): Σ over rows r0, r0 + step, ... < r1 of dout·xhat and dout for the
+// channels [c0, c0 + n), added in row order.
 template <typename F>
-__global__ void layernorm_backward_partial_kernel(float* partial,                // (2, nchunks, C): dw then db
-                                                  const F* dout, const F* inp,   // (N,C), (N,C)
-                                                  const float* mean, const float* rstd,  // (N), (N)
-                                                  int N, int C) {
-    int c = blockIdx.y * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    int chunk = blockIdx.x, nchunks = gridDim.x;
-    int r0 = chunk * LN_ROW_CHUNK, r1 = r0 + LN_ROW_CHUNK < N ? r0 + LN_ROW_CHUNK : N;
-    float dw = 0.0f, db = 0.0f;
-    for (int n = r0; n < r1; n++) {
-        float d = to_f32(dout[(size_t)n * C + c]);
-        float xhat = (to_f32(inp[(size_t)n * C + c]) - mean[n]) * rstd[n];
-        dw += d * xhat;
-        db += d;
+__device__ inline int layernorm_backward_columns(float* dw, float* db, const F* dout, const F* inp, const float* mean,
+                                                 const float* rstd, int r0, int r1, int step, int c0, int C, bool vec) {
+    constexpr int V = Pack128<F>::SIZE;
+    float fd[V], fx[V];
+    int n = C - c0 < V ? C - c0 : V;
+    for (int k = 0; k < V; k++) dw[k] = db[k] = 0.0f;
+    for (int row = r0; row < r1; row += step) {
+        size_t off = (size_t)row * C;
+        ln_load_chunk(fd, dout + off, c0, C, vec);
+        ln_load_chunk(fx, inp + off, c0, C, vec);
+        float m = mean[row], s = rstd[row];
+        for (int k = 0; k < n; k++) {
+            dw[k] += fd[k] * ((fx[k] - m) * s);
+            db[k] += fd[k];
+        }
     }
-    partial[(size_t)chunk * C + c] = dw;
-    partial[((size_t)nchunks + chunk) * C + c] = db;
+    return n;
 }
 
-// Stage 2: a thread per channel adds the chunk partials in chunk order.
-__global__ void layernorm_backward_final_kernel(float* dweight, float* dbias,   // (C), (C), accumulated into
-                                                const float* partial,   // (2, nchunks, C)
-                                                int nchunks, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float dw = 0.0f, db = 0.0f;
-    for (int k = 0; k < nchunks; k++) {
-        dw += partial[(size_t)k * C + c];
-        db += partial[((size_t)nchunks + k) * C + c];
+// The backward's slices: S row slices of the block's rows side by side with the C/V chunks, as many
+// as the block's threads allow (1 when the chunks alone fill the block).
+static inline int layernorm_backward_slices(int C, int V, int rows) {
+    int chunks = (int)ceil_div((size_t)C, V);
+    int S = LN_BWD_WARPS * 32 / chunks;
+    if (S > rows) S = rows;
+    return S < 1 ? 1 : S;
+}
+
+template <typename F>
+__global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,  // (N,C) (C) (C), accumulated into
+                                          float* partial, unsigned* done,        // (gridDim.x, 2, C), counter
+                                          const F* dout, const F* inp,           // (N,C), (N,C)
+                                          const F* weight,                       // (C)
+                                          const float* mean, const float* rstd,  // (N), (N)
+                                          int N, int C, int rows, int S, bool vec) {
+    constexpr int V = Pack128<F>::SIZE;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int r0 = blockIdx.x * rows, r1 = r0 + rows < N ? r0 + rows : N;
+
+    // 1. dinp, one warp per row
+    for (int row = r0 + warp; row < r1; row += warps) {
+        size_t off = (size_t)row * C;
+        layernorm_backward_row(dinp + off, dout + off, inp + off, weight, mean[row], rstd[row], C, vec, lane);
     }
-    dweight[c] += dw;
-    dbias[c] += db;
+
+    // 2. this block's dweight/dbias into its slot
+    float* slot = partial + (size_t)blockIdx.x * 2 * C;  // (2, C)
+    float dw[V], db[V];
+    int chunks = (C + V - 1) / V;
+    if (S == 1) {
+        for (int j = threadIdx.x; j < chunks; j += blockDim.x) {
+            int n = layernorm_backward_columns(dw, db, dout, inp, mean, rstd, r0, r1, 1, j * V, C, vec);
+            for (int k = 0; k < n; k++) {
+                slot[j * V + k] = dw[k];
+                slot[C + j * V + k] = db[k];
+            }
+        }
+    } else {
+        KEEL_DYNAMIC_SHARED(float, sums);  // (S, 2, C): slice s's dweight then dbias sums
+        int s = threadIdx.x / chunks, j = threadIdx.x % chunks;
+        if (s < S) {
+            int n = layernorm_backward_columns(dw, db, dout, inp, mean, rstd, r0 + s, r1, S, j * V, C, vec);
+            for (int k = 0; k < n; k++) {
+                sums[(size_t)(2 * s) * C + j * V + k] = dw[k];
+                sums[(size_t)(2 * s + 1) * C + j * V + k] = db[k];
+            }
+        }
+        __syncthreads();
+        for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // c < C: dweight, else dbias
+            int half = c / C, cc = c % C;
+            float v = sums[(size_t)half * C + cc];
+            for (int k = 1; k < S; k++) v += sums[(size_t)(2 * k + half) * C + cc];
+            slot[c] = v;
+        }
+    }
+
+    // 3. count this block done; the last one adds every slot in block order
+    __shared__ int is_last;
+    grid_fence();  // this thread's slot writes are visible device-wide before the count below
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned before = atomicAdd(done, 1u);
+        grid_fence();  // acquire side: the slots counted before ours are read after this point
+        is_last = before == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!is_last) return;
+    const volatile float* slots = partial;  // volatile: from L2, never a stale L1 line
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float w = 0.0f, b = 0.0f;
+        for (unsigned k = 0; k < gridDim.x; k++) {
+            w += slots[(size_t)k * 2 * C + c];
+            b += slots[(size_t)k * 2 * C + C + c];
+        }
+        dweight[c] += w;
+        dbias[c] += b;
+    }
+    if (threadIdx.x == 0) *done = 0;  // for the next launch (ordered by the launch boundary)
+}
+
+// ---- launchers -------------------------------------------------------------------------------------------
+// The 128-bit path: C a multiple of the pack (every row start then aligned like the base) and every
+// base pointer 16-byte aligned.
+template <typename F> static inline bool ln_vec_ok(int C, std::initializer_list<const void*> ptrs) {
+    if (C % Pack128<F>::SIZE != 0) return false;
+    for (const void* p : ptrs)
+        if (!aligned16(p)) return false;
+    return true;
 }
 
 template <typename F>
@@ -125,8 +336,22 @@ void layernorm_forward(F* out, float* mean, float* rstd,           // (N,C), (N)
                        const F* weight, const F* bias,     // (C), (C)
                        int N, int C) {
     if (N == 0 || C == 0) return;
+    bool vec = ln_vec_ok<F>(C, {out, inp, weight, bias});
     KEEL_LAUNCH(layernorm_forward_kernel<F>, ceil_div(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0,
-                MAIN_STREAM)(out, mean, rstd, inp, weight, bias, N, C);
+                MAIN_STREAM)(out, mean, rstd, inp, weight, bias, N, C, vec);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename F>
+void residual_layernorm_forward(F* residual_out, F* ln_out,             // (N,C), (N,C)
+                                float* mean, float* rstd,               // (N), (N)
+                                const F* a, const F* b,                 // (N,C), (N,C)
+                                const F* weight, const F* bias,         // (C), (C)
+                                int N, int C) {
+    if (N == 0 || C == 0) return;
+    bool vec = ln_vec_ok<F>(C, {residual_out, ln_out, a, b, weight, bias});
+    KEEL_LAUNCH(residual_layernorm_forward_kernel<F>, ceil_div(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0,
+                MAIN_STREAM)(residual_out, ln_out, mean, rstd, a, b, weight, bias, N, C, vec);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -135,17 +360,14 @@ void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) 
                         const F* dout, const F* inp,       // (N,C), (N,C)
                         const F* weight, const float* mean, const float* rstd, int N, int C) {
     if (N == 0 || C == 0) return;
-    KEEL_LAUNCH(layernorm_backward_dinp_kernel<F>, ceil_div(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0,
-                MAIN_STREAM)(dinp, dout, inp, weight, mean, rstd, N, C);
-    CUDA_CHECK_LAUNCH();
-    unsigned nchunks = ceil_div(N, LN_ROW_CHUNK);
-    float* partial = layernorm_scratch(2 * (size_t)nchunks * C);  // (2, nchunks, C)
-    dim3 grid(nchunks, ceil_div(C, LN_COL_THREADS));  // chunks on x: gridDim.y stops at 65535
-    KEEL_LAUNCH(layernorm_backward_partial_kernel<F>, grid, LN_COL_THREADS, 0, MAIN_STREAM)(
-        partial, dout, inp, mean, rstd, N, C);
-    CUDA_CHECK_LAUNCH();
-    KEEL_LAUNCH(layernorm_backward_final_kernel, ceil_div(C, LN_COL_THREADS), LN_COL_THREADS, 0, MAIN_STREAM)(
-        dweight, dbias, partial, (int)nchunks, C);
+    int rows = layernorm_backward_rows(N), blocks = (int)ceil_div((size_t)N, rows);
+    int S = layernorm_backward_slices(C, Pack128<F>::SIZE, rows);
+    size_t smem = S > 1 ? (size_t)S * 2 * C * sizeof(float) : 0;  // S·C <= 512·V channels: <= 32 KiB
+    LayerNormScratch* s = layernorm_scratch();
+    layernorm_scratch_size(s, blocks, C);  // no-op once layernorm_reserve sized it
+    bool vec = ln_vec_ok<F>(C, {dinp, dout, inp, weight});
+    KEEL_LAUNCH(layernorm_backward_kernel<F>, blocks, LN_BWD_WARPS * 32, smem, MAIN_STREAM)(
+        dinp, dweight, dbias, (float*)s->partial.ptr, s->done, dout, inp, weight, mean, rstd, N, C, rows, S, vec);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -21,7 +21,6 @@
 #include <map>
 
 #include "llmc/cuda/common.cuh"
-#include "llmc/cuda/vec.cuh"
 
 #define CUBLAS_CHECK(call)                                                                                  \
     do {                                                                                                    \
@@ -174,7 +173,7 @@ __global__ void matmul_dbias_partial_kernel(float* partial,    // (chunks, OC)
     }
 }
 
-__global__ inline void matmul_dbias_finish_kernel(float* dbias, const float* partial, int chunks, int OC) {
+static __global__ void matmul_dbias_finish_kernel(float* dbias, const float* partial, int chunks, int OC) {
     int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= OC) return;
     float s = 0.0f;
@@ -195,7 +194,7 @@ template <typename F> static void matmul_dbias(float* dbias, const F* dout, int 
     int chunks = (int)ceil_div(N, DBIAS_ROWS);
     float* partial = (float*)scratch_reserve(matmul_dbias_scratch(), matmul_scratch_bytes(N, OC));
     const int V = 16 / sizeof(F);
-    if (OC % V == 0 && pack_aligned(dout)) {  // every row starts 16-byte aligned
+    if (OC % V == 0 && aligned16(dout)) {  // every row starts 16-byte aligned
         dim3 grid(ceil_div(OC, DBIAS_COL_THREADS * V), chunks);
         KEEL_LAUNCH(matmul_dbias_partial_kernel<F KEEL_COMMA V>, grid, DBIAS_COL_THREADS * DBIAS_ROW_THREADS, 0, MAIN_STREAM)(partial, dout, N, OC);
     } else {
