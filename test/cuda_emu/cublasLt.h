@@ -186,6 +186,8 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
         return emu_lt_refuse("layouts with different batch counts, D's", batch);
     if (batch > 1 && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) return emu_lt_refuse("an epilogue with batches, epilogue", d->epilogue);
     if (C != D && lc->stride != ld->stride) return emu_lt_refuse("a C batch stride other than D's", lc->stride);
+    // the step profile (emu_core.h): bf16/fp16 inputs run on tensor cores; fp32 under COMPUTE_32F does not
+    emu::profile_gemm(2 * m * n * k * (uint64_t)batch, la->type != CUDA_R_32F);
     float alpha, beta;
     memcpy(&alpha, alpha_p, 4);
     memcpy(&beta, beta_p, 4);

@@ -5,6 +5,10 @@
 // Streams and events exist as handles and are no-ops: the emulation runs every launch and copy
 // synchronously, in program order. Stream-ordering bugs are therefore invisible here; real-GPU runs
 // (make test-gpu) are what catch those.
+//
+// Every call below that the step profile counts (emu_core.h, KEEL_EMU_PROFILE) reports itself there:
+// synchronisations, copies by direction (a blocking device→host cudaMemcpy is a host wait),
+// memsets, cudaMalloc/cudaFree.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -63,19 +67,23 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     p->warpSize = 32;
     return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { emu::profile_sync(); return cudaSuccess; }
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 template <typename K> inline cudaError_t cudaFuncSetAttribute(K, int, int) { return cudaSuccess; }
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
     *p = emu::device_alloc(bytes);
-    return *p ? cudaSuccess : (emu_last_error = cudaErrorMemoryAllocation);
+    if (!*p) return emu_last_error = cudaErrorMemoryAllocation;
+    emu::profile_malloc(bytes);
+    return cudaSuccess;
 }
 template <typename T> inline cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
 inline cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
-    return emu::device_free(p) ? cudaSuccess : (emu_last_error = cudaErrorInvalidValue);
+    if (!emu::device_free(p)) return emu_last_error = cudaErrorInvalidValue;
+    emu::profile_free();
+    return cudaSuccess;
 }
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) { *p = malloc(bytes); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
 template <typename T> inline cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMallocHost((void**)p, bytes); }
@@ -96,17 +104,23 @@ inline cudaError_t emu_check_copy(const void* dst, const void* src, cudaMemcpyKi
     if (!ok) emu::die("cudaMemcpy: the pointers do not match the copy's direction%s%s", "", "");
     return cudaSuccess;
 }
-inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+// blocking: cudaMemcpy (the host waits for it, and for the work queued before it) or cudaMemcpyAsync.
+inline cudaError_t emu_memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, bool blocking) {
     emu_check_copy(dst, src, kind);
+    emu::profile_copy(emu::is_device_ptr(dst), emu::is_device_ptr(src), bytes, blocking);
     emu::DeviceScope open;
     if (bytes) memmove(dst, src, bytes);
     return cudaSuccess;
 }
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    return emu_memcpy(dst, src, bytes, kind, true);
+}
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t = nullptr) {
-    return cudaMemcpy(dst, src, bytes, kind);
+    return emu_memcpy(dst, src, bytes, kind, false);
 }
 inline cudaError_t cudaMemset(void* p, int v, size_t bytes) {
     if (bytes && !emu::is_device_ptr(p)) emu::die("cudaMemset on a host pointer%s%s", "", "");
+    emu::profile_memset(bytes);
     emu::DeviceScope open;
     memset(p, v, bytes);
     return cudaSuccess;
@@ -116,13 +130,13 @@ inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t = 
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = nullptr; return cudaSuccess; }
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = nullptr; return cudaSuccess; }
 inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { emu::profile_sync(); return cudaSuccess; }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = nullptr; return cudaSuccess; }
 inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t cudaEventSynchronize(cudaEvent_t) { emu::profile_sync(); return cudaSuccess; }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
 
 #include "cuda_bf16.h"

@@ -24,6 +24,10 @@
 // a cudaMemcpy/cudaMemset or a library call (the cuBLASLt and NCCL shims) runs. Host code that
 // dereferences a device pointer — the bug a CPU emulation would otherwise hide, since host and
 // device memory are one here — dies with SIGSEGV in CI, as it would on the GPU.
+//
+// Step profile (KEEL_EMU_PROFILE=FILE): the emulator counts what the program asks of the GPU at the
+// CUDA API boundary — launches by kernel, cuBLASLt FLOPs, host synchronisations, allocations, bytes
+// moved, NCCL traffic — and writes one JSON object at exit. See "the step profile" below.
 #pragma once
 #include <signal.h>
 #include <sys/mman.h>
@@ -34,7 +38,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <map>
+#include <string>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -262,6 +269,203 @@ inline unsigned warp_ballot(unsigned mask, bool pred) {
     return r;
 }
 
+// ---- the step profile ----------------------------------------------------------------------------
+// What a program asks of the GPU, counted where it asks (the runtime, cuBLASLt and NCCL shims),
+// over the whole process. Counting is a few integer additions per call; only the per-kernel table
+// (a hash lookup per launch) is skipped when KEEL_EMU_PROFILE is unset, and then nothing is written.
+// With it set, one JSON object goes to FILE at exit — exit() or a return from main; not _exit or a
+// fatal signal — or to FILE.r on rank r of a multi-rank run (OMPI_COMM_WORLD_RANK / PMI_RANK /
+// PMIX_RANK in the environment, or an MPI world of more than one rank seen by the NCCL shim).
+// Keys (scripts/gpu_profile.sh reads them; README "Step profile"):
+//   launches, launches_by_kernel   kernel launches, and by the launch's kernel expression as written
+//                                  (KEEL_LAUNCH's #kernel, e.g. "matmul_dbias_kernel<F>")
+//   gemm_calls, gemm_flops         cublasLtMatmul calls and 2·m·n·k·batch summed over them
+//   tensor_core_flops              the part with bf16/fp16 A and B (fp32 inputs under
+//                                  CUBLAS_COMPUTE_32F run on CUDA cores, not tensor cores)
+//   mma_flops                      warp-level MMA in keel's own kernels (profile_mma; none use it yet)
+//   syncs = sync_calls + d2h_copies   host waits: cudaDeviceSynchronize / cudaStreamSynchronize /
+//                                  cudaEventSynchronize calls, and blocking device→host cudaMemcpy
+//   d2h_async_copies               cudaMemcpyAsync device→host (not a host wait; bytes in d2h_bytes)
+//   allocations, alloc_bytes, frees   cudaMalloc calls and the bytes they asked for; cudaFree calls
+//   peak_device_bytes              high-water mark of live device memory as the arena holds it
+//                                  (each allocation rounded up to 256 bytes)
+//   memsets, memset_bytes, h2d_copies, h2d_bytes, d2h_bytes, d2d_copies, d2d_bytes
+//   nccl_calls, nccl_bytes, nccl_by_collective   {"allreduce"|"reduce"|"broadcast"|"send"|"recv":
+//                                  {"calls", "bytes"}}; bytes: this rank's buffer (count × type size)
+// The counters assume one host thread issues the CUDA calls (keel's trainers do).
+enum ProfileCollective { NCCL_ALLREDUCE, NCCL_REDUCE, NCCL_BROADCAST, NCCL_SEND, NCCL_RECV, NCCL_COLLECTIVES };
+static const char* const profile_collective_names[NCCL_COLLECTIVES] = {"allreduce", "reduce", "broadcast", "send", "recv"};
+
+struct Profile {
+    bool enabled = false;
+    std::string path;                 // KEEL_EMU_PROFILE (before a rank suffix)
+    int mpi_rank = -1, mpi_size = 0;  // MPI_COMM_WORLD as the NCCL shim saw it (nccl.h), if it ran
+    uint64_t launches = 0;
+    std::unordered_map<const char*, uint64_t> launch_sites;  // #kernel string → launches (one string per site)
+    uint64_t gemm_calls = 0, gemm_flops = 0, tensor_core_flops = 0, mma_flops = 0;
+    uint64_t sync_calls = 0, d2h_copies = 0, d2h_async_copies = 0;
+    uint64_t allocations = 0, alloc_bytes = 0, frees = 0, live_bytes = 0, peak_device_bytes = 0;
+    uint64_t memsets = 0, memset_bytes = 0;
+    uint64_t h2d_copies = 0, h2d_bytes = 0, d2h_bytes = 0, d2d_copies = 0, d2d_bytes = 0;
+    uint64_t nccl_calls[NCCL_COLLECTIVES] = {}, nccl_bytes[NCCL_COLLECTIVES] = {};
+};
+inline void profile_write();
+// Never destroyed: a static object's destructor may still call cudaFree after the profile is written.
+inline Profile& profile() {
+    static Profile* p = [] {
+        Profile* q = new Profile;
+        const char* env = getenv("KEEL_EMU_PROFILE");
+        if (env && env[0]) {
+            q->enabled = true;
+            q->path = env;
+            atexit(profile_write);
+        }
+        return q;
+    }();
+    return *p;
+}
+
+// Made (and, with KEEL_EMU_PROFILE set, registered for the exit) before main runs: a program that
+// exits before its first CUDA call still writes its profile, all zeros.
+inline const bool profile_started = (profile(), true);
+
+inline void profile_launch(const char* kernel) {
+    Profile& p = profile();
+    p.launches++;
+    if (p.enabled) p.launch_sites[kernel]++;
+}
+// A cuBLASLt matmul of 2·m·n·k·batch FLOPs; on tensor cores when its inputs are 16-bit.
+inline void profile_gemm(uint64_t flops, bool tensor_cores) {
+    Profile& p = profile();
+    p.gemm_calls++;
+    p.gemm_flops += flops;
+    if (tensor_cores) p.tensor_core_flops += flops;
+}
+// For a kernel that issues warp-level MMA (mma.sync / wmma): its FLOPs, 2·m·n·k per tile product.
+inline void profile_mma(uint64_t flops) { profile().mma_flops += flops; }
+inline void profile_sync() { profile().sync_calls++; }
+// A copy between memories: direction from where the pointers live; a blocking device→host copy is
+// a host wait (the host cannot go on before the GPU has finished everything queued before it).
+inline void profile_copy(bool dst_device, bool src_device, size_t bytes, bool blocking) {
+    Profile& p = profile();
+    if (src_device && !dst_device) {
+        (blocking ? p.d2h_copies : p.d2h_async_copies)++;
+        p.d2h_bytes += bytes;
+    } else if (!src_device && dst_device) {
+        p.h2d_copies++;
+        p.h2d_bytes += bytes;
+    } else if (src_device && dst_device) {
+        p.d2d_copies++;
+        p.d2d_bytes += bytes;
+    }
+}
+inline void profile_memset(size_t bytes) {
+    profile().memsets++;
+    profile().memset_bytes += bytes;
+}
+inline void profile_malloc(size_t bytes) {
+    profile().allocations++;
+    profile().alloc_bytes += bytes;
+}
+inline void profile_free() { profile().frees++; }
+// The arena's live bytes (allocation sizes as rounded by the arena) and their high-water mark.
+inline void profile_live(int64_t delta) {
+    Profile& p = profile();
+    p.live_bytes += (uint64_t)delta;  // unsigned wrap-around subtracts
+    if (p.live_bytes > p.peak_device_bytes) p.peak_device_bytes = p.live_bytes;
+}
+inline void profile_nccl(ProfileCollective c, size_t bytes) {
+    profile().nccl_calls[c]++;
+    profile().nccl_bytes[c] += bytes;
+}
+inline void profile_mpi_world(int rank, int size) {
+    profile().mpi_rank = rank;
+    profile().mpi_size = size;
+}
+
+// This process's rank if it is one of several (-1 if alone): the launcher's environment first, then
+// the MPI world the NCCL shim saw. A value that is not a plain non-negative integer is ignored.
+inline int profile_rank() {
+    for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"}) {
+        const char* s = getenv(var);
+        if (!s || !*s) continue;
+        char* end = nullptr;
+        long r = strtol(s, &end, 10);
+        if (*end == '\0' && r >= 0 && r <= 1 << 30) return (int)r;
+    }
+    const Profile& p = profile();
+    return p.mpi_size > 1 ? p.mpi_rank : -1;
+}
+
+inline void profile_json_string(FILE* f, const std::string& s) {
+    fputc('"', f);
+    for (unsigned char c : s) {
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+// A launch's kernel expression as written, with the KEEL_COMMA spelling (a template argument list's
+// comma inside a macro argument, llmc/cuda) turned back into commas: "k<F, V>".
+inline std::string profile_kernel_name(const char* expr) {
+    std::string s = expr;
+    for (size_t at; (at = s.find("KEEL_COMMA")) != std::string::npos;) {
+        size_t from = at > 0 && s[at - 1] == ' ' ? at - 1 : at;
+        s.replace(from, at + 10 - from, ",");
+    }
+    return s;
+}
+
+// Writes the profile (at exit): to a temporary name, then renamed, so a reader never sees half a file.
+inline void profile_write() {
+    const Profile& p = profile();
+    if (!p.enabled) return;
+    std::string path = p.path;
+    int rank = profile_rank();
+    if (rank >= 0) path += "." + std::to_string(rank);
+    std::string tmp = path + ".tmp" + std::to_string((long)getpid());
+    FILE* f = fopen(tmp.c_str(), "w");
+    if (!f) {
+        fprintf(stderr, "cuda emulation: cannot write the profile to %s (KEEL_EMU_PROFILE)\n", tmp.c_str());
+        return;
+    }
+    std::map<std::string, uint64_t> by_kernel;  // launch sites of one kernel expression merged, sorted by name
+    for (const auto& site : p.launch_sites) by_kernel[profile_kernel_name(site.first)] += site.second;
+    auto u = [](uint64_t v) { return (unsigned long long)v; };
+    fprintf(f, "{\"launches\": %llu, \"launches_by_kernel\": {", u(p.launches));
+    bool first = true;
+    for (const auto& k : by_kernel) {
+        fprintf(f, first ? "" : ", ");
+        profile_json_string(f, k.first);
+        fprintf(f, ": %llu", u(k.second));
+        first = false;
+    }
+    fprintf(f, "},\n \"gemm_calls\": %llu, \"gemm_flops\": %llu, \"tensor_core_flops\": %llu, \"mma_flops\": %llu,\n",
+            u(p.gemm_calls), u(p.gemm_flops), u(p.tensor_core_flops), u(p.mma_flops));
+    fprintf(f, " \"syncs\": %llu, \"sync_calls\": %llu, \"d2h_copies\": %llu, \"d2h_async_copies\": %llu,\n",
+            u(p.sync_calls + p.d2h_copies), u(p.sync_calls), u(p.d2h_copies), u(p.d2h_async_copies));
+    fprintf(f, " \"allocations\": %llu, \"alloc_bytes\": %llu, \"frees\": %llu, \"peak_device_bytes\": %llu,\n",
+            u(p.allocations), u(p.alloc_bytes), u(p.frees), u(p.peak_device_bytes));
+    fprintf(f, " \"memsets\": %llu, \"memset_bytes\": %llu, \"h2d_copies\": %llu, \"h2d_bytes\": %llu, \"d2h_bytes\": %llu, "
+               "\"d2d_copies\": %llu, \"d2d_bytes\": %llu,\n",
+            u(p.memsets), u(p.memset_bytes), u(p.h2d_copies), u(p.h2d_bytes), u(p.d2h_bytes), u(p.d2d_copies), u(p.d2d_bytes));
+    uint64_t calls = 0, bytes = 0;
+    for (int c = 0; c < NCCL_COLLECTIVES; c++) calls += p.nccl_calls[c], bytes += p.nccl_bytes[c];
+    fprintf(f, " \"nccl_calls\": %llu, \"nccl_bytes\": %llu, \"nccl_by_collective\": {", u(calls), u(bytes));
+    for (int c = 0; c < NCCL_COLLECTIVES; c++)
+        fprintf(f, "%s\"%s\": {\"calls\": %llu, \"bytes\": %llu}", c ? ", " : "", profile_collective_names[c], u(p.nccl_calls[c]),
+                u(p.nccl_bytes[c]));
+    fprintf(f, "},\n \"rank\": %d}\n", rank);
+    bool ok = !ferror(f);
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+        fprintf(stderr, "cuda emulation: cannot write the profile to %s (KEEL_EMU_PROFILE)\n", path.c_str());
+        remove(tmp.c_str());
+    }
+}
+
 // ---- device memory arena ---------------------------------------------------------------------
 // One reserved range; allocations are bump-allocated with 256-byte alignment and freed blocks are
 // reused first-fit. Only the used prefix is ever made accessible.
@@ -319,12 +523,14 @@ inline void* device_alloc(size_t bytes) {
         a.holes[h].second -= bytes;
         if (a.holes[h].second == 0) a.holes.erase(a.holes.begin() + h);
         a.live.push_back({off, bytes});
+        profile_live((int64_t)bytes);
         return a.base + off;
     }
     if (a.used + bytes > a.reserved) return nullptr;
     size_t off = a.used;
     a.used += bytes;
     a.live.push_back({off, bytes});
+    profile_live((int64_t)bytes);
     if (a.open_depth > 0 || !a.protect) mprotect(a.base, page_up(a.used), PROT_READ | PROT_WRITE);
     return a.base + off;
 }
@@ -334,6 +540,7 @@ inline bool device_free(void* p) {
     size_t off = (size_t)((char*)p - a.base);
     for (size_t i = 0; i < a.live.size(); i++)
         if (a.live[i].first == off) {
+            profile_live(-(int64_t)a.live[i].second);
             a.holes.push_back(a.live[i]);
             a.live.erase(a.live.begin() + i);
             return true;
@@ -424,6 +631,7 @@ template <typename... P> struct Launch {
         DeviceScope open;
         LaunchStats& s = stats();
         s.launches++;
+        profile_launch(name);
         Block* b = &tl_block;
         b->body = &body;
         b->kernel_name = name;

@@ -28,6 +28,10 @@
 // (1F1B's exchange with a neighbour does exactly that). A lone send or receive is a group of one.
 // A collective issued while sends/receives are queued is refused (keel never mixes them in a group,
 // and running it first would reorder it).
+//
+// Step profile (emu_core.h, KEEL_EMU_PROFILE): every call that passes its checks is counted under
+// its collective with this rank's buffer size (count × type size); the world rank and size are
+// recorded when a communicator is built, so a multi-rank run's ranks write FILE.r.
 #pragma once
 #include <mpi.h>
 #include <unistd.h>
@@ -76,6 +80,9 @@ inline ncclResult_t emu_nccl_comm_init_rank(ncclComm_t* c, int nranks, ncclUniqu
         return emu_nccl_fail(ncclInvalidArgument, "ncclCommInitRank: no valid MPI communicator for the group");
     if (size != nranks || me != rank)
         return emu_nccl_fail(ncclInvalidArgument, "ncclCommInitRank: nranks/rank are not the group communicator's size/rank");
+    int world_rank = -1, world_size = 0;
+    if (MPI_Comm_rank(MPI_COMM_WORLD, &world_rank) == MPI_SUCCESS && MPI_Comm_size(MPI_COMM_WORLD, &world_size) == MPI_SUCCESS)
+        emu::profile_mpi_world(world_rank, world_size);
     MPI_Comm dup;
     if (MPI_Comm_dup(group, &dup) != MPI_SUCCESS) return emu_nccl_fail(ncclSystemError, "MPI_Comm_dup failed");
     ncclUniqueId root = id;
@@ -102,6 +109,7 @@ inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
 }
 
 inline MPI_Datatype emu_nccl_type(ncclDataType_t t) { return t == ncclFloat ? MPI_FLOAT : MPI_BYTE; }
+inline size_t emu_nccl_size(ncclDataType_t t);  // bytes per element (below)
 inline bool emu_nccl_device(const void* p) {
     if (emu::is_device_ptr(p)) return true;
     fprintf(stderr, "NCCL emulation: a host pointer handed to NCCL (NCCL takes device buffers)\n");
@@ -161,6 +169,7 @@ inline bool emu_nccl_collective_ok() {
 inline ncclResult_t emu_nccl_p2p_post(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c) {
     if (!emu_nccl_device(buf) || !emu_nccl_count(count)) return ncclInvalidArgument;
     if (peer < 0 || peer >= c->size) return emu_nccl_fail(ncclInvalidArgument, "send/recv: the peer is outside the communicator");
+    emu::profile_nccl(send ? emu::NCCL_SEND : emu::NCCL_RECV, count * emu_nccl_size(t));
     emu_nccl_group().queued.push_back({send, (void*)buf, (int)count, emu_nccl_type(t), peer, c->mpi});
     ncclGroupStart();  // a lone op is a group of one
     return ncclGroupEnd();
@@ -176,6 +185,7 @@ inline ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int pee
 inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, int root, ncclComm_t c, cudaStream_t) {
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;  // keel reduces in place
     if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    emu::profile_nccl(emu::NCCL_REDUCE, count * emu_nccl_size(t));
     emu::DeviceScope open;
     int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, recv, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi)
                              : MPI_Reduce(send, nullptr, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi);
@@ -184,6 +194,7 @@ inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclD
 inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t) {
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    emu::profile_nccl(emu::NCCL_BROADCAST, count * emu_nccl_size(t));
     emu::DeviceScope open;
     return MPI_Bcast(recv, (int)count, emu_nccl_type(t), root, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
@@ -213,6 +224,7 @@ inline size_t emu_nccl_size(ncclDataType_t t) {
 inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count * emu_nccl_size(t) * c->size) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    emu::profile_nccl(emu::NCCL_ALLREDUCE, count * emu_nccl_size(t));
     emu::DeviceScope open;
     if (t == ncclFloat && op == ncclSum)
         return MPI_Allreduce(MPI_IN_PLACE, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
