@@ -766,6 +766,8 @@ static void trainer_dry_run(Config* c, int launched) {
     l.adam8bit_block = (int)c->adam8bit_block_size;
     Plan p = plan_compute(&g, &l);
     bool fits = plan_print(stdout, &g, &l, &p, c->gpu_memory_gb);
+    PlanGpu gpu = plan_gpu_bytes(c, &g, &l);
+    plan_gpu_print(stdout, &gpu, c, c->gpu_memory_gb);
     exit(fits ? 0 : 1);
 }
 

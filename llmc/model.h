@@ -359,9 +359,9 @@ template <typename F> void gpt_params_changed(GPT<F>* m) {
     if constexpr (gpt_has_compute_copy<F>()) cast_from_f32(m->params_c, m->params, (size_t)m->table.total);
 }
 
-// Allocates parameters, gradients and activations for micro-batches of up to (B, T).
-// Returns the bytes allocated.
-template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, const GPTConfig* cfg, int B, int T) {
+// Allocates one slot of activations for micro-batches of up to (B, T); returns the bytes.
+// count_only: allocates nothing (the pointers stay null) and returns the same bytes (--dry-run).
+template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, const GPTConfig* cfg, int B, int T, bool count_only = false) {
     TPDims td = gpt_tp_dims(cfg);  // this rank's widths of the split activations
     size_t L = gpt_stage_layers(cfg), C = cfg->channels, NH = td.NH, Vp = td.Vl, Ca = td.C, H = td.H;
     size_t BT = (size_t)B * T;
@@ -369,9 +369,10 @@ template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, con
     size_t head = cfg->stage_last ? 1 : 0;
     size_t Lr = L;  // the residual stream leaving each layer: always kept
     if (cfg->checkpoint_activations) L = L > 0 ? 1 : 0;  // the rest: one layer's worth, recomputed
-    size_t bytes = 2 * BT * sizeof(int);
-    auto alloc = [&](size_t n) { bytes += n * sizeof(F); return gpt_alloc<F>(n); };
-    auto stat = [&](size_t n) { bytes += n * sizeof(acc_t<F>); return gpt_alloc<acc_t<F>>(n); };  // statistics and losses
+    size_t bytes = 0;
+    auto alloc = [&](size_t n) { bytes += n * sizeof(F); return count_only ? nullptr : gpt_alloc<F>(n); };
+    auto stat = [&](size_t n) { bytes += n * sizeof(acc_t<F>); return count_only ? nullptr : gpt_alloc<acc_t<F>>(n); };  // statistics and losses
+    auto ids = [&](size_t n) { bytes += n * sizeof(int); return count_only ? nullptr : gpt_alloc<int>(n); };
     a->emb = alloc(eln * BT * C); a->lne_mean = stat(eln * BT); a->lne_rstd = stat(eln * BT);
     a->encoded = alloc(BT * C);
     a->ln1 = alloc(L * BT * C); a->ln1_mean = stat(L * BT); a->ln1_rstd = stat(L * BT);
@@ -385,11 +386,62 @@ template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, con
     a->fcproj = alloc(L * BT * C); a->residual3 = alloc(Lr * BT * C);
     a->lnf = alloc(head * BT * C); a->lnf_mean = stat(head * BT); a->lnf_rstd = stat(head * BT);
     a->logits = alloc(head * BT * Vp); a->losses = stat(head * BT);
-    a->inputs = (int*)backend_malloc(BT * sizeof(int));
-    a->targets = (int*)backend_malloc(BT * sizeof(int));
-    a->wte_groups = cfg->stage_first ? (int*)backend_malloc((2 * BT + 2) * sizeof(int)) : nullptr;
-    bytes += cfg->stage_first ? (2 * BT + 2) * sizeof(int) : 0;
+    a->inputs = ids(BT);
+    a->targets = ids(BT);
+    a->wte_groups = ids(cfg->stage_first ? 2 * BT + 2 : 0);
     return bytes;
+}
+
+// The gradient scratch of one layer at a time (GradScratch); count_only as above.
+template <typename F> static size_t gpt_alloc_grad_scratch(GradScratch<F>* d, const GPTConfig* cfg, int B, int T, bool count_only = false) {
+    TPDims td = gpt_tp_dims(cfg);
+    size_t C = cfg->channels, Ca = td.C, H = td.H, BT = (size_t)B * T, nf = cfg->normformer ? 1 : 0, bytes = 0;
+    auto alloc = [&](size_t n) { bytes += n * sizeof(F); return count_only ? nullptr : gpt_alloc<F>(n); };
+    d->residual = alloc(BT * C); d->branch = alloc(BT * C); d->ln = alloc(BT * C); d->atty = alloc(BT * Ca);
+    d->atty_hs = alloc(nf * BT * Ca); d->qkv = alloc(BT * 3 * Ca); d->fch = alloc(BT * H);
+    d->fch_act = alloc(BT * H); d->lnfc = alloc(nf * BT * H);
+    return bytes;
+}
+
+// The widest bias gradient (QKV, FC or a C-wide projection) and LayerNorm of a rank: what the CUDA
+// ops' scratch is reserved for.
+static inline size_t gpt_max_bias_width(const GPTConfig* cfg) {
+    TPDims td = gpt_tp_dims(cfg);
+    return std::max({3 * (size_t)td.C, (size_t)td.H, (size_t)cfg->channels});
+}
+static inline int gpt_max_layernorm_width(const GPTConfig* cfg) {
+    TPDims td = gpt_tp_dims(cfg);
+    return cfg->normformer ? std::max(td.H, cfg->channels) : cfg->channels;
+}
+
+// Device bytes of a GPU rank, by what holds them (--dry-run, llmc/planner.h).
+struct GPTDeviceBytes {
+    size_t params, grads, compute_copy;  // fp32 master weights, fp32 gradients, the bf16/fp16 copy
+    size_t activations, grad_scratch;    // all slots; one layer's gradients
+    size_t loss_log, other;              // the iteration's per-position losses; ALiBi slopes, vocabulary-parallel statistics
+    size_t op_scratch;                   // the CUDA ops' reserved scratch (llmc/ops.h) and cuBLASLt's workspace
+};
+// What gpt_build and the training loop's loss log allocate on a GPU, computed without allocating
+// (the same functions as gpt_build, count_only). fsize: the storage type's bytes (2 under
+// --bf16/--fp16, 4 under --fp32); loss_slots: micro-batches per iteration on this rank.
+template <typename F> GPTDeviceBytes gpt_device_bytes(const GPTConfig* cfg, int B, int T, int slots, int loss_slots) {
+    ParamTable pt;
+    param_table_build(&pt, cfg);
+    TPDims td = gpt_tp_dims(cfg);
+    size_t P = (size_t)pt.total, BT = (size_t)B * T;
+    GPTDeviceBytes d;
+    d.params = P * sizeof(acc_t<F>);
+    d.grads = P * sizeof(acc_t<F>);
+    d.compute_copy = gpt_has_compute_copy<F>() ? P * sizeof(F) : 0;
+    Activations<F> a;
+    d.activations = (size_t)slots * gpt_alloc_activations(&a, cfg, B, T, true);
+    GradScratch<F> g;
+    d.grad_scratch = gpt_alloc_grad_scratch(&g, cfg, B, T, true);
+    d.loss_log = cfg->stage_last ? (size_t)loss_slots * BT * sizeof(acc_t<F>) : 0;
+    d.other = (cfg->alibi ? td.NH * sizeof(float) : 0) + (cfg->tp_size > 1 && cfg->stage_last ? 3 * BT * sizeof(acc_t<F>) : 0);
+    d.op_scratch = attention_scratch_bytes(B, T, td.C, td.NH, sizeof(F)) + matmul_scratch_bytes(BT, gpt_max_bias_width(cfg)) +
+                   layernorm_scratch_bytes((int)BT, gpt_max_layernorm_width(cfg)) + LT_WORKSPACE_BYTES;
+    return d;
 }
 
 // The activations of slot k become the ones the forward and backward use (1F1B: micro-batch mb
@@ -415,18 +467,13 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     m->B = B;
     m->T = T;
     TPDims td = gpt_tp_dims(cfg);
-    size_t C = cfg->channels, NH = cfg->num_heads, Ca = td.C, H = td.H;
+    size_t NH = cfg->num_heads;
     size_t BT = (size_t)B * T;
-    size_t nf = cfg->normformer ? 1 : 0;
-    auto alloc = gpt_alloc<F>;
     m->slots.resize(slots);
     m->act_bytes = 0;
     for (Activations<F>& a : m->slots) m->act_bytes += gpt_alloc_activations(&a, cfg, B, T);
     gpt_use_slot(m, 0);
-    GradScratch<F>* d = &m->dacts;
-    d->residual = alloc(BT * C); d->branch = alloc(BT * C); d->ln = alloc(BT * C); d->atty = alloc(BT * Ca);
-    d->atty_hs = alloc(nf * BT * Ca); d->qkv = alloc(BT * 3 * Ca); d->fch = alloc(BT * H);
-    d->fch_act = alloc(BT * H); d->lnfc = alloc(nf * BT * H);
+    gpt_alloc_grad_scratch(&m->dacts, cfg, B, T);
     m->losses_host.resize(BT);
     m->loss_log = nullptr;
     m->loss_log_rows = 0;
@@ -446,9 +493,9 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     m->group_count.assign(td.Vl, 0);
     // the ops' kept scratch (CUDA: the attention products, the bias and LayerNorm column sums),
     // sized now for the largest micro-batch so that no training step allocates (CPU: nothing)
-    attention_reserve<F>(B, T, (int)Ca, td.NH);
-    matmul_reserve(BT, std::max({3 * Ca, H, C}));
-    layernorm_reserve((int)BT, (int)(nf ? std::max(H, C) : C));
+    attention_reserve<F>(B, T, td.C, td.NH);
+    matmul_reserve(BT, gpt_max_bias_width(cfg));
+    layernorm_reserve((int)BT, gpt_max_layernorm_width(cfg));
 }
 
 template <typename F> void gpt_free(GPT<F>* m) {

@@ -76,6 +76,32 @@ static inline int encoder_token_groups(int* groups, const int* ids, int n, std::
     return G + 2 + off;  // ints used
 }
 
+// ---- the CUDA op set's kept device scratch, in bytes -----------------------------------------------------
+// Each CUDA op with scratch reserves it once at set-up for the largest micro-batch (*_reserve, called
+// by gpt_build); the formulas live here so that --dry-run (llmc/planner.h, in either trainer) counts
+// exactly what the GPU trainer allocates. The CPU op set keeps no scratch.
+// attention (cuda/attention.cuh): head-major q,k,v and O/dO (4·BTC of the storage type), fp32 dQ,dK,dV
+// (3·BTC), the fp32 T×T scores/dP and one T×T block of the storage type, each 256-byte aligned.
+static inline size_t attention_scratch_bytes(size_t B, size_t T, size_t C, size_t NH, size_t fsize) {
+    size_t BTC = B * T * C, BHTT = B * NH * T * T;  // size_t: B·NH·T·T overflows int at GPT-2 sizes
+    return 4 * BTC * fsize + 3 * BTC * sizeof(float) + BHTT * sizeof(float) + BHTT * fsize + 5 * 256;
+}
+// the bias gradient's column partials (cuda/matmul.cuh): one fp32 row per chunk of DBIAS_ROWS rows
+enum { DBIAS_ROWS = 256 };
+static inline size_t matmul_scratch_bytes(size_t N, size_t OC) { return (N + DBIAS_ROWS - 1) / DBIAS_ROWS * OC * sizeof(float); }
+// cuBLASLt's workspace (cuda/matmul.cuh): what Hopper's kernels ask for at most
+static const size_t LT_WORKSPACE_BYTES = (size_t)32 << 20;
+// the LayerNorm backward (cuda/layernorm.cuh): at most LN_BWD_MAX_BLOCKS blocks of LN_BWD_WARPS warps,
+// each with an fp32 (2, C) slot of column partials, and the blocks' finish counter
+enum { LN_BWD_WARPS = 16, LN_BWD_MAX_BLOCKS = 128 };
+static inline int layernorm_backward_max_blocks(int N_max) {
+    int b = (N_max + LN_BWD_WARPS - 1) / LN_BWD_WARPS;
+    return b < LN_BWD_MAX_BLOCKS ? b : LN_BWD_MAX_BLOCKS;
+}
+static inline size_t layernorm_scratch_bytes(int N_max, int C_max) {
+    return N_max > 0 && C_max > 0 ? (size_t)layernorm_backward_max_blocks(N_max) * 2 * C_max * sizeof(float) + sizeof(unsigned) : 0;
+}
+
 // ---- attention (cpu/attention.h, cuda/attention.cuh) -------------------------------------------------
 enum AttnScaling { ATTN_SCALING_STANDARD, ATTN_SCALING_QK_INWARD };
 

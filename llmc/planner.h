@@ -24,6 +24,7 @@
 #include <string>
 
 #include "llmc/model.h"
+#include "llmc/optimizer.h"
 
 struct PlanLayout {
     int tp = 1, pp = 1, dp = 1, zero_stage = 0;
@@ -95,6 +96,82 @@ static inline std::string plan_gib(double bytes) {
     char buf[32];
     snprintf(buf, sizeof buf, "%.2f GiB", bytes / (1024.0 * 1024 * 1024));
     return buf;
+}
+
+// ---- what keel's GPU trainer itself allocates, exactly ----------------------------------------------------
+// The estimate above is the logbooks' method; keel's own buffers differ (it keeps the T×T softmax of
+// every layer, the logits of a whole micro-batch, its ops' scratch). plan_gpu_bytes counts them with
+// the functions the trainer allocates with (gpt_device_bytes: count_only; the optimizer's units and
+// shards), for the busiest rank: the first and last pipeline stage, tensor-parallel rank 0, the
+// largest ZeRO-1 shard. test_planner holds it to the emulated trainer's peak device memory.
+struct PlanGpu {
+    GPTDeviceBytes model;
+    size_t optimizer = 0;  // Adam m, v (fp32) or 8-bit codes, absmax and history: this rank's part
+    size_t reductions = 0; // the gradient norm's per-chunk table and results, the 8-bit maps
+    size_t total = 0;
+    int stage = 0;         // the pipeline stage counted (the busier of first and last)
+};
+
+// The optimizer state bytes of rank `rank` of dp (optimizer_init's pieces: ZeRO-1 cuts the units at
+// the rank's shard), and in *chunks the gradient-norm chunks of its shard (grad_norm_sumsq sums the
+// shard's chunks at either ZeRO stage: the gradients are reduce-scattered first).
+static inline size_t plan_optimizer_bytes(const ParamTable* pt, const Config* c, int rank, int dp, int zero_stage, size_t* chunks) {
+    int64_t n32 = 0, n8 = 0, nblocks = 0, l32 = 0, l8 = 0, lblocks = 0;
+    std::vector<OptUnit> units = optimizer_units(pt, c, &n32, &n8, &nblocks);
+    std::vector<int64_t> shards = optimizer_shards(units, pt->total, dp);
+    int64_t lo = zero_stage == 1 ? shards[rank] : 0, hi = zero_stage == 1 ? shards[rank + 1] : pt->total;
+    *chunks = 0;
+    for (const OptUnit& u : units) {
+        for (int64_t k = 0; k < u.numel; k += GRAD_CHUNK)
+            *chunks += u.offset_canonical + k >= shards[rank] && u.offset_canonical + k < shards[rank + 1];
+        int64_t n = std::min(u.offset_canonical + u.numel, hi) - std::max(u.offset_canonical, lo);
+        if (n <= 0) continue;
+        if (u.q8) l8 += n, lblocks += (n + c->adam8bit_block_size - 1) / c->adam8bit_block_size;
+        else l32 += n;
+    }
+    int64_t hist = c->optimizer == "adam8bit" ? (int64_t)units.size() * PCLIP_HISTORY : 0;
+    return (size_t)(2 * l32 + 2 * lblocks + hist) * sizeof(float) + (size_t)l8 * 2;
+}
+
+static inline PlanGpu plan_gpu_bytes(const Config* c, const GPTConfig* g, const PlanLayout* l) {
+    PlanGpu best;
+    for (int stage : {0, l->pp - 1}) {
+        GPTConfig s = gpt_config_stage(g, l->pp, stage);
+        s.tp_size = l->tp;
+        s.tp_rank = 0;
+        int slots = pipeline_max_in_flight(stage, l->pp, (int)l->micro_batches);
+        PlanGpu p;
+        p.stage = stage;
+        if (c->fp32) p.model = gpt_device_bytes<float>(&s, (int)l->micro_batch, l->seq, slots, (int)l->micro_batches);
+        else p.model = gpt_device_bytes<uint16_t>(&s, (int)l->micro_batch, l->seq, slots, (int)l->micro_batches);  // a 2-byte storage type
+        ParamTable pt;
+        param_table_build(&pt, &s);
+        size_t maps = c->optimizer == "adam8bit" ? sizeof(Adam8bitMaps) : 0;
+        for (int r = 0; r < l->dp; r++) {  // the rank with the most
+            size_t chunks = 0, state = plan_optimizer_bytes(&pt, c, r, l->dp, l->zero_stage, &chunks);
+            size_t reductions = 4 * chunks * sizeof(double) + maps;  // (2, chunks) int64 table, (chunks, 2) double sums
+            if (state + reductions > p.optimizer + p.reductions) p.optimizer = state, p.reductions = reductions;
+        }
+        const GPTDeviceBytes& m = p.model;
+        p.total = m.params + m.grads + m.compute_copy + m.activations + m.grad_scratch + m.loss_log + m.other + m.op_scratch + p.optimizer +
+                  p.reductions;
+        if (p.total > best.total) best = p;
+    }
+    return best;
+}
+
+static inline void plan_gpu_print(FILE* out, const PlanGpu* p, const Config* c, double gpu_gb) {
+    const GPTDeviceBytes& m = p->model;
+    auto mib = [](size_t b) { return b / 1048576.0; };
+    fprintf(out, "keel's GPU trainer (train_gpt, %s), exact, pipeline stage %d, tensor-parallel rank 0, largest shard:\n",
+            c->fp32 ? "--fp32" : c->fp16 ? "--fp16" : "--bf16", p->stage);
+    fprintf(out, "  master weights %.2f MiB | gradients %.2f MiB | compute copy %.2f MiB | optimizer state %.2f MiB\n", mib(m.params),
+            mib(m.grads), mib(m.compute_copy), mib(p->optimizer));
+    fprintf(out, "  activations %.2f MiB | layer gradient scratch %.2f MiB | loss log %.2f MiB | ops' scratch (attention, column sums, "
+            "cuBLASLt workspace) %.2f MiB | other %.2f MiB\n", mib(m.activations), mib(m.grad_scratch), mib(m.loss_log), mib(m.op_scratch),
+            mib(m.other + p->reductions));
+    fprintf(out, "gpu allocations: total %zu bytes = %s of %g GiB: %s\n", p->total, plan_gib((double)p->total).c_str(), gpu_gb,
+            p->total <= gpu_gb * 1024.0 * 1024 * 1024 ? "fits" : "does NOT fit");
 }
 
 // The table `--dry-run` prints; returns true if the per-rank total fits gpu_gb.

@@ -188,12 +188,7 @@ __global__ void attention_dropped_probs_kernel(F* drop, const F* att, int B, int
 }
 
 // ---- scratch -----------------------------------------------------------------------------------------
-// Bytes of the scratch for (B,T,C,NH) with storage of `fsize` bytes: permuted q,k,v (3·BTC F) and
-// dO or O (BTC F), fp32 dQ,dK,dV (3·BTC), fp32 scores/dP (BH·T·T) and one F T×T block (BH·T·T).
-static inline size_t attention_scratch_bytes(size_t B, size_t T, size_t C, size_t NH, size_t fsize) {
-    size_t BTC = B * T * C, BHTT = B * NH * T * T;  // size_t: B·NH·T·T overflows int at GPT-2 sizes
-    return 4 * BTC * fsize + 3 * BTC * sizeof(float) + BHTT * sizeof(float) + BHTT * fsize + 5 * 256;  // +5·256: alignment
-}
+// The scratch's bytes for (B,T,C,NH): attention_scratch_bytes (llmc/ops.h, shared with --dry-run).
 struct AttnScratch {
     void* qkv;   // (3,BH,T,hs) F
     void* o;     // (BH,T,hs) F: O in the forward, dO in the backward

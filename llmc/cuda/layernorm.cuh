@@ -45,12 +45,10 @@
 
 namespace keel_cuda {
 
-enum {
-    LN_WARPS_PER_BLOCK = 8,    // forward: rows per block
-    LN_BWD_WARPS = 16,         // backward: warps per block (512 threads)
-    LN_BWD_MAX_BLOCKS = 128,   // backward: blocks at most (one wave on a 132-SM H100; the last block reads
-                               // LN_BWD_MAX_BLOCKS·2C partials, so more blocks lengthen the serial tail)
-};
+// LN_BWD_WARPS (warps per backward block, 512 threads) and LN_BWD_MAX_BLOCKS (blocks at most: one wave
+// on a 132-SM H100; the last block reads LN_BWD_MAX_BLOCKS·2C partials, so more blocks lengthen the
+// serial tail) live in llmc/ops.h with the scratch formula --dry-run uses.
+enum { LN_WARPS_PER_BLOCK = 8 };  // forward: rows per block
 
 // ---- scratch -----------------------------------------------------------------------------------------
 // Rows per backward block: a multiple of the warps, and enough that there are at most
@@ -59,11 +57,7 @@ static inline int layernorm_backward_rows(int N) {
     int per = (int)ceil_div((size_t)N, LN_BWD_MAX_BLOCKS);
     return (int)ceil_div((size_t)per, LN_BWD_WARPS) * LN_BWD_WARPS;
 }
-// The most blocks any N <= N_max launches (the block count is not monotone in N).
-static inline int layernorm_backward_max_blocks(int N_max) {
-    int b = (int)ceil_div((size_t)N_max, LN_BWD_WARPS);
-    return b < LN_BWD_MAX_BLOCKS ? b : LN_BWD_MAX_BLOCKS;
-}
+// (layernorm_backward_max_blocks(N_max), llmc/ops.h: the most blocks any N <= N_max launches.)
 
 struct LayerNormScratch {
     DeviceScratch partial;       // (blocks, 2, C) fp32: dweight then dbias per block

@@ -40,7 +40,7 @@ template <> struct cuda_type<__half> { static const cudaDataType_t value = CUDA_
 struct LtContext {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
-    size_t workspace_bytes = 32u << 20;  // what Hopper's kernels ask for at most
+    size_t workspace_bytes = LT_WORKSPACE_BYTES;  // (llmc/ops.h)
 };
 static inline LtContext* lt_context() {
     static LtContext ctx;
@@ -139,7 +139,7 @@ static void lt_matmul(Out* d, const F* a, const F* b, const Out* bias, int m, in
 // chunk order into dbias. Every addition's order is a function of (N, OC) alone — no atomics, no
 // dependence on the GPU's block schedule — and the grid has OC/(32·V) × N/DBIAS_ROWS blocks (192 at
 // GPT-2 124M's C with B·T = 16384), where one thread per column had 3–12 blocks walking all N rows.
-enum { DBIAS_ROWS = 256, DBIAS_COL_THREADS = 32, DBIAS_ROW_THREADS = 8 };
+enum { DBIAS_COL_THREADS = 32, DBIAS_ROW_THREADS = 8 };  // (DBIAS_ROWS: llmc/ops.h)
 
 template <typename F, int V>
 __global__ void matmul_dbias_partial_kernel(float* partial,    // (chunks, OC)
@@ -181,12 +181,12 @@ static __global__ void matmul_dbias_finish_kernel(float* dbias, const float* par
     dbias[o] += s;
 }
 
-// The partials (chunks, OC) in fp32, kept between calls and reserved at set-up (matmul_reserve).
+// The partials (chunks, OC) in fp32, kept between calls and reserved at set-up (matmul_reserve;
+// matmul_scratch_bytes in llmc/ops.h).
 static inline DeviceScratch* matmul_dbias_scratch() {
     static DeviceScratch s;
     return &s;
 }
-static inline size_t matmul_scratch_bytes(size_t N, size_t OC) { return (N + DBIAS_ROWS - 1) / DBIAS_ROWS * OC * sizeof(float); }
 // Sizes the bias-gradient scratch for up to N rows and OC output channels (no allocation later).
 static inline void matmul_reserve(size_t N, size_t OC) { scratch_reserve(matmul_dbias_scratch(), matmul_scratch_bytes(N, OC)); }
 
