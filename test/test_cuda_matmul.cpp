@@ -11,32 +11,20 @@
 #include "llmc/cuda/matmul.cuh"
 #include "test/cuda_test.h"
 
-template <typename L> static std::vector<L> to_low(const std::vector<float>& v) {
-    std::vector<L> r(v.size());
-    for (size_t i = 0; i < v.size(); i++) r[i] = keel_cuda::from_f32<L>(v[i]);
-    return r;
-}
-template <typename L> static std::vector<float> from_low(const std::vector<L>& v) {
-    std::vector<float> r(v.size());
-    for (size_t i = 0; i < v.size(); i++) r[i] = keel_cuda::to_f32(v[i]);
-    return r;
-}
-template <typename L> static std::vector<float> round_to(const std::vector<float>& v) { return from_low(to_low<L>(v)); }
-
 template <typename L> static void test_low_precision(const char* name, double rtol, int N, int C, int OC) {
     std::string sz = std::string(" ") + name + " N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
-    std::vector<float> inp = round_to<L>(randn((size_t)N * C, 11)), w = round_to<L>(randn((size_t)OC * C, 12));
-    std::vector<float> b = round_to<L>(randn(OC, 13)), dout = round_to<L>(randn((size_t)N * OC, 14));
-    std::vector<float> out((size_t)N * OC), dinp = round_to<L>(randn((size_t)N * C, 15)), dw = randn((size_t)OC * C, 16), db = randn(OC, 17);
-    L *d_inp = dev_upload(to_low<L>(inp)), *d_w = dev_upload(to_low<L>(w)), *d_b = dev_upload(to_low<L>(b));
-    L *d_dout = dev_upload(to_low<L>(dout)), *d_out = dev_upload(to_low<L>(out)), *d_dinp = dev_upload(to_low<L>(dinp));
+    std::vector<float> inp = lowp_rounded<L>(randn((size_t)N * C, 11)), w = lowp_rounded<L>(randn((size_t)OC * C, 12));
+    std::vector<float> b = lowp_rounded<L>(randn(OC, 13)), dout = lowp_rounded<L>(randn((size_t)N * OC, 14));
+    std::vector<float> out((size_t)N * OC), dinp = lowp_rounded<L>(randn((size_t)N * C, 15)), dw = randn((size_t)OC * C, 16), db = randn(OC, 17);
+    L *d_inp = dev_upload(lowp_store<L>(inp)), *d_w = dev_upload(lowp_store<L>(w)), *d_b = dev_upload(lowp_store<L>(b));
+    L *d_dout = dev_upload(lowp_store<L>(dout)), *d_out = dev_upload(lowp_store<L>(out)), *d_dinp = dev_upload(lowp_store<L>(dinp));
     float *d_dw = dev_upload(dw), *d_db = dev_upload(db);
     matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, C, OC);
     keel_cuda::matmul_forward(d_out, d_inp, d_w, d_b, N, C, OC);
-    check_close("matmul_forward +bias" + sz, from_low(dev_download(d_out, out.size())), out, rtol, 1e-3);
+    check_close("matmul_forward +bias" + sz, lowp_widen(dev_download(d_out, out.size())), out, rtol, 1e-3);
     matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C, OC);
     keel_cuda::matmul_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
-    check_close("matmul_backward dinp" + sz, from_low(dev_download(d_dinp, dinp.size())), dinp, rtol, 1e-3);
+    check_close("matmul_backward dinp" + sz, lowp_widen(dev_download(d_dinp, dinp.size())), dinp, rtol, 1e-3);
     check_close("matmul_backward dweight (fp32)" + sz, dev_download(d_dw, dw.size()), dw, 1e-5, 1e-4);
     check_close("matmul_backward dbias (fp32)" + sz, dev_download(d_db, db.size()), db, 1e-5, 1e-4);
     for (L* p : {d_inp, d_w, d_b, d_dout, d_out, d_dinp}) dev_free(p);
