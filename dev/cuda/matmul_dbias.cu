@@ -6,11 +6,12 @@
 // Variants (all deterministic: every output summed in an order fixed by the shape, no atomics):
 //   0 naive:     one thread per output channel walks the N rows in order (N dependent adds each,
 //                and only OC threads: a few blocks on a GPU of 132 SMs).
-//   1 keel:      keel_cuda::matmul_backward(nullptr, nullptr, dbias, ...).
-//   2 two-stage: a block per (chunk of DBIAS_ROWS rows, 32 channels): its 32×8 threads sum row
-//                slices into shared memory, the block adds them in a fixed order into a partial
-//                (nchunks, OC); a second kernel adds the chunk partials in chunk order. The
-//                candidate shape of issue 21's "deterministic two-stage reduction".
+//   1 keel:      keel_cuda::matmul_backward(nullptr, nullptr, dbias, ...): the two-stage column sum
+//                with 16-byte loads (8 bf16 channels a thread, 256 a block).
+//   2 two-stage, scalar: a block per (chunk of DBIAS_ROWS rows, 32 channels): its 32×8 threads sum
+//                row slices into shared memory, the block adds them in a fixed order into a partial
+//                (nchunks, OC); a second kernel adds the chunk partials in chunk order — keel's shape
+//                with one channel a thread, to show what the vector loads buy.
 // Memory-bound: GB/s is the figure (FLOPs are N·OC adds; no TFLOP/s column).
 // Check: fp32 sums of bf16 values in different orders: relative to |want| + 0.01·rms, bound 1e-3.
 #include "llmc/cpu/matmul.h"
