@@ -17,8 +17,21 @@
 //      each prints one line saying why; all count as "number of skipped iterations"
 //   4. clip: if --clip-grad > 0 and coeff = clip/(norm + 1e-6) < 1, every gradient is scaled by coeff
 //   5. t += 1; the Adam step of the chosen optimizer for every unit, weight decay only on tensors the
-//      table marks decay
+//      table marks decay: one update call per kind of state (fp32 m, v; 8-bit codes) over all of
+//      the rank's pieces (optimizer_update), which on the GPU is one launch each and also writes the
+//      bf16/fp16 compute copy of every parameter it updates (below)
 // The logged grad norm is the one from step 2 (unscaled, before clipping).
+//
+// The update tables and the compute copy. The pieces are recorded once, at set-up, in an update table
+// per kind of state (AdamPieces: cpu/adamw.h, cuda/adamw.cuh), so a step is one call per kind instead
+// of one per piece (on the GPU: 1 launch, or 2 under adam8bit, instead of ~12·L + 4); what changes per
+// step travels as arguments (lr, the bias corrections, the percentile factors of adam8bit). Under
+// --bf16/--fp16 the forward reads a bf16/fp16 copy of the master weights (GPT::params_c); the update
+// writes it in the same pass, rounded as cast_from_f32 rounds, whenever the step updates every
+// parameter the rank holds (ZeRO-0, or one data-parallel rank): StepResult::compute_copy_written, and
+// the trainer skips gpt_params_changed's second pass over the parameters. Under ZeRO-1 on several
+// ranks the rank updates its shard only; the trainer all-gathers the fp32 parameters and refreshes
+// the whole copy, as before. A skipped update writes neither copy.
 //
 // Units. Optimizer state is kept per "unit": a global tensor of the table, or one layer's slice of
 // a per-layer tensor — exactly what PyTorch (and so bitsandbytes) sees as one parameter. Quantization
@@ -125,7 +138,20 @@ struct Optimizer {
     Adam8bitMaps* maps;         // quantization maps and their search tables (adam8bit only)
     std::vector<double> unit_sumsq;  // this step's Σ g² per unit (every unit, every rank)
     std::vector<float> pclip_scale;  // this step's percentile-clipping factor per unit
+    // The update tables: the pieces with fp32 state (all of them under adam) and those with 8-bit
+    // state, each updated by one call per step (optimizer_update); their units, in table order, for
+    // the per-step factors, and those factors (adam8bit).
+    AdamPieces update32, update8;
+    std::vector<int> update32_units, update8_units;
+    std::vector<float> update32_scale, update8_scale;
 };
+
+// The device bytes of one update table: a row and a per-step factor per piece (adam_pieces_init, one
+// allocation per kind of state that has pieces). --dry-run counts them (optimizer_tables_bytes).
+enum { OPT_TABLE_BYTES_PER_PIECE = 6 * 8 + 4 };
+#ifdef KEEL_CUDA
+static_assert(sizeof(AdamPieceRow) + sizeof(float) == OPT_TABLE_BYTES_PER_PIECE, "the planner's size of an update table row");
+#endif
 
 struct StepResult {
     double grad_norm;         // before clipping
@@ -134,6 +160,9 @@ struct StepResult {
     bool nonfinite;           // the loss or a gradient was NaN/Inf
     int64_t pclip_units;      // units whose gradient percentile clipping scaled down this step
     SpikeVerdict spike;       // the spike autopilot fired (then skipped is set; the trainer acts on the policy)
+    bool compute_copy_written;  // the update also wrote the model's bf16/fp16 copy of every parameter
+                                // (no gpt_params_changed needed); false without a copy, under ZeRO-1
+                                // on several ranks, and when skipped
 };
 
 // The state of the z-score rules: the losses and norms of the last applied updates (checkpointed).
@@ -227,6 +256,42 @@ static inline size_t optimizer_state_bytes(const Optimizer* o, int64_t n32, int6
     return (size_t)(2 * n32 + 2 * nblocks + hist) * sizeof(float) + (size_t)n8 * 2;
 }
 
+// The update tables of o->pieces: one for the fp32-state pieces, one for the 8-bit ones, in piece
+// (table) order; the decay flags from the parameter table.
+static inline void optimizer_tables_init(Optimizer* o, const ParamTable* pt) {
+    for (bool q8 : {false, true}) {
+        std::vector<int64_t> offset_param, offset_state, offset_block, numel;
+        std::vector<uint8_t> decay;
+        std::vector<int>* units = q8 ? &o->update8_units : &o->update32_units;
+        units->clear();
+        for (const OptPiece& pc : o->pieces) {
+            const OptUnit& u = o->units[pc.unit];
+            if (u.q8 != q8) continue;
+            offset_param.push_back(pc.offset_canonical);
+            offset_state.push_back(pc.offset_state);
+            offset_block.push_back(pc.offset_block);
+            numel.push_back(pc.numel);
+            decay.push_back(pt->t[u.id].decay ? 1 : 0);
+            units->push_back(pc.unit);
+        }
+        adam_pieces_init(q8 ? &o->update8 : &o->update32, offset_param.data(), offset_state.data(), offset_block.data(),
+                         numel.data(), decay.data(), (int)numel.size(), q8 ? o->block_size : 0);
+        (q8 ? o->update8_scale : o->update32_scale).assign(units->size(), 1.0f);
+    }
+}
+
+// The device bytes of the update tables of rank `rank` of dp (its pieces, as optimizer_init cuts
+// them): what optimizer_tables_init allocates on the GPU, for --dry-run (llmc/planner.h).
+static inline size_t optimizer_tables_bytes(const ParamTable* pt, const Config* c, int rank, int dp, int zero_stage) {
+    int64_t n32, n8, nblocks;
+    std::vector<OptUnit> units = optimizer_units(pt, c, &n32, &n8, &nblocks);
+    std::vector<int64_t> shards = optimizer_shards(units, pt->total, dp);
+    int64_t lo = zero_stage == 1 ? shards[rank] : 0, hi = zero_stage == 1 ? shards[rank + 1] : pt->total;
+    size_t pieces = 0;
+    for (const OptUnit& u : units) pieces += std::min(u.offset_canonical + u.numel, hi) > std::max(u.offset_canonical, lo);
+    return pieces * OPT_TABLE_BYTES_PER_PIECE;
+}
+
 // Units and chunks from the table; the shards for dp ranks; this rank's pieces (all units under
 // ZeRO-0, the units cut to its shard under ZeRO-1); state allocated and zeroed. The table is the
 // whole model's; a pipeline stage's optimizer then learns its place in the whole with
@@ -290,6 +355,7 @@ static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Conf
     }
     o->unit_sumsq.assign(o->units.size(), 0.0);
     o->pclip_scale.assign(o->units.size(), 1.0f);
+    optimizer_tables_init(o, pt);
     optimizer_reset(o);
 }
 
@@ -400,6 +466,8 @@ static inline void optimizer_load_canonical(Optimizer* o, const uint8_t* payload
 }
 
 static inline void optimizer_free(Optimizer* o) {
+    adam_pieces_free(&o->update32);
+    adam_pieces_free(&o->update8);
     backend_free(o->state);
     delete o->maps;
 }
@@ -522,37 +590,43 @@ static inline std::string update_guard_check(const UpdateGuard* g, const Config*
     return "";
 }
 
-// Step 5 for one piece. The percentile factor of its unit was computed beforehand (per unit, on
-// every rank: the history is replicated).
+// Step 5: the Adam step of every piece of this rank, one update call per kind of state. The
+// percentile factor of each unit was computed beforehand (per unit, on every rank: the history is
+// replicated). p_c: the compute copy to write in the same pass, or null.
 template <typename F>
-static inline void optimizer_update_piece(Optimizer* o, const OptPiece* pc, GPT<F>* model, const Config* c, double lr) {
-    const OptUnit* u = &o->units[pc->unit];
-    float* p = model->params + pc->offset_canonical;
-    const float* g = model->grads + pc->offset_canonical;
-    float wd = model->table.t[u->id].decay ? (float)c->weight_decay : 0.0f;
+static inline void optimizer_update(Optimizer* o, GPT<F>* model, F* p_c, const Config* c, double lr) {
+    float* p = model->params;
+    const float* g = model->grads;
+    float wd = (float)c->weight_decay;  // on the pieces the table marks decay (the update tables know which)
     // 1 - β^t in double, then rounded once (in float it cancels: 1.3e-5 relative error at t=1, β=0.999)
     double bc1 = 1.0 - std::pow(c->adam_beta1, (double)o->step), bc2 = 1.0 - std::pow(c->adam_beta2, (double)o->step);
     if (o->type == OPTIMIZER_ADAM) {
-        adamw_update(p, g, o->m32 + pc->offset_state, o->v32 + pc->offset_state, pc->numel, (float)lr, (float)c->adam_beta1,
-                     (float)c->adam_beta2, (float)c->adam_eps, wd, (float)bc1, (float)bc2);
+        adamw_update_pieces(p, p_c, g, o->m32, o->v32, &o->update32, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2,
+                            (float)c->adam_eps, wd, (float)bc1, (float)bc2);
         return;
     }
     AdamHyper h = {(float)lr, (float)c->adam_beta1, (float)c->adam_beta2, (float)c->adam_eps, wd, (float)bc1, (float)std::sqrt(bc2)};
-    float s = o->pclip_scale[pc->unit];
-    if (u->q8)
-        adam8bit_update(p, g, o->code_m + pc->offset_state, o->code_v + pc->offset_state, o->absmax_m + pc->offset_block,
-                        o->absmax_v + pc->offset_block, pc->numel, o->block_size, o->maps, h, s);
-    else
-        adam32_update(p, g, o->m32 + pc->offset_state, o->v32 + pc->offset_state, pc->numel, h, s);
+    for (size_t k = 0; k < o->update32_units.size(); k++) o->update32_scale[k] = o->pclip_scale[o->update32_units[k]];
+    for (size_t k = 0; k < o->update8_units.size(); k++) o->update8_scale[k] = o->pclip_scale[o->update8_units[k]];
+    adam32_update_pieces(p, p_c, g, o->m32, o->v32, &o->update32, h, o->update32_scale.data());
+    adam8bit_update_pieces(p, p_c, g, o->code_m, o->code_v, o->absmax_m, o->absmax_v, &o->update8, o->maps, h,
+                           o->update8_scale.data());
+}
+
+// Whether the update writes the compute copy: the model has one and this rank updates every
+// parameter it holds (so the copy ends whole; under ZeRO-1 on several ranks it holds its shard only).
+template <typename F> static inline bool optimizer_writes_compute_copy(const Optimizer* o) {
+    return gpt_has_compute_copy<F>() && o->range_lo == 0 && o->range_hi == o->n;
 }
 
 // Steps 2-5, after grad_reduce and the loss scaler. The gradients of this rank's range hold the
 // reduced values (ZeRO-0: all of them, all-gathered; ZeRO-1: the shard). found_inf: the scaler's
-// verdict, already agreed over ranks. The caller all-gathers the parameters under ZeRO-1.
+// verdict, already agreed over ranks. The caller all-gathers the parameters under ZeRO-1, and
+// refreshes the compute copy (gpt_params_changed) unless r.compute_copy_written.
 template <typename F>
 static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, const Comm* mp, GPT<F>* model, UpdateGuard* guard, SpikeState* spike,
                                         const Config* c, int64_t iteration, double lr, double loss, bool found_inf) {
-    StepResult r = {0, 0, false, false, 0, {false, "", 0, 0}};
+    StepResult r = {0, 0, false, false, 0, {false, "", 0, 0}, false};
     double sumsq = grad_norm_sumsq(o, comm, model->grads, &r.num_zeros);
     if (mp && mp->size > 1) sumsq = grad_norm_across_ranks(mp, sumsq, &r.num_zeros);
     r.grad_norm = std::sqrt(sumsq);
@@ -593,6 +667,7 @@ static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, const Co
         }
         backend_copy_to_device(o->pclip_hist, hist.data(), hist.size() * sizeof(float));
     }
-    for (const OptPiece& pc : o->pieces) optimizer_update_piece(o, &pc, model, c, lr);
+    r.compute_copy_written = optimizer_writes_compute_copy<F>(o);
+    optimizer_update(o, model, r.compute_copy_written ? model->params_c : (F*)nullptr, c, lr);
     return r;
 }

@@ -1,5 +1,10 @@
 // test_cuda_optimizer — cuda/adamw.cuh and cuda/adam8bit.cuh against the CPU ops (cpu/adamw.h,
 // cpu/adam8bit.h), on identical inputs, for n = 1, 1000, 4097, 70000 (odd sizes, partial blocks).
+// The update tables (adamw/adam32/adam8bit_update_pieces): one launch over several pieces (different
+// sizes and decay flags, percentile factors that change between steps, misaligned and out-of-order
+// pieces, gaps between them) against the per-piece CPU reference, byte for byte; the compute copy
+// (bf16, fp16) against cast_from_f32 of the reference parameters, byte for byte, and untouched
+// outside the pieces; the CPU twins against the same reference; one launch per call (emulation).
 //
 // Tolerances:
 //   - elementwise ops (adamw, adam32, adam8bit, grad_scale, grad_round_fp16, grad_unscale_check):
@@ -17,6 +22,7 @@
 #include "llmc/cpu/adamw.h"
 #include "llmc/cuda/adam8bit.cuh"
 #include "llmc/cuda/adamw.cuh"
+#include "llmc/cuda/cast.cuh"
 #include "test/cuda_test.h"
 
 static const int64_t SIZES[] = {1, 1000, 4097, 70000};
@@ -230,6 +236,265 @@ static void test_adam32(int64_t n, float wd, float gs) {
     for (float* d : {d_p, d_m, d_v}) dev_free(d);
 }
 
+// ---- the update tables: every piece in one launch, the compute copy in the same pass ---------------
+// Pieces of a flat buffer of PIECES_N elements, in table order: sizes from 1 to 70000, offsets that
+// are not multiples of 4 (the scalar path) and that are, gaps between pieces (elements no piece
+// owns: both copies must keep them), a piece placed before the one listed ahead of it. State offsets
+// are prefix sums over the table, as llmc/optimizer.h makes them.
+static const int64_t PIECES_N = 80000;
+struct PieceSpec {
+    int64_t offset_param, numel;
+    uint8_t decay;
+    float gnorm_scale[3];  // steps 1..3
+};
+static const PieceSpec PIECES[] = {
+    {8, 1000, 1, {1.0f, 0.5f, 1.0f}},     {1011, 1, 0, {1.0f, 1.0f, 0.25f}},  {1012, 4097, 1, {0.5f, 0.5f, 0.5f}},
+    {9000, 70000, 0, {1.0f, 1.0f, 1.0f}}, {5120, 2048, 1, {0.75f, 0.75f, 1.0f}}, {79003, 3, 1, {1.0f, 0.5f, 0.5f}},
+};
+static const int NPIECES = (int)(sizeof(PIECES) / sizeof(PIECES[0]));
+
+// The table's host arrays; block_size 0: fp32 state (offsets in elements), else 8-bit state.
+struct PieceTable {
+    std::vector<int64_t> offset_param, offset_state, offset_block, numel;
+    std::vector<uint8_t> decay;
+    int64_t state_n = 0, nblocks = 0;
+    int block_size = 0;
+};
+static PieceTable piece_table(int block_size) {
+    PieceTable t;
+    t.block_size = block_size;
+    for (const PieceSpec& pc : PIECES) {
+        t.offset_param.push_back(pc.offset_param);
+        t.offset_state.push_back(t.state_n);
+        t.offset_block.push_back(t.nblocks);
+        t.numel.push_back(pc.numel);
+        t.decay.push_back(pc.decay);
+        t.state_n += pc.numel;
+        if (block_size) t.nblocks += (pc.numel + block_size - 1) / block_size;
+    }
+    return t;
+}
+template <typename Pieces> static void pieces_init(Pieces* p, const PieceTable& t) {
+    adam_pieces_init(p, t.offset_param.data(), t.offset_state.data(), t.offset_block.data(), t.numel.data(), t.decay.data(),
+                     NPIECES, t.block_size);
+}
+static void pieces_init_cuda(keel_cuda::AdamPieces* p, const PieceTable& t) {
+    keel_cuda::adam_pieces_init(p, t.offset_param.data(), t.offset_state.data(), t.offset_block.data(), t.numel.data(),
+                                t.decay.data(), NPIECES, t.block_size);
+}
+static std::vector<float> piece_scales(int step) {
+    std::vector<float> s;
+    for (const PieceSpec& pc : PIECES) s.push_back(pc.gnorm_scale[step - 1]);
+    return s;
+}
+
+static uint64_t emu_launches() {
+#ifdef KEEL_CUDA_EMULATION
+    return emu::profile().launches;
+#else
+    return 0;
+#endif
+}
+static uint64_t emu_h2d_copies() {
+#ifdef KEEL_CUDA_EMULATION
+    return emu::profile().h2d_copies;
+#else
+    return 0;
+#endif
+}
+static void check_one_launch(const std::string& what, uint64_t before) {
+#ifdef KEEL_CUDA_EMULATION
+    uint64_t n = emu_launches() - before;
+    check_true(what + ": " + std::to_string(n) + " launch(es) for " + std::to_string(NPIECES) + " pieces", n == 1);
+#endif
+}
+
+// The 16-bit copy's bytes.
+template <typename F> static std::vector<uint16_t> copy_bits(const F* d, size_t n) { return dev_download((const uint16_t*)d, n); }
+
+// The compute copy after the update: cast_from_f32 (the CUDA op) of the reference parameters inside
+// the pieces, the sentinel bytes outside them.
+template <typename F> static std::vector<uint16_t> want_copy(const std::vector<float>& p_ref, uint16_t sentinel) {
+    float* d_p = dev_upload(p_ref);
+    F* d_c = nullptr;
+    CUDA_CHECK(cudaMalloc((void**)&d_c, p_ref.size() * sizeof(F)));
+    keel_cuda::cast_from_f32(d_c, d_p, p_ref.size());
+    std::vector<uint16_t> cast = copy_bits(d_c, p_ref.size()), want(p_ref.size(), sentinel);
+    for (const PieceSpec& pc : PIECES)
+        std::copy(cast.begin() + pc.offset_param, cast.begin() + pc.offset_param + pc.numel, want.begin() + pc.offset_param);
+    dev_free(d_p);
+    dev_free(d_c);
+    return want;
+}
+template <typename F> static F* sentinel_copy(size_t n, uint16_t sentinel) { return (F*)dev_upload(std::vector<uint16_t>(n, sentinel)); }
+
+static const uint16_t SENTINEL = 0x7e5a;  // a NaN in bf16 and fp16: no cast writes it here
+
+// fp32 state: adamw_update_pieces (fp32 Adam) or adam32_update_pieces (adam8bit's fp32 units), 3
+// steps with bf16 or fp16 copies, against adamw_update / adam32_update piece by piece on the CPU.
+template <typename F> static void test_update_pieces_f32(bool adamw, const char* type) {
+    PieceTable t = piece_table(0);
+    std::vector<float> p = randn(PIECES_N, 200), m = randn(t.state_n, 201, 0.01), v = abs_sq(randn(t.state_n, 202, 0.01));
+    std::vector<float> p_twin = p, m_twin = m, v_twin = v, c_twin(PIECES_N, -1.0f);  // the CPU twin, float copy
+    float *d_p = dev_upload(p), *d_m = dev_upload(m), *d_v = dev_upload(v);
+    F* d_c = sentinel_copy<F>(PIECES_N, SENTINEL);
+    keel_cuda::AdamPieces dt;
+    AdamPieces ht;
+    pieces_init_cuda(&dt, t);
+    pieces_init(&ht, t);
+    const float wd = 0.1f;
+    std::string name = std::string(adamw ? "adamw" : "adam32") + "_update_pieces (" + type + " copy)";
+    uint64_t uploads = 0;  // host→device copies by the update calls
+    for (int step = 1; step <= 3; step++) {
+        std::vector<float> g = randn(PIECES_N, 210 + step, 0.01), scale = piece_scales(step);
+        float* d_g = dev_upload(g);
+        AdamHyper h = adam_hyper(step, wd);
+        h.lr = 1e-3f * (float)step;  // changes per step: a kernel argument
+        float bc1 = h.c1, bc2 = h.c2 * h.c2;
+        for (int k = 0; k < NPIECES; k++) {  // the reference: the per-range CPU op, piece by piece
+            int64_t e = t.offset_param[k], s = t.offset_state[k], n = t.numel[k];
+            float wk = t.decay[k] ? wd : 0.0f;
+            if (adamw) {
+                adamw_update(&p[e], &g[e], &m[s], &v[s], n, h.lr, h.beta1, h.beta2, h.eps, wk, bc1, bc2);
+            } else {
+                AdamHyper hk = h;
+                hk.wd = wk;
+                adam32_update(&p[e], &g[e], &m[s], &v[s], n, hk, scale[k]);
+            }
+        }
+        uint64_t launches = emu_launches(), copies = emu_h2d_copies();
+        if (adamw) {
+            keel_cuda::adamw_update_pieces(d_p, d_c, d_g, d_m, d_v, &dt, h.lr, h.beta1, h.beta2, h.eps, wd, bc1, bc2);
+            adamw_update_pieces(p_twin.data(), c_twin.data(), g.data(), m_twin.data(), v_twin.data(), &ht, h.lr, h.beta1, h.beta2,
+                                h.eps, wd, bc1, bc2);
+        } else {
+            keel_cuda::adam32_update_pieces(d_p, d_c, d_g, d_m, d_v, &dt, h, scale.data());
+            adam32_update_pieces(p_twin.data(), c_twin.data(), g.data(), m_twin.data(), v_twin.data(), &ht, h, scale.data());
+        }
+        if (step == 1) check_one_launch(name, launches);
+        uploads += emu_h2d_copies() - copies;
+        dev_free(d_g);
+    }
+    check_bits(name + " p, m, v after 3 steps vs the per-piece CPU op",
+               bits_diff("p", dev_download(d_p, PIECES_N), p) + bits_diff("m", dev_download(d_m, t.state_n), m) +
+                   bits_diff("v", dev_download(d_v, t.state_n), v));
+    check_bits(name + " compute copy vs cast_from_f32 (outside the pieces untouched)",
+               bits_diff("copy", copy_bits(d_c, PIECES_N), want_copy<F>(p, SENTINEL)));
+    std::vector<float> c_want(PIECES_N, -1.0f);
+    for (const PieceSpec& pc : PIECES) std::copy(p.begin() + pc.offset_param, p.begin() + pc.offset_param + pc.numel, c_want.begin() + pc.offset_param);
+    check_bits(name + " CPU twin p, m, v, copy vs the per-piece CPU op",
+               bits_diff("p", p_twin, p) + bits_diff("m", m_twin, m) + bits_diff("v", v_twin, v) + bits_diff("copy", c_twin, c_want));
+#ifdef KEEL_CUDA_EMULATION
+    // adam32: the factors differ at every step, one small copy each; adamw has none to copy
+    check_true(name + ": " + std::to_string(uploads) + " host→device copies in 3 steps", uploads == (adamw ? 0u : 3u));
+#endif
+    keel_cuda::adam_pieces_free(&dt);
+    adam_pieces_free(&ht);
+    for (void* d : {(void*)d_p, (void*)d_m, (void*)d_v, (void*)d_c}) dev_free(d);
+}
+
+// The per-piece factors are copied to the device only when they change (a few bytes, no read-back).
+static void test_update_pieces_factor_upload() {
+    PieceTable t = piece_table(0);
+    std::vector<float> p = randn(PIECES_N, 220), g = randn(PIECES_N, 221, 0.01), m(t.state_n, 0.0f), v(t.state_n, 0.0f);
+    float *d_p = dev_upload(p), *d_g = dev_upload(g), *d_m = dev_upload(m), *d_v = dev_upload(v);
+    keel_cuda::AdamPieces dt;
+    pieces_init_cuda(&dt, t);
+    std::vector<uint64_t> copies;
+    for (int step : {1, 1, 2, 2, 1}) {
+        uint64_t before = emu_h2d_copies();
+        keel_cuda::adam32_update_pieces(d_p, (__nv_bfloat16*)nullptr, d_g, d_m, d_v, &dt, adam_hyper(step, 0.1f),
+                                        piece_scales(step).data());
+        copies.push_back(emu_h2d_copies() - before);
+    }
+#ifdef KEEL_CUDA_EMULATION
+    check_true("adam32_update_pieces: factors copied only when they change (1 0 1 0 1 copies over 5 calls)",
+               copies == std::vector<uint64_t>({1, 0, 1, 0, 1}));
+#endif
+    keel_cuda::adam_pieces_free(&dt);
+    for (void* d : {(void*)d_p, (void*)d_g, (void*)d_m, (void*)d_v}) dev_free(d);
+}
+
+// 8-bit state: adam8bit_update_pieces, blocks of each piece from its first element (partial last
+// blocks, a one-element piece), 3 steps, against adam8bit_update piece by piece on the CPU.
+template <typename F> static void test_adam8bit_pieces(int bs, const char* type, const Adam8bitMaps* q) {
+    PieceTable t = piece_table(bs);
+    Adam8bitState s = adam8bit_state(t.state_n, bs, q);  // random codes and absmax over the state
+    s.am.resize(t.nblocks);
+    s.av.resize(t.nblocks);
+    for (int64_t b = 0; b < t.nblocks; b++) {
+        s.am[b] = (float)(0.05 * rng_uniform(7, 2, 33, b));
+        s.av[b] = (float)(1e-4 * rng_uniform(7, 2, 34, b));
+    }
+    s.p = randn(PIECES_N, 230);
+    Adam8bitState twin = s;
+    std::vector<float> c_twin(PIECES_N, -1.0f);
+    DevAdam8bit d = dev_upload(s);
+    F* d_c = sentinel_copy<F>(PIECES_N, SENTINEL);
+    keel_cuda::AdamPieces dt;
+    AdamPieces ht;
+    pieces_init_cuda(&dt, t);
+    pieces_init(&ht, t);
+    const float wd = 0.1f;
+    std::string name = std::string("adam8bit_update_pieces BS=") + std::to_string(bs) + " (" + type + " copy)";
+    for (int step = 1; step <= 3; step++) {
+        std::vector<float> g = randn(PIECES_N, 240 + step, 0.01), scale = piece_scales(step);
+        float* d_g = dev_upload(g);
+        AdamHyper h = adam_hyper(step, wd);
+        for (int k = 0; k < NPIECES; k++) {
+            int64_t e = t.offset_param[k], st = t.offset_state[k], b = t.offset_block[k];
+            AdamHyper hk = h;
+            hk.wd = t.decay[k] ? wd : 0.0f;
+            adam8bit_update(&s.p[e], &g[e], &s.cm[st], &s.cv[st], &s.am[b], &s.av[b], t.numel[k], bs, q, hk, scale[k]);
+        }
+        uint64_t launches = emu_launches();
+        keel_cuda::adam8bit_update_pieces(d.p, d_c, d_g, d.cm, d.cv, d.am, d.av, &dt, q, h, scale.data());
+        if (step == 1) check_one_launch(name, launches);
+        adam8bit_update_pieces(twin.p.data(), c_twin.data(), g.data(), twin.cm.data(), twin.cv.data(), twin.am.data(),
+                               twin.av.data(), &ht, q, h, scale.data());
+        dev_free(d_g);
+    }
+    Adam8bitState got = dev_download(d, 0, t.nblocks);
+    got.p = dev_download(d.p, PIECES_N);
+    got.cm = dev_download(d.cm, t.state_n);
+    got.cv = dev_download(d.cv, t.state_n);
+    check_bits(name + " p, codes, absmax after 3 steps vs the per-piece CPU op",
+               bits_diff("p", got.p, s.p) + bits_diff("code_m", got.cm, s.cm) + bits_diff("code_v", got.cv, s.cv) +
+                   bits_diff("absmax_m", got.am, s.am) + bits_diff("absmax_v", got.av, s.av));
+    check_bits(name + " compute copy vs cast_from_f32 (outside the pieces untouched)",
+               bits_diff("copy", copy_bits(d_c, PIECES_N), want_copy<F>(s.p, SENTINEL)));
+    std::vector<float> c_want(PIECES_N, -1.0f);
+    for (const PieceSpec& pc : PIECES) std::copy(s.p.begin() + pc.offset_param, s.p.begin() + pc.offset_param + pc.numel, c_want.begin() + pc.offset_param);
+    check_bits(name + " CPU twin vs the per-piece CPU op",
+               bits_diff("p", twin.p, s.p) + bits_diff("code_m", twin.cm, s.cm) + bits_diff("code_v", twin.cv, s.cv) +
+                   bits_diff("absmax_m", twin.am, s.am) + bits_diff("absmax_v", twin.av, s.av) + bits_diff("copy", c_twin, c_want));
+    keel_cuda::adam_pieces_free(&dt);
+    adam_pieces_free(&ht);
+    dev_free(d);
+    dev_free(d_c);
+}
+
+// Without a copy (fp32 training, ZeRO-1's shards): p_c null, the same p, m, v.
+static void test_update_pieces_no_copy() {
+    PieceTable t = piece_table(0);
+    std::vector<float> p = randn(PIECES_N, 250), g = randn(PIECES_N, 251, 0.01), m = randn(t.state_n, 252, 0.01),
+                       v = abs_sq(randn(t.state_n, 253, 0.01));
+    float *d_p = dev_upload(p), *d_g = dev_upload(g), *d_m = dev_upload(m), *d_v = dev_upload(v);
+    keel_cuda::AdamPieces dt;
+    pieces_init_cuda(&dt, t);
+    AdamHyper h = adam_hyper(1, 0.1f);
+    for (int k = 0; k < NPIECES; k++) {
+        int64_t e = t.offset_param[k], s = t.offset_state[k];
+        adamw_update(&p[e], &g[e], &m[s], &v[s], t.numel[k], h.lr, h.beta1, h.beta2, h.eps, t.decay[k] ? 0.1f : 0.0f, h.c1, h.c2 * h.c2);
+    }
+    keel_cuda::adamw_update_pieces(d_p, (float*)nullptr, d_g, d_m, d_v, &dt, h.lr, h.beta1, h.beta2, h.eps, 0.1f, h.c1, h.c2 * h.c2);
+    check_bits("adamw_update_pieces without a copy: p, m, v vs the per-piece CPU op",
+               bits_diff("p", dev_download(d_p, PIECES_N), p) + bits_diff("m", dev_download(d_m, t.state_n), m) +
+                   bits_diff("v", dev_download(d_v, t.state_n), v));
+    keel_cuda::adam_pieces_free(&dt);
+    for (void* d : {(void*)d_p, (void*)d_g, (void*)d_m, (void*)d_v}) dev_free(d);
+}
+
 // ---- gradient scaling ---------------------------------------------------------------------------
 static void test_grad_scale(int64_t n) {
     std::vector<float> g = randn(n, 70);
@@ -344,6 +609,14 @@ int main() {
     test_adam8bit_determinism(q);
     test_grad_round_fp16();
     test_sumsq_zeros_chunks();
+    test_update_pieces_f32<__nv_bfloat16>(true, "bf16");
+    test_update_pieces_f32<__half>(true, "fp16");
+    test_update_pieces_f32<__nv_bfloat16>(false, "bf16");
+    test_update_pieces_f32<__half>(false, "fp16");
+    test_update_pieces_factor_upload();
+    test_update_pieces_no_copy();
+    for (int bs : {256, 2048}) test_adam8bit_pieces<__nv_bfloat16>(bs, "bf16", q);
+    test_adam8bit_pieces<__half>(256, "fp16", q);
     delete q;
     return cuda_test_finish();
 }

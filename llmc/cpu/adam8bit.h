@@ -16,6 +16,11 @@
 //     An all-zero block (absmax 0, e.g. the vocabulary padding rows) stores code(0).
 //   adam32_update: the same step with fp32 moments (bitsandbytes' 32-bit kernel), for the units
 //     that keep 32-bit state under --optimizer adam8bit.
+//   adam8bit_update_pieces, adam32_update_pieces: the same on every piece of an update table
+//     (AdamPieces, cpu/adamw.h; 8-bit tables hold the quantization block), piece k with its factor
+//     gnorm_scale[k] and h.wd when it decays, else 0; with p_c, also p_c = (F)p of every element
+//     updated. One call per step and kind of state (llmc/optimizer.h); the CUDA twins are one launch
+//     each and write the compute copy in the same pass (cuda/adamw.cuh says why).
 //   percentile_clip_scale: bitsandbytes' percentile clipping. hist[100] holds ‖g‖² of the unit's
 //     last 100 steps (slot t % 100; at t = 1 every slot); the gradient is scaled by
 //     sqrt(sorted(hist)[p]) / ‖g‖ when that is below 1.
@@ -25,6 +30,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "llmc/cpu/adamw.h"
+#include "llmc/cpu/cast.h"
 #include "llmc/cpu/vmath.h"
 #include "llmc/ops.h"
 
@@ -75,3 +82,30 @@ static inline void adam32_update(float* p, const float* g, float* m, float* v, i
     }
 }
 
+template <typename F>
+static inline void adam8bit_update_pieces(float* p, F* p_c, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
+                                          float* absmax_v, AdamPieces* t, const Adam8bitMaps* q, AdamHyper h,
+                                          const float* gnorm_scale) {
+    if (t->block_size < 1 || t->block_size > ADAM8BIT_MAX_BLOCK)
+        keel_die("adam8bit_update_pieces: the table's block size %d is outside [1, %d]", t->block_size, (int)ADAM8BIT_MAX_BLOCK);
+    for (size_t k = 0; k < t->numel.size(); k++) {
+        int64_t e = t->offset_param[k], s = t->offset_state[k], b = t->offset_block[k], n = t->numel[k];
+        AdamHyper hk = h;
+        hk.wd = t->decay[k] ? h.wd : 0.0f;
+        adam8bit_update(p + e, g + e, code_m + s, code_v + s, absmax_m + b, absmax_v + b, n, t->block_size, q, hk, gnorm_scale[k]);
+        if (p_c) cast_from_f32(p_c + e, p + e, (size_t)n);
+    }
+}
+
+template <typename F>
+static inline void adam32_update_pieces(float* p, F* p_c, const float* g, float* m, float* v, AdamPieces* t, AdamHyper h,
+                                        const float* gnorm_scale) {
+    if (t->block_size != 0) keel_die("adam32_update_pieces: the table was set up for 8-bit Adam (block %d)", t->block_size);
+    for (size_t k = 0; k < t->numel.size(); k++) {
+        int64_t e = t->offset_param[k], s = t->offset_state[k], n = t->numel[k];
+        AdamHyper hk = h;
+        hk.wd = t->decay[k] ? h.wd : 0.0f;
+        adam32_update(p + e, g + e, m + s, v + s, n, hk, gnorm_scale[k]);
+        if (p_c) cast_from_f32(p_c + e, p + e, (size_t)n);
+    }
+}

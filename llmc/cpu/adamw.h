@@ -1,14 +1,24 @@
 // cpu/adamw.h — the optimizer's elementwise kernels: AdamW update and gradient scale.
-// Legend: n elements of one flat range.
+// Legend: n elements of one flat range; npieces rows of an update table.
 //   adamw_update: m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²
 //                 p -= lr·( (m/bc1) / (sqrt(v/bc2) + eps) + wd·p )      (APEX FusedAdam, adam_w_mode)
 //                 bc1 = 1-β1^t, bc2 = 1-β2^t are passed in (computed once per step).
+//   adamw_update_pieces: adamw_update on every piece of an update table (AdamPieces, below), with wd
+//                 on the pieces in the decay group and 0 on the others; when p_c is given, also
+//                 p_c = (F)p for every element it updated (the compute copy, as cast_from_f32).
+//                 The optimizer (llmc/optimizer.h) calls it once per step for all its pieces: the
+//                 CUDA twin runs every piece in one launch and writes the bf16/fp16 copy the forward
+//                 reads in the same pass over the parameters (cuda/adamw.cuh says why). Here it is
+//                 adamw_update piece by piece, exactly the calls a per-piece loop would make.
 //   grad_scale:   g *= s (clipping, the pre-divide factor).
 //   sumsq_f64, count_zeros: the gradient norm's per-chunk partials.
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
+#include "llmc/common.h"
+#include "llmc/cpu/cast.h"
 #include "llmc/ops.h"
 
 static inline void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
@@ -25,6 +35,41 @@ static inline void adamw_update(float* p, const float* g, float* m, float* v, in
     }
 }
 
+// ---- the update table ------------------------------------------------------------------------------
+// The pieces one update call visits (the optimizer's units, cut to the rank's ZeRO-1 shard), in the
+// order given. Index spaces: offset_param is an element of the flat parameter buffer (p, g, p_c),
+// offset_state of the state buffers the op is given (m, v or the 8-bit codes), offset_block of the
+// absmax arrays (8-bit pieces).
+struct AdamPieces {
+    std::vector<int64_t> offset_param, offset_state, offset_block, numel;  // (npieces)
+    std::vector<uint8_t> decay;         // (npieces) 1: weight decay applies (the table's decay group)
+    int block_size = 0;                 // 8-bit Adam's quantization block; 0: the fp32-state kinds
+};
+
+// Records the table (host arrays of npieces) once, at set-up; the CUDA twin uploads it.
+static inline void adam_pieces_init(AdamPieces* t, const int64_t* offset_param, const int64_t* offset_state,
+                                    const int64_t* offset_block, const int64_t* numel, const uint8_t* decay, int npieces,
+                                    int block_size) {
+    t->offset_param.assign(offset_param, offset_param + npieces);
+    t->offset_state.assign(offset_state, offset_state + npieces);
+    t->offset_block.assign(offset_block, offset_block + npieces);
+    t->numel.assign(numel, numel + npieces);
+    t->decay.assign(decay, decay + npieces);
+    t->block_size = block_size;
+}
+
+static inline void adam_pieces_free(AdamPieces* t) { *t = AdamPieces(); }
+
+template <typename F>
+static inline void adamw_update_pieces(float* p, F* p_c, const float* g, float* m, float* v, const AdamPieces* t, float lr,
+                                       float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
+    if (t->block_size != 0) keel_die("adamw_update_pieces: the table was set up for 8-bit Adam (block %d)", t->block_size);
+    for (size_t k = 0; k < t->numel.size(); k++) {
+        int64_t e = t->offset_param[k], s = t->offset_state[k], n = t->numel[k];
+        adamw_update(p + e, g + e, m + s, v + s, n, lr, beta1, beta2, eps, t->decay[k] ? wd : 0.0f, bc1, bc2);
+        if (p_c) cast_from_f32(p_c + e, p + e, (size_t)n);
+    }
+}
 
 // Σ x² in double: lane k sums the elements i ≡ k (mod 8) in ascending i, then a fixed tree adds the
 // lanes. The order is a function of n alone, and the lanes let it vectorize (one serial chain of

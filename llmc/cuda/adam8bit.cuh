@@ -6,13 +6,21 @@
 //       p = p - lr·(c2/c1)·m/(sqrt(v) + c2·eps);  p = p·(1 - lr·wd) when wd > 0
 //       code_m = adam8bit_quantize_m(m, absmax_m), code_v = adam8bit_quantize_v(v, absmax_v)
 //   adam32_update: the same step with fp32 moments m, v.
+//   adam8bit_update_pieces, adam32_update_pieces: the same over every piece of an AdamPieces table
+//       (cuda/adamw.cuh) in ONE launch each, with the piece's gnorm_scale (a host array, one factor
+//       per piece) and h.wd where the piece decays, else 0; writing p_c = round_to_F(p) of each
+//       updated element when p_c is given (the compute copy, as cast_from_f32 writes it).
 // Legend: n elements of one parameter tensor; BS the quantization block size (≤ ADAM8BIT_MAX_BLOCK),
-// blocks start at element 0 and the last may be partial; nblocks = ceil(n / BS).
+// blocks start at element 0 and the last may be partial; nblocks = ceil(n / BS). A piece's blocks
+// start at the piece's first element (a unit's start, or a ZeRO-1 shard boundary, which is a block
+// boundary of its unit).
 //
 // Layout. One CUDA block of ADAM8BIT_THREADS threads per quantization block; thread t owns the
 // elements t, t + 256, ... of it (at most 8) and keeps their new moments in registers between the
 // passes (dequantize + moments, block absmax, parameter, codes), as the CPU keeps them in its m[],
-// v[] arrays. adam32_update is one thread per element.
+// v[] arrays. adam32_update is one thread per element. The pieces' versions find their piece from
+// the CUDA block as cuda/adamw.cuh describes (one CUDA block per quantization block of every 8-bit
+// piece; 4 elements a thread for adam32): one launch per kind of state instead of one per piece.
 //
 // Numerics: the CPU's float formulas, one rounding per operation (fmul_rn & co. of cuda/adamw.cuh:
 // no FMA contraction), IEEE sqrt and division; the per-step constants step_size, c2·eps and
@@ -69,12 +77,14 @@ __device__ inline float adam_param(float p, float m, float v, float wd, AdamStep
     return wd > 0.0f ? fmul_rn(pj, s.decay) : pj;
 }
 
-// Grid: (nblocks); block: (ADAM8BIT_THREADS). q: device copy of the maps.
-__global__ void adam8bit_update_kernel(float* p, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
-                                       float* absmax_v, int64_t n, int block_size, const Adam8bitMaps* q, AdamHyper h,
-                                       AdamStepConsts s, float gnorm_scale) {
+// Quantization block b of one tensor of n elements, by the calling CUDA block (all its threads).
+// wd: h.wd or 0 (a tensor outside the decay group); p_c: the compute copy to write, or null.
+template <typename F>
+__device__ inline void adam8bit_block(float* p, F* p_c, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
+                                      float* absmax_v, int64_t b, int64_t n, int block_size, const Adam8bitMaps* q,
+                                      AdamHyper h, float wd, AdamStepConsts s, float gnorm_scale) {
     __shared__ float shared[32];
-    int64_t b = blockIdx.x, lo = b * block_size;
+    int64_t lo = b * block_size;
     int len = n - lo < block_size ? (int)(n - lo) : block_size;
     float m[ADAM8BIT_PER_THREAD], v[ADAM8BIT_PER_THREAD];  // this thread's new moments, fp32
     float am = absmax_m[b], av = absmax_v[b];                // read by all before thread 0 writes
@@ -94,7 +104,9 @@ ADAM8BIT_UNROLL
     for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
         int j = threadIdx.x + k * ADAM8BIT_THREADS;
         if (j >= len) break;
-        p[lo + j] = adam_param(p[lo + j], m[k], v[k], h.wd, s);
+        float pj = adam_param(p[lo + j], m[k], v[k], wd, s);
+        p[lo + j] = pj;
+        if (p_c) p_c[lo + j] = from_f32<F>(pj);
         code_m[lo + j] = adam8bit_quantize_m(q, m[k], new_am);
         code_v[lo + j] = adam8bit_quantize_v(q, v[k], new_av);
     }
@@ -104,15 +116,66 @@ ADAM8BIT_UNROLL
     }
 }
 
+// Grid: (nblocks); block: (ADAM8BIT_THREADS). q: device copy of the maps.
+__global__ void adam8bit_update_kernel(float* p, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
+                                       float* absmax_v, int64_t n, int block_size, const Adam8bitMaps* q, AdamHyper h,
+                                       AdamStepConsts s, float gnorm_scale) {
+    adam8bit_block<float>(p, nullptr, g, code_m, code_v, absmax_m, absmax_v, blockIdx.x, n, block_size, q, h, h.wd, s,
+                          gnorm_scale);
+}
+
+// Grid: (AdamPieces::grid: every quantization block of every piece); block: (ADAM8BIT_THREADS).
+// gnorm_scale: (npieces) device.
+template <typename F>
+__global__ void adam8bit_update_pieces_kernel(float* p, F* p_c, const float* g, uint8_t* code_m, uint8_t* code_v,
+                                              float* absmax_m, float* absmax_v, const AdamPieceRow* rows, int npieces,
+                                              const float* gnorm_scale, int block_size, const Adam8bitMaps* q, AdamHyper h,
+                                              AdamStepConsts s) {
+    const AdamPieceRow* r = adam_piece_of_block(rows, npieces, blockIdx.x);
+    int64_t e = r->offset_param, st = r->offset_state;
+    adam8bit_block(p + e, p_c ? p_c + e : nullptr, g + e, code_m + st, code_v + st, absmax_m + r->offset_block,
+                   absmax_v + r->offset_block, blockIdx.x - r->first_block, r->numel, block_size, q, h, r->decay ? h.wd : 0.0f,
+                   s, gnorm_scale[r - rows]);
+}
+
+// One element of adam32_update: updates *p, *m, *v (registers) from g.
+__device__ inline void adam32_element(float* p, float* m, float* v, float g, AdamHyper h, float wd, AdamStepConsts s,
+                                      float gnorm_scale) {
+    float gi = fmul_rn(g, gnorm_scale);
+    float mi = adam_moment1(*m, gi, h.beta1), vi = adam_moment2(*v, gi, h.beta2);
+    *m = mi;
+    *v = vi;
+    *p = adam_param(*p, mi, vi, wd, s);
+}
+
 __global__ void adam32_update_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamHyper h,
                                      AdamStepConsts s, float gnorm_scale) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float gi = fmul_rn(g[i], gnorm_scale);
-    float mi = adam_moment1(m[i], gi, h.beta1), vi = adam_moment2(v[i], gi, h.beta2);
+    float pi = p[i], mi = m[i], vi = v[i];
+    adam32_element(&pi, &mi, &vi, g[i], h, h.wd, s, gnorm_scale);
     m[i] = mi;
     v[i] = vi;
-    p[i] = adam_param(p[i], mi, vi, h.wd, s);
+    p[i] = pi;
+}
+
+// Grid: (AdamPieces::grid); block: (ADAM_THREADS). gnorm_scale: (npieces) device.
+template <typename F>
+__global__ void adam32_update_pieces_kernel(float* p, F* p_c, const float* g, float* m, float* v, const AdamPieceRow* rows,
+                                            int npieces, const float* gnorm_scale, AdamHyper h, AdamStepConsts s) {
+    const AdamPieceRow* r;
+    int64_t i;
+    int len;
+    if (!adam_vec_of_thread(rows, npieces, &r, &i, &len)) return;
+    int64_t e = r->offset_param + i, st = r->offset_state + i;
+    float wd = r->decay ? h.wd : 0.0f, scale = gnorm_scale[r - rows];
+    Pack<float, ADAM_VEC> pp = adam_vec_load(p + e, len), gg = adam_vec_load(g + e, len);
+    Pack<float, ADAM_VEC> mm = adam_vec_load(m + st, len), vv = adam_vec_load(v + st, len);
+    for (int j = 0; j < len; j++) adam32_element(&pp.v[j], &mm.v[j], &vv.v[j], gg.v[j], h, wd, s, scale);
+    adam_vec_store(m + st, mm, len);
+    adam_vec_store(v + st, vv, len);
+    adam_vec_store(p + e, pp, len);
+    if (p_c) adam_vec_store_copy(p_c + e, pp, len);
 }
 
 // The device copy of the maps, uploaded on first use and again whenever the host bytes change.
@@ -146,6 +209,34 @@ static inline void adam8bit_update(float* p, const float* g, uint8_t* code_m, ui
 static inline void adam32_update(float* p, const float* g, float* m, float* v, int64_t n, AdamHyper h, float gnorm_scale) {
     if (n <= 0) return;
     KEEL_LAUNCH(adam32_update_kernel, ceil_div(n, 256), 256, 0, MAIN_STREAM)(p, g, m, v, n, h, adam_step_consts(h), gnorm_scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+// adam8bit_update over every piece of t (set up with the quantization block) in one launch.
+// gnorm_scale: host (npieces), piece k's factor. p_c: the compute copy to write, or null.
+template <typename F>
+static inline void adam8bit_update_pieces(float* p, F* p_c, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
+                                          float* absmax_v, AdamPieces* t, const Adam8bitMaps* q, AdamHyper h,
+                                          const float* gnorm_scale) {
+    if (t->block_size < 1 || t->block_size > ADAM8BIT_MAX_BLOCK)
+        keel_die("adam8bit_update_pieces: the table's block size %d is outside [1, %d]", t->block_size, (int)ADAM8BIT_MAX_BLOCK);
+    if (t->grid == 0) return;
+    const Adam8bitMaps* d_q = adam8bit_maps_device(q);
+    const float* d_scale = adam_pieces_scales(t, gnorm_scale);
+    KEEL_LAUNCH(adam8bit_update_pieces_kernel<F>, t->grid, ADAM8BIT_THREADS, 0, MAIN_STREAM)(
+        p, p_c, g, code_m, code_v, absmax_m, absmax_v, t->rows, t->npieces, d_scale, t->block_size, d_q, h, adam_step_consts(h));
+    CUDA_CHECK_LAUNCH();
+}
+
+// adam32_update over every piece of t (an elementwise table) in one launch; as adam8bit_update_pieces.
+template <typename F>
+static inline void adam32_update_pieces(float* p, F* p_c, const float* g, float* m, float* v, AdamPieces* t, AdamHyper h,
+                                        const float* gnorm_scale) {
+    if (t->block_size != 0) keel_die("adam32_update_pieces: the table was set up for 8-bit Adam (block %d)", t->block_size);
+    if (t->grid == 0) return;
+    const float* d_scale = adam_pieces_scales(t, gnorm_scale);
+    KEEL_LAUNCH(adam32_update_pieces_kernel<F>, t->grid, ADAM_THREADS, 0, MAIN_STREAM)(p, p_c, g, m, v, t->rows, t->npieces, d_scale,
+                                                                                       h, adam_step_consts(h));
     CUDA_CHECK_LAUNCH();
 }
 
