@@ -468,7 +468,8 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     StepResult r = optimizer_step(o, comm, &tr->mp, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
     if (r.spike.spike) trainer_on_spike(tr, &r.spike, it);
     if (c->zero_stage == 1 && !r.skipped) comm_allgather_shards_f32(comm, tr->model.params, o->shard_lo);
-    if (!r.skipped) gpt_params_changed(&tr->model);  // the bf16/fp16 weights the next forward reads
+    // the bf16/fp16 weights the next forward reads: written by the update itself unless ZeRO-1 split it
+    if (!r.skipped && !r.compute_copy_written) gpt_params_changed(&tr->model);
     if (!r.skipped) lr_schedule_step(&st->schedule, gbs, st->consumed_tokens);
     st->iteration = it;
     st->consumed_samples += gbs;
@@ -891,6 +892,10 @@ static void trainer_setup(Trainer<A>* tr) {
            g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->whole, &whole), (long long)tr->whole.total);
     printf("%s\n", optimizer_describe(&tr->opt, &tr->model.table, c).c_str());
+    printf("attention: %s (--attention-impl %s)\n",
+           tr->model.flash ? "flash (fused, tensor cores, each row's log-sum-exp kept instead of the T x T probabilities)"
+                           : "gemm (the materialized softmax: T x T probabilities kept per layer)",
+           c->attention_impl.c_str());
     printf("activations: %.2f MiB for %d micro-batch(es) of %d x %d%s\n", tr->model.act_bytes / 1048576.0, (int)tr->model.slots.size(),
            B, T, c->checkpoint_activations ? " (--checkpoint-activations: each layer's output kept, one layer's activations recomputed in backward)" : "");
     printf("batch: micro-batch %d x %d data-parallel ranks x %lld accumulation steps = global batch %lld samples of %d tokens | %lld iterations\n",

@@ -36,6 +36,7 @@ struct Config {
     bool embed_layernorm = false, stable_embedding = false;
     std::string position_embedding_type = "learned", position_embedding_init = "normal";
     std::string activation = "gelu", attention_scaling = "standard";
+    std::string attention_impl = "auto";
     bool apply_query_key_layer_scaling = false, normformer = false;
     double hidden_dropout = 0.0, attention_dropout = 0.0, embed_dropout = NAN;  // NaN: = hidden dropout
     // batch and duration
@@ -136,6 +137,9 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("activation", NO_MIN, NO_MAX, FT_STR, activation, FK_STATE, "gelu|relu", "MLP activation (gelu: tanh approximation; OPT: relu)"),
     KEEL_FLAG("attention-scaling", NO_MIN, NO_MAX, FT_STR, attention_scaling, FK_STATE, "standard|qk-inward",
               "scale scores after QK^T, or q and k each by d^-1/4 before it (OPT, Megatron-DeepSpeed PR 118)"),
+    KEEL_FLAG("attention-impl", NO_MIN, NO_MAX, FT_STR, attention_impl, FK_RUN, "auto|flash|gemm",
+              "attention kernels: flash (fused, O(T) memory; GPU: head size 64/128 in bf16/fp16), gemm (materialized "
+              "softmax), auto (flash where the GPU kernels cover the config; the CPU trainer: gemm)"),
     KEEL_FLAG("apply-query-key-layer-scaling", NO_MIN, NO_MAX, FT_BOOL, apply_query_key_layer_scaling, FK_STATE, nullptr,
               "scores computed at 1/layer scale, multiplied back inside an fp32 softmax (Megatron)"),
     KEEL_FLAG("normformer", NO_MIN, NO_MAX, FT_BOOL, normformer, FK_STATE, nullptr,

@@ -29,6 +29,9 @@
 #include "llmc/rand.h"
 
 enum Activation { ACT_GELU, ACT_RELU };
+// --attention-impl: which attention kernels run (the model keeps the probabilities (gemm) or only
+// each row's log-sum-exp (flash); gpt_attention_flash decides).
+enum AttnImpl { ATTN_IMPL_AUTO, ATTN_IMPL_FLASH, ATTN_IMPL_GEMM };
 
 struct GPTConfig {
     int max_seq_len;        // maxT: rows of the position embedding
@@ -59,6 +62,7 @@ struct GPTConfig {
     bool sinusoidal_positions = false;  // learned position table initialised sinusoidally
     int activation = ACT_GELU;          // Activation
     int attention_scaling = ATTN_SCALING_STANDARD;
+    int attention_impl = ATTN_IMPL_AUTO;  // AttnImpl
     bool qk_layer_scaling = false;      // --apply-query-key-layer-scaling
     bool normformer = false;
     double hidden_dropout = 0, attention_dropout = 0, embed_dropout = 0;
@@ -237,7 +241,8 @@ template <typename F> struct Activations {
     S* ln1_rstd;   // (L,B,T)
     F* qkv;        // (L,B,T,3C)
     F* atty;       // (L,B,T,C)
-    F* att;        // (L,B,NH,T,T) softmax probabilities, before attention dropout
+    F* att;        // (L,B,NH,T,T) softmax probabilities, before attention dropout (gemm attention)
+    float* lse;    // (L,B,NH,T) each softmax row's log-sum-exp (flash attention: instead of att)
     F* atty_hs;    // (L,B,T,C)  atty times the per-head scale (--normformer)
     F* attproj;    // (L,B,T,C)  (the attention branch after dropout, unless --normformer)
     F* lna;        // (L,B,T,C)  post-attention LayerNorm of attproj (--normformer), then dropout
@@ -307,6 +312,7 @@ template <typename F> struct GPT {
     size_t loss_log_rows;
     double classifier_dloss;  // the dloss of the last training forward's fused classifier (gpt_backward checks it)
     float* alibi;             // (NH) ALiBi slopes in device memory (the attention kernels read them), or null
+    bool flash;               // flash attention (gpt_attention_flash), else the materialized softmax
     DropoutState dropout;
     const Comm* tp;           // the tensor-parallel group (null or size 1: none)
     acc_t<F>* vp_stats;       // (B,T,3) vocabulary-parallel cross-entropy: row max, Σ exp, target logit
@@ -353,11 +359,25 @@ template <typename F> static inline F* gpt_alloc(size_t n) { return n ? (F*)back
 // Whether the ops read a separate low-precision copy of the master weights.
 template <typename F> static constexpr bool gpt_has_compute_copy() { return !std::is_same<F, acc_t<F>>::value; }
 
-// After every write to the master weights (initialization, load, optimizer step, rollback):
-// refreshes the copy the ops read (a no-op when they read the master weights themselves).
+// After every write to the master weights (initialization, load, rollback, an optimizer step that
+// did not write the copy itself: StepResult::compute_copy_written, llmc/optimizer.h): refreshes the
+// copy the ops read (a no-op when they read the master weights themselves).
 template <typename F> void gpt_params_changed(GPT<F>* m) {
     if constexpr (gpt_has_compute_copy<F>()) cast_from_f32(m->params_c, m->params, (size_t)m->table.total);
 }
+
+// Whether the model runs flash attention (cpu/flash_attention.h, cuda/flash_attention.cuh) rather than
+// the materialized softmax: --attention-impl flash, or auto on a GPU whose flash kernels cover the
+// head size and storage type (fsize bytes). The CPU trainer's auto is the materialized reference.
+static inline bool gpt_attention_flash(const GPTConfig* cfg, size_t fsize, bool gpu) {
+    if (cfg->attention_impl == ATTN_IMPL_FLASH) return true;
+    return cfg->attention_impl == ATTN_IMPL_AUTO && gpu && flash_attention_gpu_supported(cfg->channels / cfg->num_heads, fsize);
+}
+#ifdef KEEL_CUDA
+static const bool GPT_ON_GPU = true;
+#else
+static const bool GPT_ON_GPU = false;
+#endif
 
 // Allocates one slot of activations for micro-batches of up to (B, T); returns the bytes.
 // count_only: allocates nothing (the pointers stay null) and returns the same bytes (--dry-run).
@@ -373,10 +393,13 @@ template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, con
     auto alloc = [&](size_t n) { bytes += n * sizeof(F); return count_only ? nullptr : gpt_alloc<F>(n); };
     auto stat = [&](size_t n) { bytes += n * sizeof(acc_t<F>); return count_only ? nullptr : gpt_alloc<acc_t<F>>(n); };  // statistics and losses
     auto ids = [&](size_t n) { bytes += n * sizeof(int); return count_only ? nullptr : gpt_alloc<int>(n); };
+    auto f32 = [&](size_t n) { bytes += n * sizeof(float); return count_only ? nullptr : gpt_alloc<float>(n); };
+    bool flash = gpt_attention_flash(cfg, sizeof(F), GPT_ON_GPU || count_only);  // (count_only: --dry-run plans the GPU trainer)
     a->emb = alloc(eln * BT * C); a->lne_mean = stat(eln * BT); a->lne_rstd = stat(eln * BT);
     a->encoded = alloc(BT * C);
     a->ln1 = alloc(L * BT * C); a->ln1_mean = stat(L * BT); a->ln1_rstd = stat(L * BT);
-    a->qkv = alloc(L * BT * 3 * Ca); a->atty = alloc(L * BT * Ca); a->att = alloc(L * B * NH * T * T);
+    a->qkv = alloc(L * BT * 3 * Ca); a->atty = alloc(L * BT * Ca); a->att = alloc(flash ? 0 : L * B * NH * T * T);
+    a->lse = f32(flash ? L * B * NH * T : 0);
     a->atty_hs = alloc(nf * L * BT * Ca); a->attproj = alloc(L * BT * C);
     a->lna = alloc(nf * L * BT * C); a->lna_mean = stat(nf * L * BT); a->lna_rstd = stat(nf * L * BT);
     a->residual2 = alloc(L * BT * C);
@@ -420,6 +443,7 @@ struct GPTDeviceBytes {
     size_t activations, grad_scratch;    // all slots; one layer's gradients
     size_t loss_log, other;              // the iteration's per-position losses; ALiBi slopes, vocabulary-parallel statistics
     size_t op_scratch;                   // the CUDA ops' reserved scratch (llmc/ops.h) and cuBLASLt's workspace
+    bool flash;                          // the attention path these count (gpt_attention_flash)
 };
 // What gpt_build and the training loop's loss log allocate on a GPU, computed without allocating
 // (the same functions as gpt_build, count_only). fsize: the storage type's bytes (2 under
@@ -439,7 +463,9 @@ template <typename F> GPTDeviceBytes gpt_device_bytes(const GPTConfig* cfg, int 
     d.grad_scratch = gpt_alloc_grad_scratch(&g, cfg, B, T, true);
     d.loss_log = cfg->stage_last ? (size_t)loss_slots * BT * sizeof(acc_t<F>) : 0;
     d.other = (cfg->alibi ? td.NH * sizeof(float) : 0) + (cfg->tp_size > 1 && cfg->stage_last ? 3 * BT * sizeof(acc_t<F>) : 0);
-    d.op_scratch = attention_scratch_bytes(B, T, td.C, td.NH, sizeof(F)) + matmul_scratch_bytes(BT, gpt_max_bias_width(cfg)) +
+    d.flash = gpt_attention_flash(cfg, sizeof(F), true);
+    d.op_scratch = (d.flash ? flash_attention_gpu_scratch_bytes(B, T, td.C, td.NH) : attention_scratch_bytes(B, T, td.C, td.NH, sizeof(F))) +
+                   matmul_scratch_bytes(BT, gpt_max_bias_width(cfg)) +
                    layernorm_scratch_bytes((int)BT, gpt_max_layernorm_width(cfg)) + LT_WORKSPACE_BYTES;
     return d;
 }
@@ -493,7 +519,13 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     m->group_count.assign(td.Vl, 0);
     // the ops' kept scratch (CUDA: the attention products, the bias and LayerNorm column sums),
     // sized now for the largest micro-batch so that no training step allocates (CPU: nothing)
-    attention_reserve<F>(B, T, td.C, td.NH);
+    m->flash = gpt_attention_flash(cfg, sizeof(F), GPT_ON_GPU);
+    if (m->flash && GPT_ON_GPU && !flash_attention_supported(cfg->channels / cfg->num_heads, sizeof(F)))
+        keel_die_code(KEEL_EXIT_USAGE, "use --attention-impl auto or gemm",
+                      "--attention-impl flash: the GPU's flash kernels cover head size 64 or 128 in bf16/fp16, not head size %d in %zu-byte floats",
+                      cfg->channels / cfg->num_heads, sizeof(F));
+    if (m->flash) flash_attention_reserve<F>(B, T, td.C, td.NH);
+    else attention_reserve<F>(B, T, td.C, td.NH);
     matmul_reserve(BT, gpt_max_bias_width(cfg));
     layernorm_reserve((int)BT, gpt_max_layernorm_width(cfg));
 }
@@ -505,6 +537,7 @@ template <typename F> void gpt_free(GPT<F>* m) {
         F* bufs[] = {a->emb, a->encoded, a->ln1, a->qkv, a->atty, a->att, a->atty_hs, a->attproj, a->lna, a->residual2,
                      a->ln2, a->fch, a->fch_act, a->lnfc, a->fcproj, a->residual3, a->lnf, a->logits};
         for (F* b : bufs) backend_free(b);
+        backend_free(a->lse);
         acc_t<F>* stats[] = {a->lne_mean, a->lne_rstd, a->ln1_mean, a->ln1_rstd, a->lna_mean, a->lna_rstd, a->ln2_mean,
                              a->ln2_rstd, a->lnfc_mean, a->lnfc_rstd, a->lnf_mean, a->lnf_rstd, a->losses};
         for (acc_t<F>* b : stats) backend_free(b);
@@ -622,7 +655,6 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, la = k * BTmax * Ca, lh = k * BTmax * H, lr = k * BTmax;
     size_t CCa = (size_t)C * Ca, CH = (size_t)C * H;
     F* ln1 = a->ln1 + lc; F* qkv = a->qkv + 3 * la; F* atty = a->atty + la;
-    F* att = a->att + k * m->B * NH * m->T * m->T;
     F* attproj = a->attproj + lc; F* residual2 = a->residual2 + lc; F* ln2 = a->ln2 + lc;
     F* fch = a->fch + lh; F* fch_act = a->fch_act + lh; F* fcproj = a->fcproj + lc;
     F* residual3 = a->residual3 + l * BTmax * C;
@@ -632,7 +664,8 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
     matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CCa, p[P_QKVB] + l * 3 * Ca, (int)BT, C, 3 * Ca);  // column-parallel
     AttentionOpts ao = gpt_attention_opts(m, L0 + l);
-    attention_forward(atty, att, qkv, B, T, Ca, NH, &ao);
+    if (m->flash) flash_attention_forward(atty, a->lse + k * m->B * NH * m->T, qkv, B, T, Ca, NH, &ao);
+    else attention_forward(atty, a->att + k * m->B * NH * m->T * m->T, qkv, B, T, Ca, NH, &ao);
     F* attin = atty;
     if (nf) {
         attin = a->atty_hs + la;
@@ -880,7 +913,10 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
             headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + la, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
         zero(d->qkv, BT * 3 * Ca);
         AttentionOpts ao = gpt_attention_opts(m, L0 + l);
-        attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
+        if (m->flash)
+            flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao);
+        else
+            attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
         zero(d->ln, BT * C);
         matmul_backward(d->ln, g[P_QKVW] + l * 3 * CCa, g[P_QKVB] + l * 3 * Ca, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CCa,
                         (int)BT, C, 3 * Ca);
@@ -931,6 +967,7 @@ static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->sinusoidal_positions = c->position_embedding_init == "sinusoidal";
     g->activation = c->activation == "relu" ? ACT_RELU : ACT_GELU;
     g->attention_scaling = c->attention_scaling == "qk-inward" ? ATTN_SCALING_QK_INWARD : ATTN_SCALING_STANDARD;
+    g->attention_impl = c->attention_impl == "flash" ? ATTN_IMPL_FLASH : c->attention_impl == "gemm" ? ATTN_IMPL_GEMM : ATTN_IMPL_AUTO;
     g->qk_layer_scaling = c->apply_query_key_layer_scaling;
     g->normformer = c->normformer;
     g->checkpoint_activations = c->checkpoint_activations;

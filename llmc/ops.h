@@ -102,6 +102,12 @@ static inline size_t layernorm_scratch_bytes(int N_max, int C_max) {
     return N_max > 0 && C_max > 0 ? (size_t)layernorm_backward_max_blocks(N_max) * 2 * C_max * sizeof(float) + sizeof(unsigned) : 0;
 }
 
+// flash attention (cuda/flash_attention.cuh): the configurations its kernels cover — head size 64
+// or 128 in bf16/fp16 (WMMA) — and its scratch, D (B,NH,T) fp32; the model keeps lse (B,NH,T) fp32
+// per layer instead of the (B,NH,T,T) probabilities.
+static inline bool flash_attention_gpu_supported(int hs, size_t fsize) { return (hs == 64 || hs == 128) && fsize == 2; }
+static inline size_t flash_attention_gpu_scratch_bytes(size_t B, size_t T, size_t C, size_t NH) { return (B * NH * T * sizeof(float) + 255) / 256 * 256; }
+
 // ---- attention (cpu/attention.h, cuda/attention.cuh) -------------------------------------------------
 enum AttnScaling { ATTN_SCALING_STANDARD, ATTN_SCALING_QK_INWARD };
 

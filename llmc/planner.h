@@ -107,7 +107,7 @@ static inline std::string plan_gib(double bytes) {
 struct PlanGpu {
     GPTDeviceBytes model;
     size_t optimizer = 0;  // Adam m, v (fp32) or 8-bit codes, absmax and history: this rank's part
-    size_t reductions = 0; // the gradient norm's per-chunk table and results, the 8-bit maps
+    size_t reductions = 0; // the gradient norm's per-chunk table and results, the 8-bit maps, the update tables
     size_t total = 0;
     int stage = 0;         // the pipeline stage counted (the busier of first and last)
 };
@@ -149,7 +149,8 @@ static inline PlanGpu plan_gpu_bytes(const Config* c, const GPTConfig* g, const 
         size_t maps = c->optimizer == "adam8bit" ? sizeof(Adam8bitMaps) : 0;
         for (int r = 0; r < l->dp; r++) {  // the rank with the most
             size_t chunks = 0, state = plan_optimizer_bytes(&pt, c, r, l->dp, l->zero_stage, &chunks);
-            size_t reductions = 4 * chunks * sizeof(double) + maps;  // (2, chunks) int64 table, (chunks, 2) double sums
+            size_t reductions = 4 * chunks * sizeof(double) + maps  // (2, chunks) int64 table, (chunks, 2) double sums
+                                + optimizer_tables_bytes(&pt, c, r, l->dp, l->zero_stage);  // the one-launch update's piece tables
             if (state + reductions > p.optimizer + p.reductions) p.optimizer = state, p.reductions = reductions;
         }
         const GPTDeviceBytes& m = p.model;
@@ -163,8 +164,8 @@ static inline PlanGpu plan_gpu_bytes(const Config* c, const GPTConfig* g, const 
 static inline void plan_gpu_print(FILE* out, const PlanGpu* p, const Config* c, double gpu_gb) {
     const GPTDeviceBytes& m = p->model;
     auto mib = [](size_t b) { return b / 1048576.0; };
-    fprintf(out, "keel's GPU trainer (train_gpt, %s), exact, pipeline stage %d, tensor-parallel rank 0, largest shard:\n",
-            c->fp32 ? "--fp32" : c->fp16 ? "--fp16" : "--bf16", p->stage);
+    fprintf(out, "keel's GPU trainer (train_gpt, %s, %s attention), exact, pipeline stage %d, tensor-parallel rank 0, largest shard:\n",
+            c->fp32 ? "--fp32" : c->fp16 ? "--fp16" : "--bf16", m.flash ? "flash" : "gemm", p->stage);
     fprintf(out, "  master weights %.2f MiB | gradients %.2f MiB | compute copy %.2f MiB | optimizer state %.2f MiB\n", mib(m.params),
             mib(m.grads), mib(m.compute_copy), mib(p->optimizer));
     fprintf(out, "  activations %.2f MiB | layer gradient scratch %.2f MiB | loss log %.2f MiB | ops' scratch (attention, column sums, "

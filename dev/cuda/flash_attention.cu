@@ -1,0 +1,85 @@
+// dev/cuda/flash_attention.cu — kernel lab: fused flash attention (llmc/cuda/flash_attention.cuh)
+// against the GEMM path (llmc/cuda/attention.cuh), forward and backward, both checked against the
+// CPU op (cpu/attention.h) first. Standard scaling, no ALiBi or dropout (test_cuda_flash covers the
+// variants; the lab measures the common path).
+// Legend: B batch, T time, C channels, NH heads, hs = C/NH; inp = qkv (B,T,3C), out (B,T,C),
+// att (B,NH,T,T) (GEMM path), lse (B,NH,T) fp32 (flash). Storage bf16, arithmetic fp32; the CPU
+// reference computes in fp32 on the same bf16-rounded inputs.
+// Variants:
+//   forward  1 gemm:  keel_cuda::attention_forward (cuBLASLt products + softmax kernel; writes att)
+//            2 flash: keel_cuda::flash_attention_forward (writes lse only)
+//   backward 1 gemm:  keel_cuda::attention_backward from the GEMM forward's att
+//            2 flash: keel_cuda::flash_attention_backward from the flash forward's out and lse
+// Flash needs hs ∈ {64, 128} (flash_attention_supported): at other head sizes (the emulated lab's
+// tiny shape) its variants are skipped with a line saying so.
+// FLOPs at full T×T (the MFU convention): forward 4·B·NH·T²·hs, backward 8·B·NH·T²·hs (flash
+// recomputes S in both backward kernels and dP in both: 2 more products than counted; the causal
+// mask halves the useful work of both paths).
+// Checks: as dev/cuda/attention.cu (bounds relative to |want| + the rms of the element's head slice):
+// out 2e-2, dinp 3e-2; flash rounds the running-max probabilities instead of the normalized ones and
+// uses D = dout·out, each a 2^-9 relative error per term like the GEMM path's.
+#include "llmc/cpu/attention.h"
+#include "llmc/cuda/attention.cuh"
+#include "llmc/cuda/flash_attention.cuh"
+#include "dev/cuda/lab.h"
+
+typedef __nv_bfloat16 bf16;
+
+int main(int argc, char** argv) {
+    LabArgs a = lab_parse(argc, argv, "flash attention vs the GEMM path, forward and backward");
+    lab_print_device(a);
+    int B = a.B, T = a.T, C = a.C, NH = a.NH, hs = C / NH;
+    size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T, n_lse = (size_t)B * NH * T;
+    bool flash_ok = keel_cuda::flash_attention_supported(hs, sizeof(bf16));
+    if (!flash_ok) printf("flash: head size %d is not supported (64 or 128): its variants are skipped\n", hs);
+
+    std::vector<float> inp = lab_round<bf16>(lab_randn(n_inp, 1)), dout = lab_round<bf16>(lab_randn(n_out, 2));
+    std::vector<float> out(n_out), att(n_att), dinp(n_inp, 0.0f);
+    AttentionOpts o;
+    printf("CPU reference ...\n");
+    fflush(stdout);
+    attention_forward(out.data(), att.data(), inp.data(), B, T, C, NH, &o);
+    attention_backward(dinp.data(), dout.data(), inp.data(), att.data(), B, T, C, NH, &o);
+
+    keel_cuda::attention_reserve<bf16>(B, T, C, NH);
+    if (flash_ok) keel_cuda::flash_attention_reserve<bf16>(B, T, C, NH);
+    bf16 *d_inp = lab_upload(lab_to<bf16>(inp)), *d_dout = lab_upload(lab_to<bf16>(dout));
+    bf16 *d_att = lab_upload(std::vector<bf16>(n_att)), *d_out = lab_upload(std::vector<bf16>(n_out));
+    bf16 *d_dinp = lab_upload(std::vector<bf16>(n_inp));
+    bf16 *d_gemm_att = lab_upload(std::vector<bf16>(n_att)), *d_flash_out = lab_upload(std::vector<bf16>(n_out));
+    float *d_lse = lab_upload(std::vector<float>(n_lse)), *d_flash_lse = lab_upload(std::vector<float>(n_lse));
+    double prod = 2.0 * B * NH * (double)T * T * hs;
+    int failed = 0;
+
+    LabOp fwd;
+    fwd.title = "attention forward B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) + " NH=" + std::to_string(NH) +
+                " bf16 (FLOPs: 4·B·NH·T²·hs at full T×T)";
+    fwd.bytes = 2.0 * (n_inp + n_out);  // the fused path's traffic; the GEMM path also writes and reads att
+    fwd.flops = 2 * prod;
+    fwd.check = [&] { return std::vector<LabCheck>{lab_compare("out", lab_from(lab_download(d_out, n_out)), out, 2e-2, 1.0, hs)}; };
+    fwd.variants = {{1, "gemm", [&] { keel_cuda::attention_forward(d_out, d_att, d_inp, B, T, C, NH, &o); }}};
+    if (flash_ok) fwd.variants.push_back({2, "flash", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o); }});
+    failed += lab_run(a, fwd);
+
+    // The backward's saved inputs, from each path's own forward.
+    keel_cuda::attention_forward(d_out, d_gemm_att, d_inp, B, T, C, NH, &o);
+    if (flash_ok) keel_cuda::flash_attention_forward(d_flash_out, d_flash_lse, d_inp, B, T, C, NH, &o);
+    LabOp bwd;
+    bwd.title = "attention backward B=" + std::to_string(B) + " T=" + std::to_string(T) + " C=" + std::to_string(C) + " NH=" + std::to_string(NH) +
+                " bf16 (FLOPs: 8·B·NH·T²·hs at full T×T)";
+    bwd.bytes = 2.0 * (n_out + n_inp + 2 * n_inp);
+    bwd.flops = 4 * prod;
+    bwd.reset = [&] { CUDA_CHECK(cudaMemset(d_dinp, 0, n_inp * sizeof(bf16))); };
+    // rms over a position's 3C gradients, not one head slice: dq at t = 0 is exactly 0 (one key,
+    // p = 1), which the GEMM path reproduces (Σ att·datt cancels exactly) but flash does not: its
+    // D = dout·out from the bf16 out leaves dS of the order of 2^-9·|dout||v| there
+    bwd.check = [&] {
+        return std::vector<LabCheck>{lab_compare("dinp (dq, dk, dv)", lab_from(lab_download(d_dinp, n_inp)), dinp, 3e-2, 1.0, 3 * (size_t)C)};
+    };
+    bwd.variants = {{1, "gemm", [&] { keel_cuda::attention_backward(d_dinp, d_dout, d_inp, d_gemm_att, B, T, C, NH, &o); }}};
+    if (flash_ok)
+        bwd.variants.push_back(
+            {2, "flash", [&] { keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o); }});
+    failed += lab_run(a, bwd);
+    return lab_finish(failed);
+}

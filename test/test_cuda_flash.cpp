@@ -1,0 +1,473 @@
+// test_cuda_flash — the fused flash attention (cuda/flash_attention.cuh) and its CPU twin
+// (cpu/flash_attention.h) against the materialized attention (cpu/attention.h) and the GEMM path
+// (cuda/attention.cuh), for every score variant (standard, qk-inward, layer coefficient 3, both,
+// ALiBi), attention dropout p = 0.25 with and without a tensor-parallel head_offset, and all of them
+// together.
+//   1. The WMMA emulation (test/cuda_emu/mma.h; on a GPU the real API): a 16×16×16 product in
+//      several operand layouts against a loop, bf16 and fp16, 2·16³ FLOPs each in the step profile's
+//      mma_flops, and a warp whose lanes do not all call mma_sync dying with exit 3 (emulation only).
+//   2. The CPU twin (fp32) against cpu/attention.h on the same inputs, head sizes 8, 12, 64: out the
+//      same value (1e-6), lse = log Σ exp(s) in double (1e-6), dinp from the recomputed
+//      probabilities (1e-5 relative plus 1e-6·rms: ds = att·(datt - D) cancels where datt ≈ D).
+//   3. The CUDA path, bf16, every variant, hs = 64 at T = 1, 37 (B = 2: B·NH = 4), 130 (three query
+//      tiles, the last partial) and hs = 128 at T = 37, 130; T = 64 (one whole tile); fp16 at hs 64
+//      and 128. References in double from the same rounded inputs at the kernel's rounding points:
+//        forward: per key tile of 64 (ascending), m' = max(m, max s), p = exp(s - m'),
+//                 P = L(p·drop), O = O·exp(m - m') + Σ P·v, l likewise; out = L(O/l);
+//                 lse checked against the exact log-sum-exp (fp32: 2e-6 relative and absolute);
+//        backward (from the kernel's own out and lse, checked above): D = dout·out,
+//                 p = exp(s - lse), dv += L(p·drop)·dout, dS = L(p·(dP·drop - D)/√hs),
+//                 dq += dS·k, dk += dS·q, dinp = L(dinp0 + Σ).
+//      Tolerance: check_lowp (cuda_test.h: 8e-3 relative, 1e-3·rms floor) after `absorb` (below):
+//      the kernel differs from these references by fp32 sums in another order, its one rounding of
+//      each output, and roundings of p or dS that fall the other way at a bf16 boundary. Negative
+//      controls prove that a small element doubled or the largest 2% off is caught.
+//      Flash vs the GEMM path (same inputs, both from dinp = 0): GEMM_RTOL and floors below.
+//   4. Byte-repeatable (forward and backward twice from the same start: the same bytes); nothing
+//      allocated by the calls once flash_attention_reserve has run; the products counted in mma_flops
+//      (emulation); with dropout, head_offset changes the output (the model head's mask).
+// Runtime: ~12 s under the emulation on 2 cores.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "llmc/cpu/attention.h"
+#include "llmc/cpu/flash_attention.h"
+#include "llmc/cuda/attention.cuh"
+#include "llmc/cuda/flash_attention.cuh"
+#include "test/cuda_test.h"
+
+typedef __nv_bfloat16 bf16;
+
+// ---- 1. the WMMA API ---------------------------------------------------------------------------------
+// One warp: d = a·b + c with a (16×16) read row- or col-major, b likewise, c loaded row-major and d
+// stored in `dlayout`.
+template <typename T, typename LA, typename LB>
+__global__ void wmma_selftest_kernel(float* d, const T* a, const T* b, const float* c, int dcol) {
+    using namespace nvcuda;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LA> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LB> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, b, 16);
+    wmma::load_matrix_sync(fc, c, 16, wmma::mem_row_major);
+    wmma::mma_sync(fc, fa, fb, fc);
+    wmma::store_matrix_sync(d, fc, 16, dcol ? wmma::mem_col_major : wmma::mem_row_major);
+}
+// A warp whose lane 5 skips the product: undefined on the GPU, an error under emulation.
+__global__ void wmma_divergent_kernel(float* d, const bf16* a) {
+    using namespace nvcuda;
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+    wmma::load_matrix_sync(fa, a, 16);
+    wmma::load_matrix_sync(fb, a, 16);
+    wmma::fill_fragment(fc, 0.0f);
+    if (threadIdx.x != 5) wmma::mma_sync(fc, fa, fb, fc);
+    __syncwarp();
+    wmma::store_matrix_sync(d, fc, 16, wmma::mem_row_major);
+}
+
+template <typename T, typename LA, typename LB> static void test_wmma(const char* what, int dcol) {
+    bool acol = std::is_same<LA, nvcuda::wmma::col_major>::value, bcol = std::is_same<LB, nvcuda::wmma::col_major>::value;
+    std::vector<float> a = lowp_rounded<T>(randn(256, 40)), b = lowp_rounded<T>(randn(256, 41)), c = randn(256, 42);  // (16,16) as stored
+    std::vector<float> want(256);  // (16,16) row-major
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++) {
+            double s = c[i * 16 + j];
+            for (int k = 0; k < 16; k++) s += (double)a[acol ? k * 16 + i : i * 16 + k] * b[bcol ? j * 16 + k : k * 16 + j];
+            want[dcol ? j * 16 + i : i * 16 + j] = (float)s;
+        }
+    T *da = dev_upload(lowp_store<T>(a)), *db = dev_upload(lowp_store<T>(b));
+    float *dc = dev_upload(c), *dd = dev_upload(std::vector<float>(256));
+#ifdef KEEL_CUDA_EMULATION
+    uint64_t flops0 = emu::profile().mma_flops;
+#endif
+    KEEL_LAUNCH(wmma_selftest_kernel<T KEEL_COMMA LA KEEL_COMMA LB>, 1, 32, 0, keel_cuda::MAIN_STREAM)(dd, da, db, dc, dcol);
+    CUDA_CHECK_LAUNCH();
+    // (the emulation adds in k order in fp32; a GPU's tensor core in its own order and alignment)
+    check_close(std::string("wmma 16x16x16 ") + what, dev_download(dd, 256), want, 1e-5, 1e-5);
+#ifdef KEEL_CUDA_EMULATION
+    check_true(std::string("wmma mma_sync counts 2·16·16·16 FLOPs in mma_flops ") + what, emu::profile().mma_flops - flops0 == 8192);
+#endif
+    dev_free(da), dev_free(db), dev_free(dc), dev_free(dd);
+}
+
+static void test_wmma_all() {
+    using nvcuda::wmma::col_major;
+    using nvcuda::wmma::row_major;
+    test_wmma<bf16, row_major, row_major>("bf16 a row b row d row", 0);
+    test_wmma<bf16, row_major, col_major>("bf16 a row b col d row", 0);
+    test_wmma<bf16, col_major, row_major>("bf16 a col b row d col", 1);
+    test_wmma<__half, col_major, col_major>("fp16 a col b col d row", 0);
+#ifdef KEEL_CUDA_EMULATION
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {  // the child runs the divergent warp; the emulator must exit 3 with a message
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 2);
+        bf16* da = dev_upload(lowp_store<bf16>(randn(256, 43)));
+        float* dd = dev_upload(std::vector<float>(256));
+        KEEL_LAUNCH(wmma_divergent_kernel, 1, 32, 0, keel_cuda::MAIN_STREAM)(dd, da);
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    check_true("wmma emulation: a lane skipping mma_sync is an error (exit 3)", WIFEXITED(status) && WEXITSTATUS(status) == 3);
+#endif
+}
+
+// ---- options (as test_cuda_attention) ------------------------------------------------------------
+static std::vector<float> test_alibi_slopes(int n) {  // llmc/model.h's alibi_slopes formula
+    std::vector<float> s(n);
+    int p = 1;
+    while (p * 2 <= n) p *= 2;
+    for (int i = 0; i < p; i++) s[i] = (float)std::exp2(-8.0 * (i + 1) / p);
+    for (int i = 0; i < n - p; i++) s[p + i] = (float)std::exp2(-8.0 * (2 * i + 1) / (2 * p));
+    return s;
+}
+struct AttnVariant {
+    const char* name;
+    int scaling;
+    double coeff;
+    bool alibi;
+    double p;
+    int head_offset;
+};
+struct AttnOptsPair {
+    AttentionOpts host, dev;
+    std::vector<float> slopes;
+    float* d_slopes = nullptr;
+    ~AttnOptsPair() {
+        if (d_slopes) dev_free(d_slopes);
+    }
+};
+static void attn_opts_make(AttnOptsPair* op, const AttnVariant& v, int NH) {
+    op->host = AttentionOpts{};
+    op->host.scaling = v.scaling;
+    op->host.coeff = v.coeff;
+    op->host.dropout = DropoutSite{v.p, 7, dropout_site(2, DROPOUT_SITE_ATTN_PROBS), 5};
+    op->host.head_offset = v.head_offset;
+    op->dev = op->host;
+    if (v.alibi) {
+        op->slopes = test_alibi_slopes(NH);
+        op->d_slopes = dev_upload(op->slopes);
+        op->host.alibi = op->slopes.data();
+        op->dev.alibi = op->d_slopes;
+    }
+}
+
+// ---- double-precision references ---------------------------------------------------------------------
+// The softmax input of (b, h, t, u) from fp32-valued inputs, in double, the variant's way.
+static double ref_score(const std::vector<float>& inp, int b, int h, int t, int u, int T, int C, int NH, const AttentionOpts& o) {
+    int hs = C / NH;
+    size_t C3 = 3 * (size_t)C;
+    const float* q = &inp[((size_t)b * T + t) * C3 + h * hs];
+    const float* k = &inp[((size_t)b * T + u) * C3 + C + h * hs];
+    double dot = 0;
+    for (int i = 0; i < hs; i++) dot += (double)q[i] * k[i];
+    double s = dot / (std::sqrt((double)hs) * o.coeff);
+    if (o.alibi) s += (double)o.alibi[h] * u / o.coeff;
+    return s * o.coeff;
+}
+static double ref_mult(const AttentionOpts& o, int b, int h, int t, int u) {
+    if (!(o.dropout.p > 0)) return 1.0;
+    return dropout_keep(&o.dropout, b, attention_dropout_index(h + o.head_offset, t, u)) ? (float)(1.0 / (1.0 - o.dropout.p)) : 0.0;
+}
+// x rounded to the storage type L (bf16 or fp16), back in fp32.
+template <typename L> static float lowp_round(double x) { return keel_cuda::to_f32(keel_cuda::from_f32<L>((float)x)); }
+
+// The exact log-sum-exp of every row (B,NH,T).
+static std::vector<float> ref_lse(const std::vector<float>& inp, int B, int T, int C, int NH, const AttentionOpts& o) {
+    std::vector<float> lse((size_t)B * NH * T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                std::vector<double> s(t + 1);
+                double mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) mx = std::max(mx, s[u] = ref_score(inp, b, h, t, u, T, C, NH, o));
+                for (int u = 0; u <= t; u++) sum += std::exp(s[u] - mx);
+                lse[((size_t)b * NH + h) * T + t] = (float)(mx + std::log(sum));
+            }
+    return lse;
+}
+
+// Rounding ambiguity. The kernel's fp32 values of p and dS differ from these double ones by a few
+// ulp (the tensor core's summation order, expf), so where a value lies within that distance of a
+// bf16 rounding boundary the kernel may round it the other way: one term changes by 2^-8 of itself
+// (measured: 0.0015 in a dv element at T = 37, two elements of 28416). The references add up, per
+// output element, how far such ambiguous roundings can move it (|Δ rounding|·|other factor|), and
+// `absorb` moves the kernel's value toward the reference by at most that much before the check;
+// everywhere else the check is the strict one.
+static const double P_REL_ERR = 5e-6;  // bound on the relative error of the kernel's fp32 exp(s - m): scores to ~1e-6 absolute, expf 1 ulp
+template <typename L> static double round_spread(double x, double err) { return std::fabs((double)lowp_round<L>(x + err) - (double)lowp_round<L>(x - err)); }
+static std::vector<float> absorb(std::vector<float> got, const std::vector<float>& want, const std::vector<double>& slack) {
+    for (size_t i = 0; i < got.size(); i++) {
+        double d = (double)got[i] - want[i];
+        if (std::fabs(d) <= slack[i]) got[i] = want[i];
+        else got[i] = (float)(got[i] - (d > 0 ? slack[i] : -slack[i]));
+    }
+    return got;
+}
+
+// The flash forward at the kernel's rounding points (see the top of the file), bf16 storage;
+// slack (B,T,C): the rounding ambiguity of each output.
+template <typename L> static std::vector<float> ref_flash_out(std::vector<double>* slack, const std::vector<float>& inp, int B, int T, int C, int NH,
+                                             const AttentionOpts& o) {
+    const int BC = keel_cuda::FLASH_BC;
+    int hs = C / NH;
+    size_t C3 = 3 * (size_t)C;
+    std::vector<float> out((size_t)B * T * C);
+    slack->assign(out.size(), 0.0);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                double m = -INFINITY, l = 0;
+                std::vector<double> O(hs, 0.0), s(BC), amb(hs, 0.0);
+                for (int k0 = 0; k0 <= t; k0 += BC) {
+                    int k1 = std::min(k0 + BC, t + 1);
+                    double mt = -INFINITY;
+                    for (int u = k0; u < k1; u++) mt = std::max(mt, s[u - k0] = ref_score(inp, b, h, t, u, T, C, NH, o));
+                    double mn = std::max(m, mt), corr = std::exp(m - mn);
+                    l *= corr;
+                    for (int i = 0; i < hs; i++) O[i] *= corr;
+                    for (int u = k0; u < k1; u++) {
+                        double p = std::exp(s[u - k0] - mn);
+                        l += p;
+                        double x = p * ref_mult(o, b, h, t, u), P = lowp_round<L>(x), spread = round_spread<L>(x, x * P_REL_ERR);
+                        for (int i = 0; i < hs; i++) {
+                            double v = inp[((size_t)b * T + u) * C3 + 2 * C + h * hs + i];
+                            O[i] += P * v;
+                            amb[i] = amb[i] * corr + spread * std::fabs(v);
+                        }
+                    }
+                    m = mn;
+                }
+                for (int i = 0; i < hs; i++) {
+                    out[((size_t)b * T + t) * C + h * hs + i] = lowp_round<L>(O[i] / l);
+                    (*slack)[((size_t)b * T + t) * C + h * hs + i] = amb[i] / l;
+                }
+            }
+    return out;
+}
+
+// The flash backward at the kernel's rounding points, from the kernel's out and lse, bf16 storage;
+// slack (B,T,3C): the rounding ambiguity of each element.
+template <typename L> static std::vector<float> ref_flash_dinp(std::vector<double>* slack, const std::vector<float>& inp, const std::vector<float>& dout, const std::vector<float>& out,
+                                              const std::vector<float>& lse, const std::vector<float>& dinp0, int B, int T, int C, int NH,
+                                              const AttentionOpts& o) {
+    int hs = C / NH;
+    size_t C3 = 3 * (size_t)C;
+    double scale = 1.0f / std::sqrt((float)hs);
+    std::vector<double> d(dinp0.size(), 0.0);
+    slack->assign(dinp0.size(), 0.0);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float* dO = &dout[((size_t)b * T + t) * C + h * hs];
+                const float* o_t = &out[((size_t)b * T + t) * C + h * hs];
+                double D = 0, D_abs = 0;
+                for (int i = 0; i < hs; i++) D += (double)dO[i] * o_t[i], D_abs += std::fabs((double)dO[i] * o_t[i]);
+                double lse_t = lse[((size_t)b * NH + h) * T + t];
+                for (int u = 0; u <= t; u++) {
+                    const float* v = &inp[((size_t)b * T + u) * C3 + 2 * C + h * hs];
+                    double p = std::exp(ref_score(inp, b, h, t, u, T, C, NH, o) - lse_t), mlt = ref_mult(o, b, h, t, u), dP = 0, dP_abs = 0;
+                    for (int i = 0; i < hs; i++) dP += (double)dO[i] * v[i], dP_abs += std::fabs((double)dO[i] * v[i]);
+                    double x = p * mlt, y = p * (dP * mlt - D) * scale;
+                    double P = lowp_round<L>(x), dS = lowp_round<L>(y);
+                    // fp32 sums of dP and D: within ~1e-6 of their absolute sums (5e-6 taken)
+                    double P_spread = round_spread<L>(x, x * P_REL_ERR);
+                    double dS_spread = round_spread<L>(y, std::fabs(y) * P_REL_ERR + p * scale * 5e-6 * (dP_abs * mlt + D_abs));
+                    for (int i = 0; i < hs; i++) {
+                        double k_i = inp[((size_t)b * T + u) * C3 + C + h * hs + i], q_i = inp[((size_t)b * T + t) * C3 + h * hs + i];
+                        d[((size_t)b * T + t) * C3 + h * hs + i] += dS * k_i;      // dq_t
+                        d[((size_t)b * T + u) * C3 + C + h * hs + i] += dS * q_i;  // dk_u
+                        d[((size_t)b * T + u) * C3 + 2 * C + h * hs + i] += P * dO[i];  // dv_u
+                        (*slack)[((size_t)b * T + t) * C3 + h * hs + i] += dS_spread * std::fabs(k_i);
+                        (*slack)[((size_t)b * T + u) * C3 + C + h * hs + i] += dS_spread * std::fabs(q_i);
+                        (*slack)[((size_t)b * T + u) * C3 + 2 * C + h * hs + i] += P_spread * std::fabs(dO[i]);
+                    }
+                }
+            }
+    std::vector<float> r(dinp0.size());
+    for (size_t i = 0; i < r.size(); i++) r[i] = lowp_round<L>((double)dinp0[i] + (float)d[i]);
+    return r;
+}
+
+// ---- 2. the CPU twin -----------------------------------------------------------------------------------
+static void test_cpu_twin(int B, int T, int C, int NH, const AttnVariant& v) {
+    char tag[128];
+    snprintf(tag, sizeof tag, " %s B=%d T=%d C=%d NH=%d", v.name, B, T, C, NH);
+    AttnOptsPair op;
+    attn_opts_make(&op, v, NH);
+    size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+    std::vector<float> inp = randn(n_inp, 50), dout = randn(n_out, 51), dinp0 = randn(n_inp, 52);  // (B,T,3C) (B,T,C) (B,T,3C)
+    std::vector<float> out(n_out), att(n_att), dinp = dinp0;                                       // (B,T,C) (B,NH,T,T) (B,T,3C)
+    std::vector<float> f_out(n_out), f_lse((size_t)B * NH * T), f_dinp = dinp0;                    // (B,T,C) (B,NH,T) (B,T,3C)
+    attention_forward(out.data(), att.data(), inp.data(), B, T, C, NH, &op.host);
+    attention_backward(dinp.data(), dout.data(), inp.data(), att.data(), B, T, C, NH, &op.host);
+    flash_attention_forward(f_out.data(), f_lse.data(), inp.data(), B, T, C, NH, &op.host);
+    flash_attention_backward(f_dinp.data(), dout.data(), inp.data(), f_out.data(), f_lse.data(), B, T, C, NH, &op.host);
+    check_close(std::string("cpu flash_attention_forward out = attention_forward's") + tag, f_out, out, 1e-6, 1e-7);
+    check_close(std::string("cpu flash_attention_forward lse") + tag, f_lse, ref_lse(inp, B, T, C, NH, op.host), 1e-6, 1e-6);
+    check_close(std::string("cpu flash_attention_backward dinp = attention_backward's") + tag, f_dinp, dinp, 1e-5, 1e-6 * rms_of(dinp));
+}
+
+// ---- 3. the CUDA path in bf16 ------------------------------------------------------------------------
+// Flash vs the GEMM path: each differs from the exact result by its own bf16 roundings of the
+// products' operands (measured at T = 130, all variants on: max |error| of out 0.011 for both,
+// rms(out) 0.33, about 3.5% of the rms), so they agree within 2% relative plus 5% of the rms. dinp
+// gets a floor of 10% of its rms: flash's D = dout·out uses the bf16 out, so where the exact dS is 0
+// (query row t = 0: one key, p = 1, dP = D) flash has dS = (dP - D)/√hs of the order of
+// 2^-9·|dout||v|, where the GEMM path's Σ att·datt cancels exactly (measured: 0.018 at rms 0.25).
+// A 5% error of the largest element (≈ 7× rms) plus the floor is still caught (negative controls).
+static const double GEMM_RTOL = 2e-2, GEMM_FLOOR_OUT = 5e-2, GEMM_FLOOR_DINP = 1e-1;
+
+struct FlashRun {
+    std::vector<float> out, lse, dinp;
+};
+template <typename L> static FlashRun flash_run(const std::vector<float>& inp, const std::vector<float>& dout, const std::vector<float>& dinp0, int B, int T, int C,
+                          int NH, const AttentionOpts* o) {
+    size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_lse = (size_t)B * NH * T;
+    L *d_inp = dev_upload(lowp_store<L>(inp)), *d_dout = dev_upload(lowp_store<L>(dout)), *d_dinp = dev_upload(lowp_store<L>(dinp0));
+    L* d_out = dev_upload(lowp_store<L>(std::vector<float>(n_out, 7.0f)));  // junk: every element must be written
+    float* d_lse = dev_upload(std::vector<float>(n_lse, 7.0f));
+    keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, o);
+    keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
+    FlashRun r{lowp_widen(dev_download(d_out, n_out)), dev_download(d_lse, n_lse), lowp_widen(dev_download(d_dinp, n_inp))};
+    for (void* p : {(void*)d_inp, (void*)d_dout, (void*)d_dinp, (void*)d_out, (void*)d_lse}) dev_free(p);
+    return r;
+}
+
+template <typename L> static void test_flash(int B, int T, int C, int NH, const AttnVariant& v, bool repeat, bool vs_gemm, bool controls) {
+    char tag[128];
+    snprintf(tag, sizeof tag, " %s %s B=%d T=%d C=%d NH=%d", sizeof(L) == 2 && std::is_same<L, bf16>::value ? "bf16" : "fp16", v.name, B, T, C, NH);
+    AttnOptsPair op;
+    attn_opts_make(&op, v, NH);
+    size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    std::vector<float> inp = lowp_rounded<L>(randn(n_inp, 60)), dout = lowp_rounded<L>(randn(n_out, 61));  // (B,T,3C) (B,T,C)
+    std::vector<float> dinp0 = lowp_rounded<L>(randn(n_inp, 62));                                              // (B,T,3C)
+    keel_cuda::flash_attention_reserve<L>(B, T, C, NH);
+#ifdef KEEL_CUDA_EMULATION
+    uint64_t allocs0 = emu::profile().allocations + 5, flops0 = emu::profile().mma_flops;  // flash_run's 5 buffers
+#endif
+    FlashRun g = flash_run<L>(inp, dout, dinp0, B, T, C, NH, &op.dev);
+#ifdef KEEL_CUDA_EMULATION
+    check_true(std::string("flash allocates nothing after flash_attention_reserve") + tag, emu::profile().allocations == allocs0);
+    check_true(std::string("flash products on tensor cores (mma_flops > 0)") + tag, emu::profile().mma_flops > flops0);
+#endif
+    std::vector<double> slack_out, slack_dinp;
+    std::vector<float> want_out = ref_flash_out<L>(&slack_out, inp, B, T, C, NH, op.host);
+    check_lowp(std::string("flash_attention_forward out") + tag, absorb(g.out, want_out, slack_out), want_out);
+    std::vector<float> want_lse = ref_lse(inp, B, T, C, NH, op.host);
+    check_close(std::string("flash_attention_forward lse (fp32)") + tag, g.lse, want_lse, 2e-6, 2e-6);
+    std::vector<float> want_dinp = ref_flash_dinp<L>(&slack_dinp, inp, dout, g.out, g.lse, dinp0, B, T, C, NH, op.host);
+    check_lowp(std::string("flash_attention_backward dinp") + tag, absorb(g.dinp, want_dinp, slack_dinp), want_dinp);
+    if (controls) {  // the perturbed element's slack counts too
+        std::string w = std::string("flash_attention_forward out") + tag;
+        expect_fail(w + " with a small element doubled", [&] { return check_lowp(w, absorb(perturb_small(g.out, want_out), want_out, slack_out), want_out); });
+        expect_fail(w + " with the largest element 2% off", [&] { return check_lowp(w, absorb(perturb_large(g.out, want_out), want_out, slack_out), want_out); });
+        w = std::string("flash_attention_backward dinp") + tag;
+        expect_fail(w + " with a small element doubled", [&] { return check_lowp(w, absorb(perturb_small(g.dinp, want_dinp), want_dinp, slack_dinp), want_dinp); });
+        expect_fail(w + " with the largest element 2% off", [&] { return check_lowp(w, absorb(perturb_large(g.dinp, want_dinp), want_dinp, slack_dinp), want_dinp); });
+        size_t amb = 0;
+        double worst = 0, floor = LOWP_ATOL_RMS * rms_of(want_dinp);
+        for (size_t i = 0; i < slack_dinp.size(); i++) {
+            amb += slack_dinp[i] > 0.1 * (floor + LOWP_RTOL * std::fabs(want_dinp[i]));
+            worst = std::max(worst, slack_dinp[i] / (floor + LOWP_RTOL * std::fabs(want_dinp[i])));
+        }
+        printf("      (rounding ambiguity over 10%% of the element's tolerance: %zu of %zu dinp elements; at most %.3g of it)\n", amb,
+               slack_dinp.size(), worst);
+    }
+    if (repeat) {
+        FlashRun g2 = flash_run<L>(inp, dout, dinp0, B, T, C, NH, &op.dev);
+        check_true(std::string("flash forward and backward byte-repeatable") + tag,
+                   same_bytes_f32(g.out, g2.out) && same_bytes_f32(g.lse, g2.lse) && same_bytes_f32(g.dinp, g2.dinp));
+    }
+    if (vs_gemm) {  // the GEMM path on the same bf16 inputs, both backwards from dinp = 0 (so dinp is the op's result)
+        size_t n_att = (size_t)B * NH * T * T;
+        std::vector<float> zero(n_inp, 0.0f);
+        FlashRun f = flash_run<L>(inp, dout, zero, B, T, C, NH, &op.dev);
+        keel_cuda::attention_reserve<L>(B, T, C, NH);
+        L *d_inp = dev_upload(lowp_store<L>(inp)), *d_dout = dev_upload(lowp_store<L>(dout)), *d_dinp = dev_upload(lowp_store<L>(zero));
+        L *d_out = dev_upload(lowp_store<L>(std::vector<float>(n_out))), *d_att = dev_upload(lowp_store<L>(std::vector<float>(n_att)));
+        keel_cuda::attention_forward(d_out, d_att, d_inp, B, T, C, NH, &op.dev);
+        keel_cuda::attention_backward(d_dinp, d_dout, d_inp, d_att, B, T, C, NH, &op.dev);
+        std::vector<float> gemm_out = lowp_widen(dev_download(d_out, n_out)), gemm_dinp = lowp_widen(dev_download(d_dinp, n_inp));
+        check_close(std::string("flash out vs the GEMM path") + tag, f.out, gemm_out, GEMM_RTOL, GEMM_FLOOR_OUT * rms_of(gemm_out));
+        check_close(std::string("flash dinp vs the GEMM path") + tag, f.dinp, gemm_dinp, GEMM_RTOL, GEMM_FLOOR_DINP * rms_of(gemm_dinp));
+        if (controls)
+            for (int which = 0; which < 2; which++) {
+                const std::vector<float>& got = which ? f.dinp : f.out;
+                const std::vector<float>& want = which ? gemm_dinp : gemm_out;
+                std::string w = std::string(which ? "flash dinp" : "flash out") + " vs the GEMM path" + tag;
+                double floor = which ? GEMM_FLOOR_DINP : GEMM_FLOOR_OUT;
+                expect_fail(w + " with the largest element 5% off", [&] {
+                    std::vector<float> x = got;
+                    size_t k = 0;
+                    for (size_t i = 0; i < want.size(); i++)
+                        if (std::fabs(want[i]) > std::fabs(want[k])) k = i;
+                    x[k] = 1.05f * want[k] + (want[k] > 0 ? 1 : -1) * (float)(floor * rms_of(want));
+                    return check_close(w, x, want, GEMM_RTOL, floor * rms_of(want));
+                });
+            }
+        for (L* p : {d_inp, d_dout, d_dinp, d_out, d_att}) dev_free(p);
+    }
+}
+
+// The mask is the model head's: head_offset changes which elements drop.
+static void test_flash_head_offset_matters(int B, int T, int C, int NH) {
+    AttnOptsPair a, b;
+    attn_opts_make(&a, AttnVariant{"", ATTN_SCALING_STANDARD, 1.0, false, 0.25, 0}, NH);
+    attn_opts_make(&b, AttnVariant{"", ATTN_SCALING_STANDARD, 1.0, false, 0.25, 2}, NH);
+    size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    std::vector<float> inp = randn(n_inp, 63), dout = randn(n_out, 64), dinp0(n_inp, 0.0f);
+    FlashRun r0 = flash_run<bf16>(inp, dout, dinp0, B, T, C, NH, &a.dev), r2 = flash_run<bf16>(inp, dout, dinp0, B, T, C, NH, &b.dev);
+    size_t differ = 0;
+    for (size_t i = 0; i < n_out; i++) differ += r0.out[i] != r2.out[i];
+    check_true("flash dropout: head_offset=2 differs from head_offset=0 (" + std::to_string(differ) + " of " + std::to_string(n_out) + " outputs)",
+               differ > n_out / 4);
+}
+
+int main() {
+    test_wmma_all();
+    const AttnVariant variants[] = {
+        {"standard", ATTN_SCALING_STANDARD, 1.0, false, 0.0, 0},
+        {"qk-inward", ATTN_SCALING_QK_INWARD, 1.0, false, 0.0, 0},
+        {"coeff=3", ATTN_SCALING_STANDARD, 3.0, false, 0.0, 0},
+        {"qk-inward coeff=3", ATTN_SCALING_QK_INWARD, 3.0, false, 0.0, 0},
+        {"alibi", ATTN_SCALING_STANDARD, 1.0, true, 0.0, 0},
+        {"dropout p=0.25", ATTN_SCALING_STANDARD, 1.0, false, 0.25, 0},
+        {"dropout p=0.25 head_offset=3", ATTN_SCALING_STANDARD, 1.0, false, 0.25, 3},
+        {"all: qk-inward coeff=2 alibi dropout head_offset=5", ATTN_SCALING_QK_INWARD, 2.0, true, 0.25, 5},
+    };
+    struct Shape { int B, T, C, NH; };
+    // CPU twin: head sizes 8, 12 and 64 (the twin has no tile constraints)
+    const Shape cpu_shapes[] = {{1, 1, 16, 2}, {2, 37, 48, 4}, {1, 70, 128, 2}};
+    for (const Shape& s : cpu_shapes)
+        for (const AttnVariant& v : variants) test_cpu_twin(s.B, s.T, s.C, s.NH, v);
+    // CUDA, bf16, every variant: hs = 64 at T = 1, 37 (B = 2), 130; hs = 128 at T = 37 and 130; all
+    // against the GEMM path but T = 1 (covered by the others' row 0); byte-repeatability at T = 130;
+    // negative controls on the standard and the all-knobs variant.
+    for (int vi = 0; vi < 8; vi++) {
+        const AttnVariant& v = variants[vi];
+        bool ctl = vi == 0 || vi == 7;
+        test_flash<bf16>(1, 1, 128, 2, v, false, false, false);
+        test_flash<bf16>(2, 37, 128, 2, v, false, true, false);
+        test_flash<bf16>(1, 130, 128, 2, v, true, true, ctl);
+        test_flash<bf16>(1, 37, 256, 2, v, false, true, false);
+        test_flash<bf16>(1, 130, 256, 2, v, vi == 7, ctl, ctl);
+    }
+    test_flash<bf16>(1, 64, 64, 1, variants[5], false, false, false);  // T = one whole tile
+    // fp16 storage: the same kernels with __half fragments
+    test_flash<__half>(2, 37, 128, 2, variants[0], false, true, false);
+    test_flash<__half>(1, 130, 256, 2, variants[7], true, true, true);
+    test_flash_head_offset_matters(1, 37, 128, 2);
+    printf("flash_attention_supported: hs 64 bf16 %d, hs 128 fp16 %d, hs 96 bf16 %d, hs 64 fp32 %d\n", keel_cuda::flash_attention_supported(64, 2),
+           keel_cuda::flash_attention_supported(128, 2), keel_cuda::flash_attention_supported(96, 2), keel_cuda::flash_attention_supported(64, 4));
+    check_true("flash_attention_supported: hs 64/128 in 16-bit only",
+               keel_cuda::flash_attention_supported(64, 2) && keel_cuda::flash_attention_supported(128, 2) &&
+                   !keel_cuda::flash_attention_supported(96, 2) && !keel_cuda::flash_attention_supported(64, 4));
+    return cuda_test_finish();
+}

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# --attention-impl through the trainers (the kernels themselves: test_cuda_flash):
+#   1. the emulated CUDA trainer at head size 64 in bf16 picks flash under auto and says so; flash and
+#      the GEMM path agree within bf16 tolerance (5e-3) over 4 iterations with ALiBi, attention and
+#      hidden dropout; a second flash run writes the same bytes; a flash run stopped at 2 and resumed
+#      equals the straight run (records and checkpoint bytes); head size 16 falls back to gemm under
+#      auto and --attention-impl flash there is refused (exit 2);
+#   2. the CPU trainer's flash twin (cpu/flash_attention.h) against its materialized reference:
+#      within 1e-5 (fp32 both);
+#   3. --dry-run: with flash the GPT-2 1.5B step at B=16, T=1024 fits 80 GB without activation
+#      checkpointing (the GEMM path's T x T probabilities do not), and its count equals the emulated
+#      trainer's cudaMalloc bytes for a flash run.
+source "$(dirname "$0")/lib.sh"
+export OMP_NUM_THREADS=1
+CUDA=build/train_gpt_emu
+[ -x "$CUDA" ] || { fail "$CUDA not built (make build/train_gpt_emu)"; finish; }
+unset KEEL_EMU_PROFILE
+RUN=(--num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 64 --micro-batch-size 2 --global-batch-size 4
+     --lr 1e-3 --seed 3 --position-embedding-type alibi --attention-dropout 0.1 --hidden-dropout 0.1 --log-interval 1
+     --train-data-path data/brown/brown_train.bin --valid-data-path data/brown/brown_val.bin --eval-interval 0)
+
+# ---- 1. the emulated CUDA trainer ----------------------------------------------------------------------
+$CUDA "${RUN[@]}" --train-iters 4 --metrics-file "$TMP/flash.jsonl" --save "$TMP/ck_flash" --save-interval 4 >"$TMP/flash.log" 2>&1 &
+$CUDA "${RUN[@]}" --train-iters 4 --attention-impl gemm --metrics-file "$TMP/gemm.jsonl" >"$TMP/gemm.log" 2>&1 &
+wait
+grep -q "^attention: flash" "$TMP/flash.log" && ok "auto picks flash at head size 64 in bf16 (start-up line)" || fail "auto did not pick flash: $(grep '^attention' "$TMP/flash.log")"
+grep -q "^attention: gemm" "$TMP/gemm.log" && ok "--attention-impl gemm runs the GEMM path" || fail "gemm: $(grep '^attention' "$TMP/gemm.log")"
+out=$(compare_jsonl "$TMP/flash.jsonl" "$TMP/gemm.jsonl" 5e-3) && ok "flash vs gemm (bf16): $out" || fail "flash vs gemm: $out"
+$CUDA "${RUN[@]}" --train-iters 4 --metrics-file "$TMP/flash2.jsonl" >"$TMP/flash2.log" 2>&1 &
+$CUDA "${RUN[@]}" --train-iters 4 --exit-interval 2 --metrics-file "$TMP/part.jsonl" --save "$TMP/ck_resume" --save-interval 4 >"$TMP/part.log" 2>&1 &
+wait
+cmp -s <(strip_timing "$TMP/flash.jsonl") <(strip_timing "$TMP/flash2.jsonl") && ok "two flash runs: identical records" || fail "two flash runs differ"
+$CUDA "${RUN[@]}" --train-iters 4 --metrics-file "$TMP/part.jsonl" --load "$TMP/ck_resume" --save "$TMP/ck_resume" --save-interval 4 \
+  >"$TMP/resume.log" 2>&1 || { fail "flash resume failed"; tail -3 "$TMP/resume.log"; }
+cmp -s <(strip_timing "$TMP/flash.jsonl") <(strip_timing "$TMP/part.jsonl") && ok "flash: stop at 2 + resume = straight run (records)" || fail "flash resume: records differ"
+same_checkpoint "flash resume" "$TMP/ck_flash" "$TMP/ck_resume" 4
+SMALL=(--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 1 --global-batch-size 1 --lr 1e-3
+       --train-data-path data/brown/brown_train.bin --eval-interval 0 --train-iters 1)
+out=$($CUDA "${SMALL[@]}" 2>&1)
+grep -q "^attention: gemm" <<<"$out" && ok "auto falls back to gemm at head size 16" || fail "head size 16 did not fall back to gemm"
+expect_fail 2 "attention-impl flash.*head size 16" $CUDA "${SMALL[@]}" --attention-impl flash
+
+# ---- 2. the CPU trainer's flash twin ---------------------------------------------------------------------
+$KEEL "${RUN[@]}" --train-iters 3 --attention-impl flash --metrics-file "$TMP/cpu_flash.jsonl" >"$TMP/cpu_flash.log" 2>&1 &
+$KEEL "${RUN[@]}" --train-iters 3 --metrics-file "$TMP/cpu_gemm.jsonl" >"$TMP/cpu_gemm.log" 2>&1 &
+wait
+grep -q "^attention: flash" "$TMP/cpu_flash.log" && grep -q "^attention: gemm" "$TMP/cpu_gemm.log" && ok "CPU: flash when asked, gemm under auto" \
+  || fail "CPU attention lines: $(grep '^attention' "$TMP/cpu_flash.log" "$TMP/cpu_gemm.log")"
+out=$(compare_jsonl "$TMP/cpu_flash.jsonl" "$TMP/cpu_gemm.jsonl" 1e-5) && ok "CPU flash twin vs the materialized reference: $out" || fail "CPU flash vs gemm: $out"
+
+# ---- 3. --dry-run ---------------------------------------------------------------------------------------
+XL=(--num-layers 48 --hidden-size 1600 --num-attention-heads 25 --seq-length 1024 --micro-batch-size 16)
+flash=$($KEEL --dry-run "${XL[@]}" | grep '^gpu allocations')  # (exit 1: the logbooks' estimate does not fit 80 GB)
+gemm=$($KEEL --dry-run "${XL[@]}" --attention-impl gemm | grep '^gpu allocations')
+[[ "$flash" == *": fits" ]] && ok "1.5B, B=16, T=1024 with flash fits 80 GB without checkpointing: $flash" || fail "1.5B flash: $flash"
+[[ "$gemm" == *"does NOT fit" ]] && ok "... and with the GEMM path it does not: $gemm" || fail "1.5B gemm: $gemm"
+KEEL_EMU_PROFILE="$TMP/prof.json" $CUDA "${RUN[@]}" --train-iters 1 >"$TMP/prof.log" 2>&1 || fail "profiled flash run failed"
+dry=$($KEEL --dry-run "${RUN[@]}" --train-iters 1 | sed -nE 's/^gpu allocations: total ([0-9]+) bytes.*/\1/p')
+asked=$(python3 -c "import json; print(json.load(open('$TMP/prof.json'))['alloc_bytes'])")
+[ -n "$dry" ] && [ "$dry" = "$asked" ] && ok "flash: --dry-run $dry bytes = the trainer's cudaMalloc bytes" || fail "flash: --dry-run $dry vs trainer $asked"
+finish
