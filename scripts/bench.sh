@@ -33,7 +33,7 @@ echo "fp32 FMA peak, measured: $PEAK GFLOP/s ($PEAK_ISA) before the runs, $PEAK2
 ./build/fma_peak | awk '$2 != "threads" && $2 != "'"$PEAK_ISA"'" { printf "  (%s: %s GFLOP/s)\n", $2, $3 }'
 echo "threads: ${OMP_NUM_THREADS:-$(nproc)} | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') | $(grep -m1 -o 'backend: [^|]*' "$tmp/tiny.log" || true)"
 
-# ---- GPU: train_gpt at GPT-2 124M and 350M (B=16, T=1024, bf16) ---------------------------------
+# ---- GPU: train_gpt at GPT-2 124M, 350M and 1.5B (B=16, T=1024, bf16) ---------------------------------
 # ms/iteration: the median of the iterations after the first (start-up, allocation, cuBLASLt's
 # heuristics); tokens/s = B·T / that. Model FLOPs per token = 6·N + 12·L·C·T (N = parameters
 # including the padded vocabulary; attention counted at full T×T, the PaLM / llm.c convention), so
@@ -85,3 +85,4 @@ gpu_bench() { # name L C NH T B
 }
 gpu_bench 124M 12 768 12 1024 16
 gpu_bench 350M 24 1024 16 1024 16
+gpu_bench 1.5B 48 1600 25 1024 16   # flash attention (the default at head size 64): fits 80 GB without --checkpoint-activations

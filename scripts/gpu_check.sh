@@ -137,6 +137,11 @@ run_lab() {
     echo "== $b"
     "$b" || bad=1
   done
+  # flash against the GEMM attention at the sequence lengths of GPT-2 and BLOOM (issue 22)
+  if [ -x build/lab/flash_attention ]; then
+    echo "== build/lab/flash_attention -T 2048"
+    build/lab/flash_attention -T 2048 || bad=1
+  fi
   return "$bad"
 }
 if [ $quick -eq 1 ]; then
