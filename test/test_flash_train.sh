@@ -3,8 +3,9 @@
 #   1. the emulated CUDA trainer at head size 64 in bf16 picks flash under auto and says so; flash and
 #      the GEMM path agree within bf16 tolerance (5e-3) over 4 iterations with ALiBi, attention and
 #      hidden dropout; a second flash run writes the same bytes; a flash run stopped at 2 and resumed
-#      equals the straight run (records and checkpoint bytes); head size 16 falls back to gemm under
-#      auto and --attention-impl flash there is refused (exit 2);
+#      equals the straight run (records and checkpoint bytes); tensor parallel on 2 ranks (one head
+#      each, head offsets in the dropout masks) agrees with one process; head size 16 falls back to
+#      gemm under auto and --attention-impl flash there is refused (exit 2);
 #   2. the CPU trainer's flash twin (cpu/flash_attention.h) against its materialized reference:
 #      within 1e-5 (fp32 both);
 #   3. --dry-run: with flash the GPT-2 1.5B step at B=16, T=1024 fits 80 GB without activation
@@ -15,7 +16,7 @@ export OMP_NUM_THREADS=1
 CUDA=build/train_gpt_emu
 [ -x "$CUDA" ] || { fail "$CUDA not built (make build/train_gpt_emu)"; finish; }
 unset KEEL_EMU_PROFILE
-RUN=(--num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 64 --micro-batch-size 2 --global-batch-size 4
+RUN=(--num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 64 --micro-batch-size 2 --global-batch-size 2
      --lr 1e-3 --seed 3 --position-embedding-type alibi --attention-dropout 0.1 --hidden-dropout 0.1 --log-interval 1
      --train-data-path data/brown/brown_train.bin --valid-data-path data/brown/brown_val.bin --eval-interval 0)
 
@@ -40,10 +41,16 @@ out=$($CUDA "${SMALL[@]}" 2>&1)
 grep -q "^attention: gemm" <<<"$out" && ok "auto falls back to gemm at head size 16" || fail "head size 16 did not fall back to gemm"
 expect_fail 2 "attention-impl flash.*head size 16" $CUDA "${SMALL[@]}" --attention-impl flash
 
+# tensor parallelism: 2 ranks of one head each (head size 64: flash), masks keyed by the model's head
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout -k 10 300 mpirun --oversubscribe -np 2 $CUDA "${RUN[@]}" --train-iters 4 \
+  --tensor-model-parallel-size 2 --metrics-file "$TMP/tp.jsonl" >"$TMP/tp.log" 2>&1 &
+
 # ---- 2. the CPU trainer's flash twin ---------------------------------------------------------------------
 $KEEL "${RUN[@]}" --train-iters 3 --attention-impl flash --metrics-file "$TMP/cpu_flash.jsonl" >"$TMP/cpu_flash.log" 2>&1 &
 $KEEL "${RUN[@]}" --train-iters 3 --metrics-file "$TMP/cpu_gemm.jsonl" >"$TMP/cpu_gemm.log" 2>&1 &
 wait
+grep -q "^attention: flash" "$TMP/tp.log" || fail "TP=2: not on the flash path: $(grep '^attention' "$TMP/tp.log")"
+out=$(compare_jsonl "$TMP/tp.jsonl" "$TMP/flash.jsonl" 5e-3) && ok "flash at TP=2 vs one process (bf16): $out" || { fail "flash TP=2: $out"; tail -3 "$TMP/tp.log"; }
 grep -q "^attention: flash" "$TMP/cpu_flash.log" && grep -q "^attention: gemm" "$TMP/cpu_gemm.log" && ok "CPU: flash when asked, gemm under auto" \
   || fail "CPU attention lines: $(grep '^attention' "$TMP/cpu_flash.log" "$TMP/cpu_gemm.log")"
 out=$(compare_jsonl "$TMP/cpu_flash.jsonl" "$TMP/cpu_gemm.jsonl" 1e-5) && ok "CPU flash twin vs the materialized reference: $out" || fail "CPU flash vs gemm: $out"
