@@ -71,6 +71,14 @@ static inline void* backend_malloc(size_t bytes) {
     return p;
 }
 static inline void backend_free(void* p) { CUDA_CHECK(cudaFree(p)); }
+// The device's compute capability as 10·major + minor (the flash kernels need 80).
+static inline int backend_compute_capability() {
+    int dev = 0;
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+    return 10 * prop.major + prop.minor;
+}
 static inline void backend_memset_zero(void* p, size_t bytes) { if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes)); }
 static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) {
     if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
@@ -87,6 +95,7 @@ static inline void* backend_malloc(size_t bytes) {
     return p;
 }
 static inline void backend_free(void* p) { free(p); }
+static inline int backend_compute_capability() { return 0; }  // (no GPU: only the GPU build asks)
 static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }

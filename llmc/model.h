@@ -367,11 +367,12 @@ template <typename F> void gpt_params_changed(GPT<F>* m) {
 }
 
 // Whether the model runs flash attention (cpu/flash_attention.h, cuda/flash_attention.cuh) rather than
-// the materialized softmax: --attention-impl flash, or auto on a GPU whose flash kernels cover the
-// head size and storage type (fsize bytes). The CPU trainer's auto is the materialized reference.
-static inline bool gpt_attention_flash(const GPTConfig* cfg, size_t fsize, bool gpu) {
+// the materialized softmax: --attention-impl flash, or auto on a GPU of compute capability cc ≥ 8.0
+// whose flash kernels cover the head size and storage type (fsize bytes). The CPU trainer's auto is
+// the materialized reference.
+static inline bool gpt_attention_flash(const GPTConfig* cfg, size_t fsize, bool gpu, int cc = 80) {
     if (cfg->attention_impl == ATTN_IMPL_FLASH) return true;
-    return cfg->attention_impl == ATTN_IMPL_AUTO && gpu && flash_attention_gpu_supported(cfg->channels / cfg->num_heads, fsize);
+    return cfg->attention_impl == ATTN_IMPL_AUTO && gpu && cc >= 80 && flash_attention_gpu_supported(cfg->channels / cfg->num_heads, fsize);
 }
 #ifdef KEEL_CUDA
 static const bool GPT_ON_GPU = true;
@@ -381,7 +382,9 @@ static const bool GPT_ON_GPU = false;
 
 // Allocates one slot of activations for micro-batches of up to (B, T); returns the bytes.
 // count_only: allocates nothing (the pointers stay null) and returns the same bytes (--dry-run).
-template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, const GPTConfig* cfg, int B, int T, bool count_only = false) {
+// flash: the attention path (gpt_attention_flash): lse per layer instead of the probabilities.
+template <typename F>
+static size_t gpt_alloc_activations(Activations<F>* a, const GPTConfig* cfg, int B, int T, bool flash, bool count_only = false) {
     TPDims td = gpt_tp_dims(cfg);  // this rank's widths of the split activations
     size_t L = gpt_stage_layers(cfg), C = cfg->channels, NH = td.NH, Vp = td.Vl, Ca = td.C, H = td.H;
     size_t BT = (size_t)B * T;
@@ -394,7 +397,6 @@ template <typename F> static size_t gpt_alloc_activations(Activations<F>* a, con
     auto stat = [&](size_t n) { bytes += n * sizeof(acc_t<F>); return count_only ? nullptr : gpt_alloc<acc_t<F>>(n); };  // statistics and losses
     auto ids = [&](size_t n) { bytes += n * sizeof(int); return count_only ? nullptr : gpt_alloc<int>(n); };
     auto f32 = [&](size_t n) { bytes += n * sizeof(float); return count_only ? nullptr : gpt_alloc<float>(n); };
-    bool flash = gpt_attention_flash(cfg, sizeof(F), GPT_ON_GPU || count_only);  // (count_only: --dry-run plans the GPU trainer)
     a->emb = alloc(eln * BT * C); a->lne_mean = stat(eln * BT); a->lne_rstd = stat(eln * BT);
     a->encoded = alloc(BT * C);
     a->ln1 = alloc(L * BT * C); a->ln1_mean = stat(L * BT); a->ln1_rstd = stat(L * BT);
@@ -458,12 +460,12 @@ template <typename F> GPTDeviceBytes gpt_device_bytes(const GPTConfig* cfg, int 
     d.grads = P * sizeof(acc_t<F>);
     d.compute_copy = gpt_has_compute_copy<F>() ? P * sizeof(F) : 0;
     Activations<F> a;
-    d.activations = (size_t)slots * gpt_alloc_activations(&a, cfg, B, T, true);
+    d.flash = gpt_attention_flash(cfg, sizeof(F), true);  // (--dry-run plans a GPU of compute capability ≥ 8.0)
+    d.activations = (size_t)slots * gpt_alloc_activations(&a, cfg, B, T, d.flash, true);
     GradScratch<F> g;
     d.grad_scratch = gpt_alloc_grad_scratch(&g, cfg, B, T, true);
     d.loss_log = cfg->stage_last ? (size_t)loss_slots * BT * sizeof(acc_t<F>) : 0;
     d.other = (cfg->alibi ? td.NH * sizeof(float) : 0) + (cfg->tp_size > 1 && cfg->stage_last ? 3 * BT * sizeof(acc_t<F>) : 0);
-    d.flash = gpt_attention_flash(cfg, sizeof(F), true);
     d.op_scratch = (d.flash ? flash_attention_gpu_scratch_bytes(B, T, td.C, td.NH) : attention_scratch_bytes(B, T, td.C, td.NH, sizeof(F))) +
                    matmul_scratch_bytes(BT, gpt_max_bias_width(cfg)) +
                    layernorm_scratch_bytes((int)BT, gpt_max_layernorm_width(cfg)) + LT_WORKSPACE_BYTES;
@@ -495,9 +497,16 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     TPDims td = gpt_tp_dims(cfg);
     size_t NH = cfg->num_heads;
     size_t BT = (size_t)B * T;
+    int cc = GPT_ON_GPU ? backend_compute_capability() : 0;
+    m->flash = gpt_attention_flash(cfg, sizeof(F), GPT_ON_GPU, cc);
+    int hs = cfg->channels / cfg->num_heads;
+    if (m->flash && GPT_ON_GPU && (!flash_attention_supported(hs, sizeof(F)) || cc < 80))
+        keel_die_code(KEEL_EXIT_USAGE, "use --attention-impl auto or gemm",
+                      "--attention-impl flash: the GPU's flash kernels cover head size 64 or 128 in bf16/fp16 on compute capability 8.0 or "
+                      "newer, not head size %d in %zu-byte floats on %d.%d", hs, sizeof(F), cc / 10, cc % 10);
     m->slots.resize(slots);
     m->act_bytes = 0;
-    for (Activations<F>& a : m->slots) m->act_bytes += gpt_alloc_activations(&a, cfg, B, T);
+    for (Activations<F>& a : m->slots) m->act_bytes += gpt_alloc_activations(&a, cfg, B, T, m->flash);
     gpt_use_slot(m, 0);
     gpt_alloc_grad_scratch(&m->dacts, cfg, B, T);
     m->losses_host.resize(BT);
@@ -519,11 +528,6 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     m->group_count.assign(td.Vl, 0);
     // the ops' kept scratch (CUDA: the attention products, the bias and LayerNorm column sums),
     // sized now for the largest micro-batch so that no training step allocates (CPU: nothing)
-    m->flash = gpt_attention_flash(cfg, sizeof(F), GPT_ON_GPU);
-    if (m->flash && GPT_ON_GPU && !flash_attention_supported(cfg->channels / cfg->num_heads, sizeof(F)))
-        keel_die_code(KEEL_EXIT_USAGE, "use --attention-impl auto or gemm",
-                      "--attention-impl flash: the GPU's flash kernels cover head size 64 or 128 in bf16/fp16, not head size %d in %zu-byte floats",
-                      cfg->channels / cfg->num_heads, sizeof(F));
     if (m->flash) flash_attention_reserve<F>(B, T, td.C, td.NH);
     else attention_reserve<F>(B, T, td.C, td.NH);
     matmul_reserve(BT, gpt_max_bias_width(cfg));

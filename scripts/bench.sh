@@ -42,7 +42,7 @@ echo "threads: ${OMP_NUM_THREADS:-$(nproc)} | $(grep -m1 'model name' /proc/cpui
 # GPU, sampled every 0.2 s during the run (the whole GPU: other processes count too).
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 || true)
 if [ -z "$GPU_NAME" ]; then
-  echo "GPU: no GPU found (nvidia-smi): the GPU figures (train_gpt at 124M and 350M) need a GPU — not yet measured"
+  echo "GPU: no GPU found (nvidia-smi): the GPU figures (train_gpt at 124M, 350M and 1.5B) need a GPU — not yet measured"
   exit 0
 fi
 if [ ! -x ./train_gpt ]; then

@@ -69,6 +69,15 @@
 #pragma once
 #include <mma.h>
 
+// bf16/fp16 WMMA needs compute capability 8.0. A build for an older target (GPU_ARCH=75) still
+// compiles: there the three tensor-core kernels are a trap, and the model never selects flash on
+// such a device (gpt_build asks the device: backend_compute_capability).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+#define KEEL_FLASH_ARCH_OK 0
+#else
+#define KEEL_FLASH_ARCH_OK 1
+#endif
+
 #include <type_traits>
 
 #include "llmc/cuda/attention.cuh"
@@ -143,6 +152,7 @@ template <typename F, int HS>
 __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_forward_kernel(F* out, float* lse, const F* inp, int T, int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha,
                                    bool vec) {
+#if KEEL_FLASH_ARCH_OK
     using namespace nvcuda;
     const int BR = FLASH_BR, BC = FLASH_BC;
     KEEL_DYNAMIC_SHARED(char, smem_raw);
@@ -248,6 +258,9 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         for (int c = half * HS / 2; c < (half + 1) * HS / 2; c++) orow[c] = from_f32<F>(Ow[r * HS + c] * inv);
         if (half == 0) lse[(size_t)bh * T + t] = m + logf(l);
     }
+#else
+    __trap();  // bf16/fp16 WMMA needs sm_80; gpt_build never selects flash below it
+#endif
 }
 
 // ---- backward --------------------------------------------------------------------------------------
@@ -271,6 +284,7 @@ template <typename F, int HS>
 __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_dkdv_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, int T, int C, int NH, AttentionOpts o,
                                 AttnScoreScale sc, float alpha, bool vec) {
+#if KEEL_FLASH_ARCH_OK
     using namespace nvcuda;
     const int BC = FLASH_BC, BRB = FLASH_BRB;
     KEEL_DYNAMIC_SHARED(char, smem_raw);
@@ -381,6 +395,9 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     for (int j = 0; j < HS / 16; j++) wmma::store_matrix_sync(stage + j * 16, dv[j], HS, wmma::mem_row_major);
     __syncwarp();
     if (u < T) flash_add_half_row<F, HS>(dinp + ((size_t)b * T + u) * C3 + 2 * C + h * HS, stage + r * HS, half * HS / 2);
+#else
+    __trap();  // bf16/fp16 WMMA needs sm_80; gpt_build never selects flash below it
+#endif
 }
 
 // dQ of one query tile (block), summed over key tiles in ascending order.
@@ -388,6 +405,7 @@ template <typename F, int HS>
 __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_dq_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, int T, int C, int NH, AttentionOpts o,
                               AttnScoreScale sc, float alpha, bool vec) {
+#if KEEL_FLASH_ARCH_OK
     using namespace nvcuda;
     const int BR = FLASH_BR, BC = FLASH_BC;
     KEEL_DYNAMIC_SHARED(char, smem_raw);
@@ -473,6 +491,9 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     for (int j = 0; j < HS / 16; j++) wmma::store_matrix_sync(stage + j * 16, dq[j], HS, wmma::mem_row_major);
     __syncwarp();
     if (t < T) flash_add_half_row<F, HS>(dinp + ((size_t)b * T + t) * C3 + h * HS, stage + r * HS, half * HS / 2);
+#else
+    __trap();  // bf16/fp16 WMMA needs sm_80; gpt_build never selects flash below it
+#endif
 }
 
 // ---- scratch and launchers ---------------------------------------------------------------------------
@@ -495,7 +516,7 @@ template <typename K> static void flash_smem_optin(K kernel, size_t bytes, bool*
 template <typename F, int HS> static void flash_forward_launch(F* out, float* lse, const F* inp, int B, int T, int C, int NH, const AttentionOpts* o) {
     AttnScoreScale sc = attention_score_scale(o, HS);
     float alpha = o->scaling == ATTN_SCALING_QK_INWARD ? sc.sq * sc.sq : sc.alpha;
-    bool vec = aligned16(inp) && aligned16(out) && C % (16 / (int)sizeof(F)) == 0;
+    bool vec = aligned16(inp) && C % (16 / (int)sizeof(F)) == 0;  // (out is written by scalar stores)
     size_t smem = flash_forward_smem(HS, sizeof(F));
     static bool optin = false;
     flash_smem_optin(flash_attention_forward_kernel<F, HS>, smem, &optin);

@@ -64,15 +64,26 @@ struct LtBatch {
 // The algorithm cuBLASLt's heuristic picks for one product shape, asked once per shape and kept:
 // the heuristic query costs host time every call otherwise, and asking once also pins the choice
 // (the same algorithm for the same shape for the whole run: one summation order, the same bits).
+// The key holds everything the heuristic sees, the pointers' alignments included (lt_alignment).
 struct LtKey {
     int td, t, m, n, k, ta, tb, bias, batch;
     int64_t sa, sb, sd;
+    int align_a, align_b, align_d;
     bool operator<(const LtKey& o) const {
-        const int64_t x[] = {td, t, m, n, k, ta, tb, bias, batch, sa, sb, sd};
-        const int64_t y[] = {o.td, o.t, o.m, o.n, o.k, o.ta, o.tb, o.bias, o.batch, o.sa, o.sb, o.sd};
-        return std::lexicographical_compare(x, x + 12, y, y + 12);
+        const int64_t x[] = {td, t, m, n, k, ta, tb, bias, batch, sa, sb, sd, align_a, align_b, align_d};
+        const int64_t y[] = {o.td, o.t, o.m, o.n, o.k, o.ta, o.tb, o.bias, o.batch, o.sa, o.sb, o.sd, o.align_a, o.align_b, o.align_d};
+        return std::lexicographical_compare(x, x + 15, y, y + 15);
     }
 };
+// A pointer's alignment in bytes, up to 256: cuBLASLt's heuristic assumes 256-byte aligned operands
+// unless told otherwise, and an algorithm chosen on that assumption may fault on a parameter slice
+// at an odd offset (a layer's or a tensor-parallel rank's bias, a C not a multiple of 8).
+static inline int lt_alignment(const void* p) {
+    uintptr_t a = (uintptr_t)p;
+    int bytes = 1;
+    while (bytes < 256 && a % (2 * bytes) == 0) bytes *= 2;
+    return bytes;
+}
 static inline std::map<LtKey, cublasLtMatmulAlgo_t>& lt_algo_cache() {
     static std::map<LtKey, cublasLtMatmulAlgo_t> cache;
     return cache;
@@ -106,13 +117,18 @@ static void lt_matmul(Out* d, const F* a, const F* b, const Out* bias, int m, in
     lt_layout(&la, t, trans_a ? k : m, trans_a ? m : k, batch.count, batch.stride_a);
     lt_layout(&lb, t, trans_b ? n : k, trans_b ? k : n, batch.count, batch.stride_b);
     lt_layout(&ld, td, m, n, batch.count, batch.stride_d);
-    LtKey key = {(int)td, (int)t, m, n, k, trans_a, trans_b, bias != nullptr, batch.count, batch.stride_a, batch.stride_b, batch.stride_d};
+    LtKey key = {(int)td, (int)t, m, n, k, trans_a, trans_b, bias != nullptr, batch.count, batch.stride_a, batch.stride_b, batch.stride_d,
+                 lt_alignment(a), lt_alignment(b), lt_alignment(d)};
     auto found_algo = lt_algo_cache().find(key);
     if (found_algo == lt_algo_cache().end()) {
         cublasLtMatmulPreference_t pref;
         CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
         uint64_t ws = ctx->workspace_bytes;
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        const cublasLtMatmulPreferenceAttributes_t which[] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                              CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        const uint32_t align[] = {(uint32_t)key.align_a, (uint32_t)key.align_b, (uint32_t)key.align_d, (uint32_t)key.align_d};  // C is D
+        for (int i = 0; i < 4; i++) CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &align[i], sizeof align[i]));
         cublasLtMatmulHeuristicResult_t heur;
         int found = 0;
         CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld, ld, pref, 1, &heur, &found));
@@ -206,9 +222,23 @@ template <typename F> static void matmul_dbias(float* dbias, const F* dout, int 
     CUDA_CHECK_LAUNCH();
 }
 
+// out[n,o] += bias[o]: the bias when cuBLASLt's epilogue cannot take it (a bias pointer under 16-byte
+// alignment, which the epilogue is not guaranteed to accept). Rounds the product to F first, then
+// the sum: one rounding more than the epilogue's in bf16/fp16, the same in fp32.
+template <typename F> __global__ void matmul_add_bias_kernel(F* out, const F* bias, int N, int OC) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)N * OC) return;
+    out[i] = from_f32<F>(to_f32(out[i]) + to_f32(bias[i % OC]));
+}
+
 template <typename F> void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N, int C, int OC) {
     if (N == 0 || OC == 0) return;
-    lt_matmul(out, weight, inp, bias, OC, N, C, true, false, 0.0f);
+    bool epilogue = bias && aligned16(bias);
+    lt_matmul(out, weight, inp, epilogue ? bias : (const F*)nullptr, OC, N, C, true, false, 0.0f);
+    if (bias && !epilogue) {
+        KEEL_LAUNCH(matmul_add_bias_kernel<F>, ceil_div((size_t)N * OC, 256), 256, 0, MAIN_STREAM)(out, bias, N, OC);
+        CUDA_CHECK_LAUNCH();
+    }
 }
 
 template <typename F>

@@ -27,7 +27,9 @@ typedef cudaDataType_t cudaDataType;
 typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
                CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 } cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8 } cublasLtMatmulPreferenceAttributes_t;
 typedef enum { CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6 } cublasLtMatrixLayoutAttribute_t;
 
 struct emu_lt_handle { int unused; };
@@ -45,7 +47,10 @@ struct emu_lt_layout {
     int32_t batch = 1;     // CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT
     int64_t stride = 0;    // CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, in elements
 };
-struct emu_lt_pref { uint64_t workspace = 0; };
+struct emu_lt_pref {
+    uint64_t workspace = 0;
+    uint32_t align[4] = {256, 256, 256, 256};  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES (the library's default: 256)
+};
 typedef emu_lt_handle* cublasLtHandle_t;
 typedef emu_lt_desc* cublasLtMatmulDesc_t;
 typedef emu_lt_layout* cublasLtMatrixLayout_t;
@@ -138,15 +143,23 @@ inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t*
 inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
                                                            const void* buf, size_t size) {
+    if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES) {
+        if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&p->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, sizeof(uint32_t));
+        return CUBLAS_STATUS_SUCCESS;
+    }
     if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof(uint64_t)) return emu_lt_refuse("preference attribute", attr);
     memcpy(&p->workspace, buf, sizeof(uint64_t));
     return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int requested,
+                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t pref, int requested,
                                                      cublasLtMatmulHeuristicResult_t* results, int* returned) {
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
     memset(results, 0, sizeof *results);
+    // the algorithm remembers the alignments it was chosen for: a matmul on less aligned pointers is
+    // refused, as the real library may fault on it (cublasLtMatmul below)
+    for (int i = 0; i < 4; i++) results->algo.data[i] = pref->align[i];
     *returned = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -164,7 +177,14 @@ inline void emu_lt_store(void* base, cudaDataType_t t, size_t i, float v) {
 
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha_p, const void* A, cublasLtMatrixLayout_t la,
                                      const void* B, cublasLtMatrixLayout_t lb, const void* beta_p, const void* C, cublasLtMatrixLayout_t lc,
-                                     void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t*, void*, size_t, cudaStream_t) {
+                                     void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+    const void* ptrs[4] = {A, B, C, D};
+    for (int i = 0; algo && i < 4; i++)
+        if (algo->data[i] && (uintptr_t)ptrs[i] % algo->data[i] != 0) {
+            fprintf(stderr, "cuBLASLt emulation: operand %c is not %llu-byte aligned, as the algorithm was chosen for\n", "ABCD"[i],
+                    (unsigned long long)algo->data[i]);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
     // op(A) is m×k, op(B) is k×n, C and D are m×n
     uint64_t m = d->transa == CUBLAS_OP_N ? la->rows : la->cols, k = d->transa == CUBLAS_OP_N ? la->cols : la->rows;
     uint64_t kb = d->transb == CUBLAS_OP_N ? lb->rows : lb->cols, n = d->transb == CUBLAS_OP_N ? lb->cols : lb->rows;
