@@ -164,7 +164,7 @@ build/test_fast_kernels_scalar: test/test_fast_kernels.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) -mno-avx512f -mno-avx2 $< -o $@ $(LDLIBS)
 # The CUDA kernels (llmc/cuda) compiled by g++ against the CPU emulation of the CUDA execution
 # model (test/cuda_emu, ../shared/CUDA_EMULATION.md) and checked against the CPU ops.
-EMU_HEADERS := $(wildcard test/cuda_emu/*.h) test/cuda_test.h
+EMU_HEADERS := $(wildcard test/cuda_emu/*.h) test/cuda_test.h test/attention_test.h
 EMU_FLAGS := -Itest/cuda_emu -DKEEL_CUDA_EMULATION
 CUDA_TEST_BINS := $(patsubst test/%.cpp,build/%,$(wildcard test/test_cuda_*.cpp))
 build/test_cuda_%: test/test_cuda_%.cpp $(HEADERS) $(EMU_HEADERS)

@@ -17,52 +17,11 @@
 #include "llmc/cpu/classifier.h"
 #include "llmc/cuda/attention.cuh"
 #include "llmc/cuda/classifier.cuh"
+#include "test/attention_test.h"
 #include "test/cuda_test.h"
 
 static void dev_set(float* d, const std::vector<float>& h) {
     CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
-}
-
-// ALiBi slopes for n heads: the formula of llmc/model.h's alibi_slopes (model.h is not included:
-// it pulls in the whole trainer).
-static std::vector<float> test_alibi_slopes(int n) {
-    std::vector<float> s(n);
-    int p = 1;
-    while (p * 2 <= n) p *= 2;
-    for (int i = 0; i < p; i++) s[i] = (float)std::exp2(-8.0 * (i + 1) / p);
-    for (int i = 0; i < n - p; i++) s[p + i] = (float)std::exp2(-8.0 * (2 * i + 1) / (2 * p));
-    return s;
-}
-
-struct AttnVariant {
-    const char* name;
-    int scaling;   // AttnScaling
-    double coeff;  // layer coefficient
-    bool alibi;
-    double p;      // attention dropout
-    int head_offset;  // AttentionOpts::head_offset (tensor parallelism)
-};
-
-// Host and device copies of the options: identical but for where the ALiBi slopes live.
-struct AttnOptsPair {
-    AttentionOpts host, dev;
-    std::vector<float> slopes;  // (NH)
-    float* d_slopes = nullptr;  // (NH) device
-};
-
-static void attn_opts_make(AttnOptsPair* op, const AttnVariant& v, int NH) {
-    op->host = AttentionOpts{};
-    op->host.scaling = v.scaling;
-    op->host.coeff = v.coeff;
-    op->host.dropout = DropoutSite{v.p, 7, dropout_site(2, DROPOUT_SITE_ATTN_PROBS), 5};
-    op->host.head_offset = v.head_offset;
-    op->dev = op->host;
-    if (v.alibi) {
-        op->slopes = test_alibi_slopes(NH);
-        op->d_slopes = dev_upload(op->slopes);
-        op->host.alibi = op->slopes.data();
-        op->dev.alibi = op->d_slopes;
-    }
 }
 
 static void test_attention(int B, int T, int C, int NH, const AttnVariant& v, bool determinism) {
@@ -101,7 +60,6 @@ static void test_attention(int B, int T, int C, int NH, const AttnVariant& v, bo
                    memcmp(out1.data(), dev_download(d_out, n_out).data(), n_out * sizeof(float)) == 0);
     }
     for (float* p : {d_inp, d_dout, d_dinp, d_out, d_att}) dev_free(p);
-    if (op.d_slopes) dev_free(op.d_slopes);
 }
 
 // The fused classifier (loss and dlogits in one pass) against the CPU op on the same inputs, F = float
@@ -271,7 +229,6 @@ static void test_attention_bf16(int B, int T, int C, int NH, const AttnVariant& 
     check_lowp(std::string("attention_backward dinp") + tag, g_dinp, dinp);
     lowp_negative_controls(std::string("attention_backward dinp") + tag, g_dinp, dinp);
     for (bf* p : {d_inp, d_dout, d_dinp, d_out, d_att}) dev_free(p);
-    if (op.d_slopes) dev_free(op.d_slopes);
 }
 
 // The mask is the model head's: with dropout on, head_offset changes the output (each local head

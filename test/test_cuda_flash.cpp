@@ -36,6 +36,7 @@
 #include "llmc/cpu/flash_attention.h"
 #include "llmc/cuda/attention.cuh"
 #include "llmc/cuda/flash_attention.cuh"
+#include "test/attention_test.h"
 #include "test/cuda_test.h"
 
 typedef __nv_bfloat16 bf16;
@@ -118,45 +119,6 @@ static void test_wmma_all() {
 #endif
 }
 
-// ---- options (as test_cuda_attention) ------------------------------------------------------------
-static std::vector<float> test_alibi_slopes(int n) {  // llmc/model.h's alibi_slopes formula
-    std::vector<float> s(n);
-    int p = 1;
-    while (p * 2 <= n) p *= 2;
-    for (int i = 0; i < p; i++) s[i] = (float)std::exp2(-8.0 * (i + 1) / p);
-    for (int i = 0; i < n - p; i++) s[p + i] = (float)std::exp2(-8.0 * (2 * i + 1) / (2 * p));
-    return s;
-}
-struct AttnVariant {
-    const char* name;
-    int scaling;
-    double coeff;
-    bool alibi;
-    double p;
-    int head_offset;
-};
-struct AttnOptsPair {
-    AttentionOpts host, dev;
-    std::vector<float> slopes;
-    float* d_slopes = nullptr;
-    ~AttnOptsPair() {
-        if (d_slopes) dev_free(d_slopes);
-    }
-};
-static void attn_opts_make(AttnOptsPair* op, const AttnVariant& v, int NH) {
-    op->host = AttentionOpts{};
-    op->host.scaling = v.scaling;
-    op->host.coeff = v.coeff;
-    op->host.dropout = DropoutSite{v.p, 7, dropout_site(2, DROPOUT_SITE_ATTN_PROBS), 5};
-    op->host.head_offset = v.head_offset;
-    op->dev = op->host;
-    if (v.alibi) {
-        op->slopes = test_alibi_slopes(NH);
-        op->d_slopes = dev_upload(op->slopes);
-        op->host.alibi = op->slopes.data();
-        op->dev.alibi = op->d_slopes;
-    }
-}
 
 // ---- double-precision references ---------------------------------------------------------------------
 // The softmax input of (b, h, t, u) from fp32-valued inputs, in double, the variant's way.

@@ -54,41 +54,49 @@ static inline F attention_score(const F* q, const F* k, int hs, int h, int u, co
 // The CUDA op set sizes its scratch up front (cuda/attention.cuh); the CPU op set needs none.
 template <typename F> void attention_reserve(int B, int T, int C, int NH) {}
 
+// One row (b, t, h) of the forward: a[0..t] ← the probabilities (a holds at least t+1 values),
+// out_t (hs) ← Σ_u drop(a[u])·v_u. Returns the row's log-sum-exp, max + log Σ exp, which the flash
+// twin (cpu/flash_attention.h) keeps instead of the probabilities.
+template <typename F>
+static inline F attention_forward_row(F* out_t, F* a, const F* inp, int b, int t, int h, int T, int C, int hs, const AttentionOpts* o) {
+    size_t C3 = 3 * (size_t)C;
+    bool drop = o->dropout.p > 0;
+    F dscale = drop ? (F)(1.0 / (1.0 - o->dropout.p)) : (F)1;
+    const F* q = inp + ((size_t)b * T + t) * C3 + h * hs;
+    F maxv = -INFINITY;
+    for (int u = 0; u <= t; u++) {
+        const F* k = inp + ((size_t)b * T + u) * C3 + C + h * hs;
+        F s = attention_score(q, k, hs, h, u, o);
+        a[u] = s;
+        if (s > maxv) maxv = s;
+    }
+    F sum = 0;
+    for (int u = 0; u <= t; u++) a[u] = exp_f32(a[u] - maxv);
+    for (int u = 0; u <= t; u++) sum += a[u];
+    F inv = (F)1 / sum;
+    for (int u = 0; u <= t; u++) a[u] *= inv;
+    for (int i = 0; i < hs; i++) out_t[i] = 0;
+    for (int u = 0; u <= t; u++) {
+        F w = a[u];
+        if (drop) w = dropout_keep(&o->dropout, b, attention_dropout_index(h + o->head_offset, t, u)) ? w * dscale : (F)0;
+        const F* v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
+        for (int i = 0; i < hs; i++) out_t[i] += w * v[i];
+    }
+    return maxv + std::log(sum);
+}
+
 template <typename F>
 void attention_forward(F* out, F* att,                      // (B,T,C), (B,NH,T,T)
                        const F* inp,                         // (B,T,3C)
                        int B, int T, int C, int NH, const AttentionOpts* o) {
     int hs = C / NH;
-    size_t C3 = 3 * (size_t)C;
-    bool drop = o->dropout.p > 0;
-    F dscale = drop ? (F)(1.0 / (1.0 - o->dropout.p)) : (F)1;
 #pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++) {
-                const F* q = inp + ((size_t)b * T + t) * C3 + h * hs;
                 F* a = att + (((size_t)b * NH + h) * T + t) * T;
-                F maxv = -INFINITY;
-                for (int u = 0; u <= t; u++) {
-                    const F* k = inp + ((size_t)b * T + u) * C3 + C + h * hs;
-                    F s = attention_score(q, k, hs, h, u, o);
-                    a[u] = s;
-                    if (s > maxv) maxv = s;
-                }
-                F sum = 0;
-                for (int u = 0; u <= t; u++) a[u] = exp_f32(a[u] - maxv);
-                for (int u = 0; u <= t; u++) sum += a[u];
-                F inv = (F)1 / sum;
-                for (int u = 0; u <= t; u++) a[u] *= inv;
+                attention_forward_row(out + ((size_t)b * T + t) * C + h * hs, a, inp, b, t, h, T, C, hs, o);
                 for (int u = t + 1; u < T; u++) a[u] = 0;
-                F* out_t = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) out_t[i] = 0;
-                for (int u = 0; u <= t; u++) {
-                    F w = a[u];
-                    if (drop) w = dropout_keep(&o->dropout, b, attention_dropout_index(h + o->head_offset, t, u)) ? w * dscale : (F)0;
-                    const F* v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) out_t[i] += w * v[i];
-                }
             }
 }
 

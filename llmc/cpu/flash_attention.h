@@ -37,35 +37,13 @@ void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)
                              const F* inp,        // (B,T,3C)
                              int B, int T, int C, int NH, const AttentionOpts* o) {
     int hs = C / NH;
-    size_t C3 = 3 * (size_t)C;
-    bool drop = o->dropout.p > 0;
-    F dscale = drop ? (F)(1.0 / (1.0 - o->dropout.p)) : (F)1;
 #pragma omp parallel for collapse(3)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++) {
-                std::vector<F> a(t + 1);  // this row's scores, then probabilities
-                const F* q = inp + ((size_t)b * T + t) * C3 + h * hs;
-                F maxv = -INFINITY;
-                for (int u = 0; u <= t; u++) {
-                    const F* k = inp + ((size_t)b * T + u) * C3 + C + h * hs;
-                    a[u] = attention_score(q, k, hs, h, u, o);
-                    if (a[u] > maxv) maxv = a[u];
-                }
-                F sum = 0;
-                for (int u = 0; u <= t; u++) a[u] = exp_f32(a[u] - maxv);
-                for (int u = 0; u <= t; u++) sum += a[u];
-                F inv = (F)1 / sum;
-                for (int u = 0; u <= t; u++) a[u] *= inv;
-                lse[((size_t)b * NH + h) * T + t] = (float)(maxv + std::log(sum));
-                F* out_t = out + ((size_t)b * T + t) * C + h * hs;
-                for (int i = 0; i < hs; i++) out_t[i] = 0;
-                for (int u = 0; u <= t; u++) {
-                    F w = a[u];
-                    if (drop) w = dropout_keep(&o->dropout, b, attention_dropout_index(h + o->head_offset, t, u)) ? w * dscale : (F)0;
-                    const F* v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
-                    for (int i = 0; i < hs; i++) out_t[i] += w * v[i];
-                }
+                std::vector<F> a(t + 1);  // this row's probabilities, not kept
+                F row_lse = attention_forward_row(out + ((size_t)b * T + t) * C + h * hs, a.data(), inp, b, t, h, T, C, hs, o);
+                lse[((size_t)b * NH + h) * T + t] = (float)row_lse;
             }
 }
 
