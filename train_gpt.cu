@@ -356,34 +356,44 @@ static void trainer_check_replicated(Trainer<A>* tr, int64_t it) {
 // gradients, so one tag is enough (MPI and NCCL deliver a pair's messages in order).
 enum { PIPE_TAG = 7 };
 
-// One training iteration: accumulate gradients over the micro-batches, then one optimizer step.
-// Returns false for an iteration of a skip range (nothing to log).
+// The iteration's log record (the Megatron line, the JSONL, TensorBoard) from its results.
 template <typename A>
-static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
+static void trainer_fill_record(const Trainer<A>* tr, IterationRecord* rec, int64_t it, int64_t gbs, int T, double lr, double loss,
+                                const StepResult* rp, double ms) {
+    const Config* c = &tr->cfg;
+    const TrainState* st = &tr->st;
+    const StepResult& r = *rp;
+    int dp = tr->comm.size;
+    rec->iteration = it;
+    rec->consumed_samples = st->consumed_samples;
+    rec->consumed_tokens = st->consumed_tokens;
+    rec->elapsed_ms = ms;
+    rec->lr = lr;
+    rec->global_batch_size = gbs;
+    rec->lm_loss = loss;
+    rec->loss_scale = st->scaler.scale;
+    rec->grad_norm = r.grad_norm;
+    rec->num_zeros = r.num_zeros;
+    rec->pclip_units = r.pclip_units;
+    rec->seqlen = T;
+    rec->skipped = r.skipped;
+    rec->nan = r.nonfinite;
+    rec->samples_per_second = gbs / (ms / 1000.0);
+    rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, dp);
+    rec->layers = nullptr;
+}
+
+// The gradients of one iteration's micro-batches through this stage, accumulated in the model's
+// gradient buffer; returns each micro-batch's mean loss (the last stage's; zeros elsewhere).
+// act_sumsq (or null): the per-layer activation statistics, (L+1) per micro-batch.
+template <typename A>
+static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_t gbs, int B, int T, int64_t accum, double* act_sumsq) {
     const Config* c = &tr->cfg;
     TrainState* st = &tr->st;
-    int64_t it = st->iteration + 1;                                // the iteration about to run, 1-based
-    int64_t gbs = rampup_global_batch(&tr->rampup, st->consumed_samples);
-    int B = (int)c->micro_batch_size, T = (int)curriculum_seqlen(&tr->curriculum, it);
-    if (trainer_skips(tr, it)) {
-        trainer_skip_iteration(tr, gbs, T);
-        return false;
-    }
-    tr->skipping = false;
     const Comm* comm = &tr->comm;
-    int dp = comm->size;
-    int64_t accum = gbs / ((int64_t)B * dp);  // micro-batch steps on this rank
-    double t0 = now_ms();
-    if (tr->grid.tp > 1) {
-        trainer_sync_replicated(tr, it);
-        if (c->check_replicated_params_interval > 0 && it % c->check_replicated_params_interval == 0) trainer_check_replicated(tr, it);
-    }
-    gpt_zero_grad(&tr->model);
+    int dp = comm->size, L = tr->gcfg.num_layers;
     double scale = st->scaler.scale;
     std::vector<double> losses(accum);
-    int L = tr->gcfg.num_layers;
-    bool stats = c->log_layer_norms_interval > 0 && it % c->log_layer_norms_interval == 0;
-    std::vector<double> act_sumsq(stats ? accum * (L + 1) : 0, 0.0);  // per micro-batch step, (L+1) each
     // The micro-batches through this stage in 1F1B order (llmc/parallel.h; at P = 1 it is forward 0,
     // backward 0, forward 1, ...: the plain accumulation loop).
     GPT<A>* model = &tr->model;
@@ -408,7 +418,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
                 gpt_set_dropout(model, true, st->dropout_seed, first);
                 // the losses stay on the device until the iteration's end (one read-back, not one per micro-batch)
                 gpt_forward(model, tr->inputs.data(), last_stage ? tr->targets.data() : nullptr, B, T, dloss, (int)a.mb);
-                if (stats) layer_stats_acts(model, B, T, act_sumsq.data() + a.mb * (L + 1));
+                if (act_sumsq) layer_stats_acts(model, B, T, act_sumsq + a.mb * (L + 1));
                 break;
             }
             case PIPE_SEND_FORWARD:
@@ -445,6 +455,38 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     if (P > 1 && (first_stage || last_stage) && !getenv("KEEL_TEST_UNTIE_PIPELINE_EMBEDDING"))
         comm_allreduce_sum_f32_buf(&tr->embed, model->g[P_WTE], (size_t)model->table.t[P_WTE].numel);
     if (last_stage) losses = gpt_losses_read(model, (int)accum, B, T);
+    return losses;
+}
+
+// One training iteration: accumulate gradients over the micro-batches, then one optimizer step.
+// Returns false for an iteration of a skip range (nothing to log).
+template <typename A>
+static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
+    const Config* c = &tr->cfg;
+    TrainState* st = &tr->st;
+    int64_t it = st->iteration + 1;                                // the iteration about to run, 1-based
+    int64_t gbs = rampup_global_batch(&tr->rampup, st->consumed_samples);
+    int B = (int)c->micro_batch_size, T = (int)curriculum_seqlen(&tr->curriculum, it);
+    if (trainer_skips(tr, it)) {
+        trainer_skip_iteration(tr, gbs, T);
+        return false;
+    }
+    tr->skipping = false;
+    const Comm* comm = &tr->comm;
+    int dp = comm->size;
+    int64_t accum = gbs / ((int64_t)B * dp);  // micro-batch steps on this rank
+    double t0 = now_ms();
+    if (tr->grid.tp > 1) {
+        trainer_sync_replicated(tr, it);
+        if (c->check_replicated_params_interval > 0 && it % c->check_replicated_params_interval == 0) trainer_check_replicated(tr, it);
+    }
+    gpt_zero_grad(&tr->model);
+    int L = tr->gcfg.num_layers;
+    bool stats = c->log_layer_norms_interval > 0 && it % c->log_layer_norms_interval == 0;
+    std::vector<double> act_sumsq(stats ? accum * (L + 1) : 0, 0.0);  // per micro-batch step, (L+1) each
+    double scale = st->scaler.scale;  // this iteration's (the scaler may change it below)
+    std::vector<double> losses = trainer_accumulate(tr, it, gbs, B, T, accum, stats ? act_sumsq.data() : nullptr);
+    int P = tr->grid.pp;
     double loss = trainer_sum_global_order(comm, losses.data(), accum, 1)[0] / (double)(accum * dp);
     comm_broadcast(&tr->pipe, &loss, sizeof loss, P - 1);  // the last stage computed it
     float* grads = tr->model.grads;
@@ -483,23 +525,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
                    std::isfinite(loss) ? "gradient" : "loss", loss, r.grad_norm);
     }
     double ms = now_ms() - t0;
-    rec->iteration = it;
-    rec->consumed_samples = st->consumed_samples;
-    rec->consumed_tokens = st->consumed_tokens;
-    rec->elapsed_ms = ms;
-    rec->lr = lr;
-    rec->global_batch_size = gbs;
-    rec->lm_loss = loss;
-    rec->loss_scale = st->scaler.scale;
-    rec->grad_norm = r.grad_norm;
-    rec->num_zeros = r.num_zeros;
-    rec->pclip_units = r.pclip_units;
-    rec->seqlen = T;
-    rec->skipped = r.skipped;
-    rec->nan = r.nonfinite;
-    rec->samples_per_second = gbs / (ms / 1000.0);
-    rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, dp);
-    rec->layers = nullptr;
+    trainer_fill_record(tr, rec, it, gbs, T, lr, loss, &r, ms);
     if (stats) {
         LayerStats* ls = &tr->layer_stats;
         layer_stats_grads(ls, o, &tr->model.table);

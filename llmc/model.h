@@ -848,10 +848,36 @@ template <typename F> static F* gpt_dropout_backward(GPT<F>* m, F* dout, int B, 
 // Backward pass of the last gpt_forward (with targets); gradients are ADDED into m->grads, so
 // micro-batches accumulate. dloss is each position's weight in the loss being differentiated
 // (1 / positions in the global batch for the mean loss).
-template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
+// Backward of the LM head (the last stage): from the dlogits the forward's fused classifier left
+// in a->logits to the gradient of the stage output in d->residual.
+template <typename F> static void gpt_head_backward(GPT<F>* m, int B, int T, double dloss) {
     const GPTConfig* cfg = &m->config;
     TPDims td = gpt_tp_dims(cfg);
-    int L = gpt_stage_layers(cfg), L0 = cfg->stage_layer_first;
+    int C = cfg->channels;
+    size_t BT = (size_t)B * T;
+    Activations<F>* a = &m->acts;
+    GradScratch<F>* d = &m->dacts;
+    F** p = m->p;
+    acc_t<F>** g = m->g;
+    auto zero = [](F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); };
+    // the fused classifier of the forward left dlogits in a->logits (cpu/classifier.h)
+    if (m->classifier_dloss != dloss)
+        keel_die("gpt_backward: the forward's fused classifier used dloss %.9g, not %.9g (pass dloss to gpt_forward)",
+                 m->classifier_dloss, dloss);
+    zero(d->ln, BT * C);
+    matmul_backward(d->ln, g[P_WTE], (acc_t<F>*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, td.Vl);
+    gpt_tp_sum(m, d->ln, BT * C);  // each rank's vocabulary columns contributed a part
+    zero(d->residual, BT * C);
+    F* last = gpt_stage_output(m);
+    layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C);
+}
+
+// Backward of layer l of the stage: d->residual holds the gradient of its output and receives the
+// gradient of its input; parameter gradients are added into m->grads.
+template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, int T) {
+    const GPTConfig* cfg = &m->config;
+    TPDims td = gpt_tp_dims(cfg);
+    int L0 = cfg->stage_layer_first;
     int C = cfg->channels, NH = td.NH, Ca = td.C, H = td.H;
     size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
     Activations<F>* a = &m->acts;
@@ -860,75 +886,69 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
     acc_t<F>** g = m->g;
     bool nf = cfg->normformer;
     auto zero = [](F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); };
-    if (cfg->stage_last) {  // else d->residual holds the gradient of gpt_stage_output (gpt_stage_grad)
-        // the fused classifier of the forward left dlogits in a->logits (cpu/classifier.h)
-        if (m->classifier_dloss != dloss)
-            keel_die("gpt_backward: the forward's fused classifier used dloss %.9g, not %.9g (pass dloss to gpt_forward)",
-                     m->classifier_dloss, dloss);
+    // --checkpoint-activations: the layer's forward again, from its kept input; the same ops on
+    // the same inputs with the same dropout masks give the same bytes as the first time
+    if (cfg->checkpoint_activations) gpt_layer_forward(m, l, B, T);
+    F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
+    size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, la = k * BTmax * Ca, lh = k * BTmax * H, lr = k * BTmax;
+    size_t CCa = (size_t)C * Ca, CH = (size_t)C * H;
+    // MLP: residual3 = residual2 + dropout(proj([LN_fc](act(fc(ln2(residual2))))))
+    DropoutSite ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
+    F* dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
+    F* fcin = nf ? a->lnfc + lh : a->fch_act + lh;
+    F* dfcin = nf ? d->lnfc : d->fch_act;
+    zero(d->fch_act, BT * H);
+    if (nf) zero(d->lnfc, BT * H);
+    // row-parallel: the whole output gradient on every rank; the bias gradient on every rank too
+    matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C);
+    if (nf)
+        layernorm_backward(d->fch_act, g[P_LNFCW] + l * H, g[P_LNFCB] + l * H, d->lnfc, a->fch_act + lh, p[P_LNFCW] + l * H,
+                           a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H);
+    zero(d->fch, BT * H);
+    gpt_activation_backward(m, d->fch, d->fch_act, a->fch + lh, BT * H);
+    zero(d->ln, BT * C);
+    matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H);
+    gpt_tp_sum(m, d->ln, BT * C);  // column-parallel: the input gradient is the sum of the ranks' parts
+    layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
+                       p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C);
+    // attention: residual2 = residual + dropout([LN_attn](proj([head scale](attention(qkv(ln1(residual)))))))
+    ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
+    dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
+    if (nf) {  // d->ln is free here: the LayerNorm's input gradient goes there
         zero(d->ln, BT * C);
-        matmul_backward(d->ln, g[P_WTE], (acc_t<F>*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, td.Vl);
-        gpt_tp_sum(m, d->ln, BT * C);  // each rank's vocabulary columns contributed a part
-        zero(d->residual, BT * C);
-        F* last = gpt_stage_output(m);
-        layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C);
+        layernorm_backward(d->ln, g[P_LNAW] + l * C, g[P_LNAB] + l * C, dbranch, a->attproj + lc, p[P_LNAW] + l * C,
+                           a->lna_mean + lr, a->lna_rstd + lr, (int)BT, C);
+        dbranch = d->ln;
     }
-    for (int l = L - 1; l >= 0; l--) {
-        // --checkpoint-activations: the layer's forward again, from its kept input; the same ops on
-        // the same inputs with the same dropout masks give the same bytes as the first time
-        if (cfg->checkpoint_activations) gpt_layer_forward(m, l, B, T);
-        F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
-        size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, la = k * BTmax * Ca, lh = k * BTmax * H, lr = k * BTmax;
-        size_t CCa = (size_t)C * Ca, CH = (size_t)C * H;
-        // MLP: residual3 = residual2 + dropout(proj([LN_fc](act(fc(ln2(residual2))))))
-        DropoutSite ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
-        F* dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
-        F* fcin = nf ? a->lnfc + lh : a->fch_act + lh;
-        F* dfcin = nf ? d->lnfc : d->fch_act;
-        zero(d->fch_act, BT * H);
-        if (nf) zero(d->lnfc, BT * H);
-        // row-parallel: the whole output gradient on every rank; the bias gradient on every rank too
-        matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C);
-        if (nf)
-            layernorm_backward(d->fch_act, g[P_LNFCW] + l * H, g[P_LNFCB] + l * H, d->lnfc, a->fch_act + lh, p[P_LNFCW] + l * H,
-                               a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H);
-        zero(d->fch, BT * H);
-        gpt_activation_backward(m, d->fch, d->fch_act, a->fch + lh, BT * H);
-        zero(d->ln, BT * C);
-        matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H);
-        gpt_tp_sum(m, d->ln, BT * C);  // column-parallel: the input gradient is the sum of the ranks' parts
-        layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
-                           p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C);
-        // attention: residual2 = residual + dropout([LN_attn](proj([head scale](attention(qkv(ln1(residual)))))))
-        ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
-        dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
-        if (nf) {  // d->ln is free here: the LayerNorm's input gradient goes there
-            zero(d->ln, BT * C);
-            layernorm_backward(d->ln, g[P_LNAW] + l * C, g[P_LNAB] + l * C, dbranch, a->attproj + lc, p[P_LNAW] + l * C,
-                               a->lna_mean + lr, a->lna_rstd + lr, (int)BT, C);
-            dbranch = d->ln;
-        }
-        F* attin = nf ? a->atty_hs + la : a->atty + la;
-        F* dattin = nf ? d->atty_hs : d->atty;
-        zero(d->atty, BT * Ca);
-        if (nf) zero(d->atty_hs, BT * Ca);
-        matmul_backward(dattin, g[P_ATTPROJW] + l * CCa, g[P_ATTPROJB] + l * C, dbranch, attin, p[P_ATTPROJW] + l * CCa,
-                        (int)BT, Ca, C);
-        if (nf)
-            headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + la, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
-        zero(d->qkv, BT * 3 * Ca);
-        AttentionOpts ao = gpt_attention_opts(m, L0 + l);
-        if (m->flash)
-            flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao);
-        else
-            attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
-        zero(d->ln, BT * C);
-        matmul_backward(d->ln, g[P_QKVW] + l * 3 * CCa, g[P_QKVB] + l * 3 * Ca, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CCa,
-                        (int)BT, C, 3 * Ca);
-        gpt_tp_sum(m, d->ln, BT * C);
-        layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
-                           a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C);
-    }
-    if (cfg->stage_first) gpt_embed_backward(m, d->residual, B, T);
+    F* attin = nf ? a->atty_hs + la : a->atty + la;
+    F* dattin = nf ? d->atty_hs : d->atty;
+    zero(d->atty, BT * Ca);
+    if (nf) zero(d->atty_hs, BT * Ca);
+    matmul_backward(dattin, g[P_ATTPROJW] + l * CCa, g[P_ATTPROJB] + l * C, dbranch, attin, p[P_ATTPROJW] + l * CCa,
+                    (int)BT, Ca, C);
+    if (nf)
+        headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + la, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
+    zero(d->qkv, BT * 3 * Ca);
+    AttentionOpts ao = gpt_attention_opts(m, L0 + l);
+    if (m->flash)
+        flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao);
+    else
+        attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
+    zero(d->ln, BT * C);
+    matmul_backward(d->ln, g[P_QKVW] + l * 3 * CCa, g[P_QKVB] + l * 3 * Ca, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CCa,
+                    (int)BT, C, 3 * Ca);
+    gpt_tp_sum(m, d->ln, BT * C);
+    layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
+                       a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C);
+}
+
+template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
+    const GPTConfig* cfg = &m->config;
+    // the last stage starts from the loss; any other from the gradient of gpt_stage_output, which
+    // the caller put in d->residual (gpt_stage_grad)
+    if (cfg->stage_last) gpt_head_backward(m, B, T, dloss);
+    for (int l = gpt_stage_layers(cfg) - 1; l >= 0; l--) gpt_layer_backward(m, l, B, T);
+    if (cfg->stage_first) gpt_embed_backward(m, m->dacts.residual, B, T);
 }
 
 template <typename F> void gpt_zero_grad(GPT<F>* m) { backend_memset_zero(m->grads, (size_t)m->table.total * sizeof(acc_t<F>)); }
