@@ -922,6 +922,11 @@ static void trainer_setup(Trainer<A>* tr) {
            tr->model.flash ? "flash (fused, tensor cores, each row's log-sum-exp kept instead of the T x T probabilities)"
                            : "gemm (the materialized softmax: T x T probabilities kept per layer)",
            c->attention_impl.c_str());
+    if (g->stage_last) {
+        size_t R = tr->model.head_rows, BT = (size_t)B * T;
+        printf("LM head: logits of %zu of the micro-batch's %zu positions at once (%zu chunk(s); --classifier-chunk-rows %lld)\n", R, BT,
+               (BT + R - 1) / R, (long long)c->classifier_chunk_rows);
+    }
     printf("activations: %.2f MiB for %d micro-batch(es) of %d x %d%s\n", tr->model.act_bytes / 1048576.0, (int)tr->model.slots.size(),
            B, T, c->checkpoint_activations ? " (--checkpoint-activations: each layer's output kept, one layer's activations recomputed in backward)" : "");
     printf("batch: micro-batch %d x %d data-parallel ranks x %lld accumulation steps = global batch %lld samples of %d tokens | %lld iterations\n",

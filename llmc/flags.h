@@ -37,6 +37,7 @@ struct Config {
     std::string position_embedding_type = "learned", position_embedding_init = "normal";
     std::string activation = "gelu", attention_scaling = "standard";
     std::string attention_impl = "auto";
+    int64_t classifier_chunk_rows = 0;  // 0: auto (model.h gpt_head_rows)
     bool apply_query_key_layer_scaling = false, normformer = false;
     double hidden_dropout = 0.0, attention_dropout = 0.0, embed_dropout = NAN;  // NaN: = hidden dropout
     // batch and duration
@@ -140,6 +141,9 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("attention-impl", NO_MIN, NO_MAX, FT_STR, attention_impl, FK_RUN, "auto|flash|gemm",
               "attention kernels: flash (fused, O(T) memory; GPU: head size 64/128 in bf16/fp16), gemm (materialized "
               "softmax), auto (flash where the GPU kernels cover the config; the CPU trainer: gemm)"),
+    KEEL_FLAG("classifier-chunk-rows", 0, INT32_MAX, FT_INT, classifier_chunk_rows, FK_RUN, nullptr,
+              "positions whose logits exist at once: the LM head and its loss run in chunks of this many rows "
+              "(0: auto — the whole micro-batch on the CPU, at most 256 MiB of logits on the GPU)"),
     KEEL_FLAG("apply-query-key-layer-scaling", NO_MIN, NO_MAX, FT_BOOL, apply_query_key_layer_scaling, FK_STATE, nullptr,
               "scores computed at 1/layer scale, multiplied back inside an fp32 softmax (Megatron)"),
     KEEL_FLAG("normformer", NO_MIN, NO_MAX, FT_BOOL, normformer, FK_STATE, nullptr,

@@ -63,6 +63,7 @@ struct GPTConfig {
     int activation = ACT_GELU;          // Activation
     int attention_scaling = ATTN_SCALING_STANDARD;
     int attention_impl = ATTN_IMPL_AUTO;  // AttnImpl
+    int classifier_chunk_rows = 0;      // --classifier-chunk-rows: positions whose logits exist at once (0: auto, gpt_head_rows)
     bool qk_layer_scaling = false;      // --apply-query-key-layer-scaling
     bool normformer = false;
     double hidden_dropout = 0, attention_dropout = 0, embed_dropout = 0;
@@ -262,7 +263,7 @@ template <typename F> struct Activations {
     F* lnf;        // (B,T,C)
     S* lnf_mean;   // (B,T)
     S* lnf_rstd;   // (B,T)
-    F* logits;     // (B,T,Vp): logits → probs → dlogits
+    F* logits;     // (head_rows,Vp): one chunk of positions' logits → dlogits (gpt_head_rows)
     S* losses;     // (B,T)
     int* inputs;   // (B,T) token ids on the device
     int* targets;  // (B,T)
@@ -311,6 +312,8 @@ template <typename F> struct GPT {
     acc_t<F>* loss_log;       // (loss_log_rows) micro-batch k at k·B·T
     size_t loss_log_rows;
     double classifier_dloss;  // the dloss of the last training forward's fused classifier (gpt_backward checks it)
+    size_t head_rows;         // positions whose logits exist at once (gpt_head_rows): acts.logits holds that many rows
+    size_t logits_row0;       // the position of acts.logits' first row after a forward without targets
     float* alibi;             // (NH) ALiBi slopes in device memory (the attention kernels read them), or null
     bool flash;               // flash attention (gpt_attention_flash), else the materialized softmax
     DropoutState dropout;
@@ -380,11 +383,30 @@ static const bool GPT_ON_GPU = true;
 static const bool GPT_ON_GPU = false;
 #endif
 
+// The LM head runs in chunks of positions so that its logits buffer is bounded (cuda's (B·T, Vp) at
+// GPT-2 124M, B=16, T=1024 in bf16 would be 1.6 GB): the positions whose logits exist at once.
+// --classifier-chunk-rows n > 0: n (at most B·T); auto: all B·T on the CPU (host memory; one chunk
+// keeps the reference trainer's bits), on the GPU as many rows as fit GPT_GPU_LOGITS_BYTES of this
+// rank's vocabulary columns, a multiple of 128 when that many fit (whole GEMM tiles), at least one.
+// A function of the configuration alone, so a run and its resume chunk alike.
+static const size_t GPT_GPU_LOGITS_BYTES = (size_t)256 << 20;
+static inline size_t gpt_head_rows(const GPTConfig* cfg, int B, int T, size_t fsize, bool gpu) {
+    size_t BT = (size_t)B * T, Vl = (size_t)gpt_tp_dims(cfg).Vl;
+    size_t rows = BT;
+    if (cfg->classifier_chunk_rows > 0) rows = (size_t)cfg->classifier_chunk_rows;
+    else if (gpu) rows = GPT_GPU_LOGITS_BYTES / (Vl * fsize > 0 ? Vl * fsize : 1);
+    if (cfg->classifier_chunk_rows == 0 && rows >= 128) rows -= rows % 128;
+    rows = rows < BT ? rows : BT;
+    return rows > 0 ? rows : 1;
+}
+
 // Allocates one slot of activations for micro-batches of up to (B, T); returns the bytes.
 // count_only: allocates nothing (the pointers stay null) and returns the same bytes (--dry-run).
-// flash: the attention path (gpt_attention_flash): lse per layer instead of the probabilities.
+// flash: the attention path (gpt_attention_flash): lse per layer instead of the probabilities;
+// head_rows: the rows of the logits chunk (gpt_head_rows).
 template <typename F>
-static size_t gpt_alloc_activations(Activations<F>* a, const GPTConfig* cfg, int B, int T, bool flash, bool count_only = false) {
+static size_t gpt_alloc_activations(Activations<F>* a, const GPTConfig* cfg, int B, int T, bool flash, size_t head_rows,
+                                    bool count_only = false) {
     TPDims td = gpt_tp_dims(cfg);  // this rank's widths of the split activations
     size_t L = gpt_stage_layers(cfg), C = cfg->channels, NH = td.NH, Vp = td.Vl, Ca = td.C, H = td.H;
     size_t BT = (size_t)B * T;
@@ -410,7 +432,7 @@ static size_t gpt_alloc_activations(Activations<F>* a, const GPTConfig* cfg, int
     a->lnfc = alloc(nf * L * BT * H); a->lnfc_mean = stat(nf * L * BT); a->lnfc_rstd = stat(nf * L * BT);
     a->fcproj = alloc(L * BT * C); a->residual3 = alloc(Lr * BT * C);
     a->lnf = alloc(head * BT * C); a->lnf_mean = stat(head * BT); a->lnf_rstd = stat(head * BT);
-    a->logits = alloc(head * BT * Vp); a->losses = stat(head * BT);
+    a->logits = alloc(head * head_rows * Vp); a->losses = stat(head * BT);
     a->inputs = ids(BT);
     a->targets = ids(BT);
     a->wte_groups = ids(cfg->stage_first ? 2 * BT + 2 : 0);
@@ -461,7 +483,7 @@ template <typename F> GPTDeviceBytes gpt_device_bytes(const GPTConfig* cfg, int 
     d.compute_copy = gpt_has_compute_copy<F>() ? P * sizeof(F) : 0;
     Activations<F> a;
     d.flash = gpt_attention_flash(cfg, sizeof(F), true);  // (--dry-run plans a GPU of compute capability ≥ 8.0)
-    d.activations = (size_t)slots * gpt_alloc_activations(&a, cfg, B, T, d.flash, true);
+    d.activations = (size_t)slots * gpt_alloc_activations(&a, cfg, B, T, d.flash, gpt_head_rows(cfg, B, T, sizeof(F), true), true);
     GradScratch<F> g;
     d.grad_scratch = gpt_alloc_grad_scratch(&g, cfg, B, T, true);
     d.loss_log = cfg->stage_last ? (size_t)loss_slots * BT * sizeof(acc_t<F>) : 0;
@@ -506,7 +528,9 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
                       "newer, not head size %d in %zu-byte floats on %d.%d", hs, sizeof(F), cc / 10, cc % 10);
     m->slots.resize(slots);
     m->act_bytes = 0;
-    for (Activations<F>& a : m->slots) m->act_bytes += gpt_alloc_activations(&a, cfg, B, T, m->flash);
+    m->head_rows = gpt_head_rows(cfg, B, T, sizeof(F), GPT_ON_GPU);
+    m->logits_row0 = 0;
+    for (Activations<F>& a : m->slots) m->act_bytes += gpt_alloc_activations(&a, cfg, B, T, m->flash, m->head_rows);
     gpt_use_slot(m, 0);
     gpt_alloc_grad_scratch(&m->dacts, cfg, B, T);
     m->losses_host.resize(BT);
@@ -709,10 +733,41 @@ template <typename S> static inline double gpt_mean_loss(const S* losses, size_t
     return sum / (double)n;
 }
 
+// The LM head and its loss for positions [r0, r0 + n) (one chunk of gpt_head_rows): the chunk's
+// logits into acts.logits, the fused classifier's losses into losses[0..n); dloss ≠ 0 (training):
+// the classifier turns the logits into dlogits (cpu/classifier.h: the probabilities are never
+// stored) and the head's backward runs here, while the chunk's dlogits exist: the input gradient
+// into rows [r0, r0 + n) of dacts.ln, the tied word embedding's gradient added into g[P_WTE]
+// (chunk by chunk in position order: one chunk gives the unchunked sums' bits).
+template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n, acc_t<F>* losses, double dloss) {
+    const GPTConfig* cfg = &m->config;
+    TPDims td = gpt_tp_dims(cfg);
+    int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    Activations<F>* a = &m->acts;
+    const F* lnf = a->lnf + r0 * C;
+    const int* targets = m->targets + r0;
+    matmul_forward(a->logits, lnf, m->p[P_WTE], (const F*)nullptr, (int)n, C, td.Vl);  // this rank's vocabulary columns
+    if (cfg->tp_size == 1) {
+        classifier_forward(losses, a->logits, targets, (int)n, V, Vp, (acc_t<F>)dloss);
+    } else {  // vocabulary-parallel cross-entropy (cpu/classifier.h): max, then Σ exp and the target's logit, over ranks
+        acc_t<F>* rowmax = m->vp_stats;
+        acc_t<F>* stats = m->vp_stats + n;
+        vocab_parallel_max(rowmax, a->logits, (int)n, td.Vr, td.Vl);
+        gpt_tp_max(m, rowmax, n);
+        vocab_parallel_sumexp(stats, a->logits, targets, rowmax, (int)n, td.Vr, td.Vl);
+        gpt_tp_sum(m, stats, 2 * n);
+        vocab_parallel_finish(losses, a->logits, stats, rowmax, targets, (acc_t<F>)dloss, (int)n, td.Vr, td.Vl);
+    }
+    if (dloss != 0.0)
+        matmul_backward(m->dacts.ln + r0 * C, m->g[P_WTE], (acc_t<F>*)nullptr, a->logits, lnf, m->p[P_WTE], (int)n, C, td.Vl);
+}
+
 // Forward pass over tokens (B,T) with B·T within the allocated shape. With targets, computes the
-// per-position losses and returns their mean; without (generation), leaves logits and returns 0.
-// dloss ≠ 0 (training): the fused classifier also leaves the loss's gradient w.r.t. the logits, for
-// the gpt_backward(…, dloss) that follows (cpu/classifier.h: the probabilities are never stored).
+// per-position losses and returns their mean; without (generation), leaves the logits of the last
+// gpt_head_rows positions (gpt_logits_row_to_host) and returns 0.
+// dloss ≠ 0 (training): the LM head's part of the backward runs here, chunk by chunk
+// (gpt_head_chunk: the logits exist for one chunk at a time), for the gpt_backward(…, dloss) that
+// follows; the word embedding's gradient has then already received the head's part.
 // loss_slot ≥ 0 (training): the losses stay on the device in slot loss_slot of the loss log
 // (gpt_loss_log_reserve) and the function returns 0 without waiting for the GPU; gpt_losses_read
 // fetches every slot of the iteration at once.
@@ -731,7 +786,7 @@ template <typename F>
 double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, int B, int T, double dloss = 0.0, int loss_slot = -1) {
     const GPTConfig* cfg = &m->config;
     int L = gpt_stage_layers(cfg);
-    int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    int C = cfg->channels, V = cfg->vocab_size;
     if (B * T > m->B * m->T || T > m->T) keel_die("gpt_forward: batch (%d,%d) exceeds the allocated (%d,%d)", B, T, m->B, m->T);
     size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
     Activations<F>* a = &m->acts;
@@ -751,8 +806,12 @@ double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, i
     if (!cfg->stage_last) return 0.0;
     F* last = L > 0 ? a->residual3 + (L - 1) * BTmax * C : a->encoded;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p[P_LNFW], p[P_LNFB], (int)BT, C);
-    matmul_forward(a->logits, a->lnf, p[P_WTE], (const F*)nullptr, (int)BT, C, td.Vl);  // this rank's vocabulary columns
-    if (!targets_host) return 0.0;
+    if (!targets_host) {  // generation: the logits of the last head_rows positions (the next token's row among them)
+        size_t r0 = BT > m->head_rows ? BT - m->head_rows : 0;
+        matmul_forward(a->logits, a->lnf + r0 * C, p[P_WTE], (const F*)nullptr, (int)(BT - r0), C, td.Vl);
+        m->logits_row0 = r0;
+        return 0.0;
+    }
     for (size_t i = 0; i < BT; i++)
         if (targets_host[i] < 0 || targets_host[i] >= V) keel_die("target id %d at position %zu is outside [0, %d)", targets_host[i], i, V);
     gpt_ids_to_device(m, m->targets, targets_host, BT, false);
@@ -760,17 +819,8 @@ double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, i
         keel_die("gpt_forward: loss slot %d of %zu positions is beyond the loss log's %zu rows", loss_slot, BT, m->loss_log_rows);
     acc_t<F>* losses = loss_slot >= 0 ? m->loss_log + (size_t)loss_slot * BT : a->losses;
     m->classifier_dloss = dloss;
-    if (cfg->tp_size == 1) {
-        classifier_forward(losses, a->logits, m->targets, (int)BT, V, Vp, (acc_t<F>)dloss);
-    } else {  // vocabulary-parallel cross-entropy (cpu/classifier.h): max, then Σ exp and the target's logit, over ranks
-        acc_t<F>* rowmax = m->vp_stats;
-        acc_t<F>* stats = m->vp_stats + BT;
-        vocab_parallel_max(rowmax, a->logits, (int)BT, td.Vr, td.Vl);
-        gpt_tp_max(m, rowmax, BT);
-        vocab_parallel_sumexp(stats, a->logits, m->targets, rowmax, (int)BT, td.Vr, td.Vl);
-        gpt_tp_sum(m, stats, 2 * BT);
-        vocab_parallel_finish(losses, a->logits, stats, rowmax, m->targets, (acc_t<F>)dloss, (int)BT, td.Vr, td.Vl);
-    }
+    if (dloss != 0.0) backend_memset_zero(m->dacts.ln, BT * C * sizeof(F));
+    for (size_t r0 = 0; r0 < BT; r0 += m->head_rows) gpt_head_chunk(m, r0, std::min(m->head_rows, BT - r0), losses + r0, dloss);
     if (loss_slot >= 0) return 0.0;
     backend_copy_to_host(m->losses_host.data(), losses, BT * sizeof(acc_t<F>));
     return gpt_mean_loss(m->losses_host.data(), BT);
@@ -826,6 +876,10 @@ template <typename F> F* gpt_stage_grad(const GPT<F>* m) { return m->dacts.resid
 // tensor parallelism this rank's Vp/T columns.
 template <typename F> void gpt_logits_row_to_host(const GPT<F>* m, size_t row, float* out) {
     size_t Vp = gpt_tp_dims(&m->config).Vl;
+    if (row < m->logits_row0 || row - m->logits_row0 >= m->head_rows)
+        keel_die("gpt_logits_row_to_host: position %zu is not among the %zu whose logits the last forward kept (from %zu)", row,
+                 m->head_rows, m->logits_row0);
+    row -= m->logits_row0;
     if constexpr (std::is_same<F, float>::value) {
         backend_copy_to_host(out, m->acts.logits + row * Vp, Vp * sizeof(float));
     } else {
@@ -848,26 +902,21 @@ template <typename F> static F* gpt_dropout_backward(GPT<F>* m, F* dout, int B, 
 // Backward pass of the last gpt_forward (with targets); gradients are ADDED into m->grads, so
 // micro-batches accumulate. dloss is each position's weight in the loss being differentiated
 // (1 / positions in the global batch for the mean loss).
-// Backward of the LM head (the last stage): from the dlogits the forward's fused classifier left
-// in a->logits to the gradient of the stage output in d->residual.
+// Backward of the LM head (the last stage): from the final LayerNorm's output gradient the
+// forward's chunks left in d->ln (gpt_head_chunk) to the gradient of the stage output in d->residual.
 template <typename F> static void gpt_head_backward(GPT<F>* m, int B, int T, double dloss) {
-    const GPTConfig* cfg = &m->config;
-    TPDims td = gpt_tp_dims(cfg);
-    int C = cfg->channels;
+    int C = m->config.channels;
     size_t BT = (size_t)B * T;
     Activations<F>* a = &m->acts;
     GradScratch<F>* d = &m->dacts;
     F** p = m->p;
     acc_t<F>** g = m->g;
-    auto zero = [](F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); };
-    // the fused classifier of the forward left dlogits in a->logits (cpu/classifier.h)
+    // the forward's chunks left the gradient of the final LayerNorm's output in d->ln (gpt_head_chunk)
     if (m->classifier_dloss != dloss)
         keel_die("gpt_backward: the forward's fused classifier used dloss %.9g, not %.9g (pass dloss to gpt_forward)",
                  m->classifier_dloss, dloss);
-    zero(d->ln, BT * C);
-    matmul_backward(d->ln, g[P_WTE], (acc_t<F>*)nullptr, a->logits, a->lnf, p[P_WTE], (int)BT, C, td.Vl);
     gpt_tp_sum(m, d->ln, BT * C);  // each rank's vocabulary columns contributed a part
-    zero(d->residual, BT * C);
+    backend_memset_zero(d->residual, BT * C * sizeof(F));
     F* last = gpt_stage_output(m);
     layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C);
 }
@@ -992,6 +1041,7 @@ static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->activation = c->activation == "relu" ? ACT_RELU : ACT_GELU;
     g->attention_scaling = c->attention_scaling == "qk-inward" ? ATTN_SCALING_QK_INWARD : ATTN_SCALING_STANDARD;
     g->attention_impl = c->attention_impl == "flash" ? ATTN_IMPL_FLASH : c->attention_impl == "gemm" ? ATTN_IMPL_GEMM : ATTN_IMPL_AUTO;
+    g->classifier_chunk_rows = (int)c->classifier_chunk_rows;
     g->qk_layer_scaling = c->apply_query_key_layer_scaling;
     g->normformer = c->normformer;
     g->checkpoint_activations = c->checkpoint_activations;
