@@ -162,6 +162,12 @@ build/test_fast_kernels_avx2: test/test_fast_kernels.cpp $(HEADERS)
 build/test_fast_kernels_scalar: test/test_fast_kernels.cpp $(HEADERS)
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) -mno-avx512f -mno-avx2 $< -o $@ $(LDLIBS)
+# The readers of outside bytes (llmc/json.h, llmc/safetensors.h) and their fuzz test once more under
+# AddressSanitizer + UBSan: a read past a buffer or an overflow fails the test (DESIGN §11).
+TEST_BINS += build/test_safetensors_asan
+build/test_safetensors_asan: test/test_safetensors.cpp $(HEADERS)
+	@mkdir -p build
+	$(CXX) -O1 -g -fno-omit-frame-pointer $(KEEL_CXXFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all $< -o $@ $(LDLIBS)
 # The CUDA kernels (llmc/cuda) compiled by g++ against the CPU emulation of the CUDA execution
 # model (test/cuda_emu, ../shared/CUDA_EMULATION.md) and checked against the CPU ops.
 EMU_HEADERS := $(wildcard test/cuda_emu/*.h) test/cuda_test.h test/attention_test.h

@@ -8,7 +8,8 @@
 //                   rules → clip → Adam → [ZeRO-1: all-gather parameters] → LR schedule step
 //                   → counters, JSONL record, Megatron log line
 //   around it:      --eval-interval validation, --sample-interval text samples, --save-interval
-//                   checkpoints, --exit-interval, and at the end: validation, save, --export-llmc.
+//                   checkpoints, --exit-interval, and at the end: validation, save, --export-llmc,
+//                   --export-hf.
 //   spike autopilot (llmc/spike.h): the optimizer step reports a spike instead of applying it;
 //                   --spike-policy rollback then restores the in-memory snapshot (taken every
 //                   --spike-snapshot-interval iterations) and the loop skips the window up to the spike.
@@ -31,6 +32,7 @@
 #include "llmc/checkpoint.h"
 #include "llmc/data.h"
 #include "llmc/flags.h"
+#include "llmc/hf.h"
 #include "llmc/init.h"
 #include "llmc/layer_stats.h"
 #include "llmc/log.h"
@@ -816,11 +818,15 @@ static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** ar
         flags_usage(stdout, argv[0]);
         exit(0);
     }
+    if (!c->load_hf.empty() && !c->load_llmc.empty())  // before either file is read
+        keel_usage_error("--load-hf and --load-llmc both name the starting weights: give one");
     if (!c->load_llmc.empty() && c->max_position_embeddings == 0)
         c->max_position_embeddings = llmc_read_header(c->load_llmc.c_str(), nullptr).maxT;  // GPT-2: 1024
+    if (!c->load_hf.empty()) hf_config_apply(c);  // shape and architecture from config.json
     if (c->dry_run) trainer_dry_run(c, comm->size);
     config_validate(c, comm->size);
     config_validate_tp(c, true);
+    if (!c->export_hf.empty()) hf_export_check(c);
 #ifdef KEEL_CUDA
     if (!c->fp16 && !c->fp32) c->bf16 = true;
 #else
@@ -949,16 +955,21 @@ static void trainer_setup(Trainer<A>* tr) {
     spike_init(&tr->st.spike, c);
     ResumeKind kind = c->load.empty() ? RESUME_NONE : trainer_resume(tr);
     bool resumed = kind == RESUME_FULL;
-    if (kind != RESUME_NONE && !c->load_llmc.empty())
-        printf(" > note: weights from the checkpoint, so --load-llmc %s is not used\n", c->load_llmc.c_str());
+    if (kind != RESUME_NONE && (!c->load_llmc.empty() || !c->load_hf.empty()))
+        printf(" > note: weights from the checkpoint, so --load-%s %s is not used\n", c->load_hf.empty() ? "llmc" : "hf",
+               (c->load_hf.empty() ? c->load_llmc : c->load_hf).c_str());
     if (kind == RESUME_NONE) {
         // the whole model's canonical buffer, as at P = 1 (so every layout starts from the same
         // weights), of which this stage takes its part
         std::vector<float> params(tr->whole.total);
-        param_table_init(params.data(), &tr->whole, &whole, tr->init_sigma, tr->st.seed);  // with --load-llmc: a knob's own tensors
+        param_table_init(params.data(), &tr->whole, &whole, tr->init_sigma, tr->st.seed);  // with a file: a knob's own tensors
         if (!c->load_llmc.empty()) llmc_load(c->load_llmc.c_str(), params.data(), &tr->whole, &whole);
+        if (!c->load_hf.empty()) hf_load(c->load_hf, params.data(), &tr->whole, &whole);
         trainer_take_stage_params(tr, params);
         if (!c->load_llmc.empty()) printf("initialised the weights from llm.c model file %s\n", c->load_llmc.c_str());
+        if (!c->load_hf.empty())
+            printf("initialised the weights from Hugging Face directory %s%s\n", c->load_hf.c_str(),
+                   c->normformer ? " (--normformer's tensors, which it lacks, from their init)" : "");
     }
     dataloader_init(&tr->train_data, c->train_data_path.c_str(), T, g->vocab_size, tr->st.seed, true);
     printf("train data: %zu shard(s), %lld samples per epoch\n", tr->train_data.shards.size(), (long long)tr->train_data.nsamples);
@@ -1058,12 +1069,20 @@ static int trainer_run(Trainer<A>* tr) {
     if (tr->have_valid && c->eval_interval > 0 && !evaluated_now)
         log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
     if (!c->save.empty() && !saved_now) trainer_save(tr);
-    if (!c->export_llmc.empty()) {
+    if (!c->export_llmc.empty() || !c->export_hf.empty()) {
         std::vector<float> params = trainer_gather_params(tr);
         if (tr->world.rank == 0) {
             GPTConfig whole = gpt_config_stage(&tr->gcfg, 1, 0);
-            llmc_export(c->export_llmc.c_str(), params.data(), &tr->whole, &whole);
-            printf("exported the weights as llm.c model file %s\n", c->export_llmc.c_str());
+            if (!c->export_llmc.empty()) {
+                llmc_export(c->export_llmc.c_str(), params.data(), &tr->whole, &whole);
+                printf("exported the weights as llm.c model file %s\n", c->export_llmc.c_str());
+            }
+            if (!c->export_hf.empty()) {
+                hf_export(c->export_hf, params.data(), &tr->whole, &whole, c);
+                std::string why;
+                printf("exported the weights as Hugging Face directory %s (%s, %s)\n", c->export_hf.c_str(),
+                       HF_ARCHS[hf_arch_of(&whole, &why)].cls, c->export_dtype.c_str());
+            }
         }
     }
     logger_close(&tr->log);

@@ -78,6 +78,7 @@ struct Config {
     std::string vocab_file = "data/gpt2/encoder.json", merge_file = "data/gpt2/vocab.bpe";
     // checkpoints
     std::string save, load, load_llmc, export_llmc;
+    std::string load_hf, export_hf, export_dtype = "fp32";  // Hugging Face directories (llmc/hf.h)
     int64_t save_interval = 0;
     bool no_load_optim = false, no_load_rng = false, finetune = false;  // recovery recipes (KNOBS §3.5)
     // logging and evaluation
@@ -249,8 +250,8 @@ static const Flag FLAGS[] = {
     // data
     KEEL_FLAG("train-data-path", NO_MIN, NO_MAX, FT_STR, train_data_path, FK_RUN, nullptr, "training shards: path, glob or comma list (required)"),
     KEEL_FLAG("valid-data-path", NO_MIN, NO_MAX, FT_STR, valid_data_path, FK_RUN, nullptr, "validation shards (needed for --eval-interval)"),
-    KEEL_FLAG("vocab-file", NO_MIN, NO_MAX, FT_STR, vocab_file, FK_RUN, nullptr, "GPT-2 encoder.json (for text samples)"),
-    KEEL_FLAG("merge-file", NO_MIN, NO_MAX, FT_STR, merge_file, FK_RUN, nullptr, "GPT-2 vocab.bpe merges (for text samples)"),
+    KEEL_FLAG("vocab-file", NO_MIN, NO_MAX, FT_STR, vocab_file, FK_RUN, nullptr, "GPT-2 encoder.json (text samples; --export-hf copies it as vocab.json)"),
+    KEEL_FLAG("merge-file", NO_MIN, NO_MAX, FT_STR, merge_file, FK_RUN, nullptr, "GPT-2 vocab.bpe merges (text samples; --export-hf copies it as merges.txt)"),
     // checkpoints
     KEEL_FLAG("save", NO_MIN, NO_MAX, FT_STR, save, FK_RUN, nullptr, "checkpoint directory to write"),
     KEEL_FLAG("save-interval", 0, NO_MAX, FT_INT, save_interval, FK_RUN, nullptr, "save every N iterations (and at the end); 0: only at the end"),
@@ -260,9 +261,17 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("no-load-rng", NO_MIN, NO_MAX, FT_BOOL, no_load_rng, FK_RUN, nullptr,
               "on --load, key dropout and sampling by --seed instead of the checkpoint's key"),
     KEEL_FLAG("finetune", NO_MIN, NO_MAX, FT_BOOL, finetune, FK_RUN, nullptr,
-              "on --load, take only the weights: iteration, counters, optimizer, schedule and RNG start fresh"),
+              "on --load, take only the weights: iteration, counters, optimizer, schedule and RNG start fresh "
+              "(a start from --load-hf or --load-llmc always does)"),
     KEEL_FLAG("load-llmc", NO_MIN, NO_MAX, FT_STR, load_llmc, FK_RUN, nullptr, "initialise the weights from an llm.c GPT-2 model file"),
     KEEL_FLAG("export-llmc", NO_MIN, NO_MAX, FT_STR, export_llmc, FK_RUN, nullptr, "write the final weights as an llm.c GPT-2 model file"),
+    KEEL_FLAG("load-hf", NO_MIN, NO_MAX, FT_STR, load_hf, FK_RUN, nullptr,
+              "initialise the weights from a Hugging Face GPT-2, BLOOM or OPT directory (model.safetensors + config.json); "
+              "the architecture and shape flags are taken from its config.json"),
+    KEEL_FLAG("export-hf", NO_MIN, NO_MAX, FT_STR, export_hf, FK_RUN, nullptr,
+              "write the final weights as a Hugging Face directory (model.safetensors, config.json, GPT-2 tokenizer) that "
+              "transformers loads as GPT2LMHeadModel, BloomForCausalLM or OPTForCausalLM"),
+    KEEL_FLAG("export-dtype", NO_MIN, NO_MAX, FT_STR, export_dtype, FK_RUN, "fp32|bf16|fp16", "--export-hf: the weights' dtype"),
     // logging and evaluation
     KEEL_FLAG("log-interval", 1, NO_MAX, FT_INT, log_interval, FK_RUN, nullptr, "print the log line every N iterations"),
     KEEL_FLAG("eval-interval", 0, NO_MAX, FT_INT, eval_interval, FK_RUN, nullptr, "validate every N iterations (and at the end); 0: off"),
@@ -484,7 +493,9 @@ static inline void config_validate_knobs(Config* c) {
     }
     if (c->adam8bit_block_size & (c->adam8bit_block_size - 1))
         keel_usage_error("--adam8bit-block-size must be a power of two (got %lld)", (long long)c->adam8bit_block_size);
-    if (c->finetune && c->load.empty()) keel_usage_error("--finetune needs --load DIR (the weights to start from)");
+    if (c->finetune && c->load.empty() && c->load_hf.empty() && c->load_llmc.empty())
+        keel_usage_error("--finetune needs --load DIR, --load-hf DIR or --load-llmc FILE (the weights to start from)");
+    if (c->export_dtype != "fp32" && c->export_hf.empty()) keel_usage_error("--export-dtype applies to --export-hf");
     if ((c->no_load_optim || c->no_load_rng) && c->load.empty())
         keel_usage_error("--no-load-optim/--no-load-rng need --load DIR");
 }
