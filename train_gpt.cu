@@ -76,6 +76,7 @@ struct Trainer {
     double init_sigma = 0;   // σ of the normal init (--init-method / --init-method-std)
     std::vector<int> sample, inputs, targets;  // (T+1), (B,T), (B,T) on the host
     std::vector<float> reduce_scratch;         // (DP × shard) receive buffer of the reduce-scatter
+    std::vector<GradBucket> buckets;           // the data-parallel reduction's buckets (--grad-bucket-mb, optimizer.h)
     FILE* token_dump = nullptr;                // KEEL_DUMP_TOKENS (test mode): every sample this rank trains on
     LayerStats layer_stats;                    // --log-layer-norms-interval
     // --spike-policy rollback: the state of iteration snap_state.iteration (taken at start-up, so
@@ -254,10 +255,8 @@ static void trainer_rollback(Trainer<A>* tr, int64_t k) {
 template <typename A>
 static void trainer_check_tied_embedding(Trainer<A>* tr, int64_t it) {
     if (tr->grid.pp == 1 || (tr->grid.pp_rank != 0 && tr->grid.pp_rank != tr->grid.pp - 1)) return;
-    size_t n = (size_t)tr->model.table.t[P_WTE].numel;
-    std::vector<float> w(n);
-    backend_copy_to_host(w.data(), tr->model.params + tr->model.table.t[P_WTE].offset_canonical, n * sizeof(float));
-    uint64_t mine = checksum64(w.data(), n * sizeof(float)), both[2];
+    // computed where the weights live: 8 bytes to the host, not the V×C table (llmc/ops.h)
+    uint64_t mine = param_checksum(tr->model.params + tr->model.table.t[P_WTE].offset_canonical, tr->model.table.t[P_WTE].numel), both[2];
     comm_allgather(&tr->embed, &mine, sizeof mine, both);
     if (both[0] != both[1])
         keel_die_code(KEEL_EXIT_RUNTIME, "a bug in keel: please report it with the run's flags",
@@ -325,10 +324,8 @@ static void trainer_check_replicated(Trainer<A>* tr, int64_t it) {
     for (int id : trainer_replicated_tensors(tr)) {
         const ParamTensor* t = &m->table.t[id];
         int64_t layers = t->per_layer ? gpt_stage_layers(&tr->gcfg) : 1, per = t->numel / layers;
-        std::vector<float> w((size_t)per);
         for (int64_t l = 0; l < layers; l++) {
-            backend_copy_to_host(w.data(), m->params + t->offset_canonical + l * per, (size_t)per * sizeof(float));
-            mine.push_back(checksum64(w.data(), w.size() * sizeof(float)));
+            mine.push_back(param_checksum(m->params + t->offset_canonical + l * per, per));  // 8 bytes each to the host
             what.push_back({id, t->per_layer ? tr->gcfg.stage_layer_first + (int)l : -1});
         }
     }
@@ -386,7 +383,8 @@ static void trainer_fill_record(const Trainer<A>* tr, IterationRecord* rec, int6
 }
 
 // The gradients of one iteration's micro-batches through this stage, accumulated in the model's
-// gradient buffer; returns each micro-batch's mean loss (the last stage's; zeros elsewhere).
+// gradient buffer, then reduced over the data-parallel ranks (this rank's shard holds their mean);
+// returns each micro-batch's mean loss (the last stage's; zeros elsewhere).
 // act_sumsq (or null): the per-layer activation statistics, (L+1) per micro-batch.
 template <typename A>
 static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_t gbs, int B, int T, int64_t accum, double* act_sumsq) {
@@ -404,6 +402,11 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     size_t act_bytes = (size_t)B * T * c->hidden_size * sizeof(A);
     double dloss = scale / ((double)gbs * T) * dp;  // the loss scale rides on dloss; ×DP: the reduction averages
     auto first_sample = [&](int mb) { return batch_first_sample(st->consumed_samples, mb, dp, comm->rank, B); };
+    // the data-parallel mean of the gradients, bucket by bucket as the last micro-batch's backward
+    // completes them (optimizer.h grad_buckets): with data parallelism the reduction overlaps the
+    // rest of that backward (under CUDA on the communication stream)
+    GradReducer reducer = {comm, &tr->opt, tr->model.grads, c->gradient_predivide_factor, &tr->buckets, 0, &tr->reduce_scratch};
+    auto layer_done = [](void* r, int l) { grad_reducer_layer_done((GradReducer*)r, l); };
     auto slot_of = [&](int mb) { gpt_use_slot(model, mb % slots); };
     if (last_stage) gpt_loss_log_reserve(model, (int)accum, B, T);
     for (const PipeAction& a : pipeline_schedule_1f1b(stage, P, (int)accum)) {
@@ -433,7 +436,8 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
             case PIPE_BACKWARD:
                 slot_of(a.mb);
                 gpt_set_dropout(model, true, st->dropout_seed, first_sample(a.mb));
-                gpt_backward(model, B, T, dloss);
+                if (a.mb == accum - 1 && dp > 1) gpt_backward(model, B, T, dloss, layer_done, &reducer);
+                else gpt_backward(model, B, T, dloss);
                 break;
             case PIPE_SEND_BACKWARD:
                 comm_send_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage - 1, PIPE_TAG);
@@ -456,7 +460,8 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     // (test hook: KEEL_TEST_UNTIE_PIPELINE_EMBEDDING=1 leaves the copies apart, to prove the exchange matters)
     if (P > 1 && (first_stage || last_stage) && !getenv("KEEL_TEST_UNTIE_PIPELINE_EMBEDDING"))
         comm_allreduce_sum_f32_buf(&tr->embed, model->g[P_WTE], (size_t)model->table.t[P_WTE].numel);
-    if (last_stage) losses = gpt_losses_read(model, (int)accum, B, T);
+    if (last_stage) losses = gpt_losses_read(model, (int)accum, B, T);  // (the host waits for the backward, not the reduction)
+    grad_reducer_finish(&reducer);  // the remaining buckets; this rank's shard then holds the mean
     return losses;
 }
 
@@ -493,7 +498,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     comm_broadcast(&tr->pipe, &loss, sizeof loss, P - 1);  // the last stage computed it
     float* grads = tr->model.grads;
     Optimizer* o = &tr->opt;
-    grad_reduce(comm, o, grads, c->gradient_predivide_factor, &tr->reduce_scratch);  // this rank's shard now holds the mean
+    // (trainer_accumulate reduced the gradients: this rank's shard holds the mean)
     int64_t lo = o->shard_lo[comm->rank], n = o->shard_lo[comm->rank + 1] - lo;
     if (trainer_inject_inf(it) && comm->rank == 0) {
         const float inf = INFINITY;
@@ -920,6 +925,12 @@ static void trainer_setup(Trainer<A>* tr) {
                g->stage_last ? ", the final LayerNorm and the LM head" : "", (int)tr->model.slots.size());
     optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
     optimizer_set_stage(&tr->opt, &tr->whole, c, &tr->model.table, g);  // the units' places in the whole model
+    tr->buckets = grad_buckets(&tr->model.table, gpt_stage_layers(g), (int64_t)(c->grad_bucket_mb * 1048576.0 / sizeof(float)));
+    if (tr->comm.size > 1)
+        printf("data parallel: gradients reduced in %zu bucket(s) (--grad-bucket-mb %s)%s\n", tr->buckets.size(),
+               double_repr(c->grad_bucket_mb).c_str(),
+               tr->buckets.size() > 1 ? ", each issued as the last micro-batch's backward completes it, overlapping the rest of it"
+                                      : ", after the last micro-batch's backward");
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
            g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->whole, &whole), (long long)tr->whole.total);

@@ -79,13 +79,15 @@ static inline int backend_compute_capability() {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     return 10 * prop.major + prop.minor;
 }
-static inline void backend_memset_zero(void* p, size_t bytes) { if (bytes) CUDA_CHECK(cudaMemset(p, 0, bytes)); }
-static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) {
-    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
-}
-static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) {
-    if (bytes) CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
-}
+// On keel's stream (cuda/stream.h); a copy to the host waits for it, one to the device does not
+// (pageable sources are staged at the call: the caller may reuse them at once).
+static inline void backend_memset_zero(void* p, size_t bytes) { device_memset_zero(p, bytes); }
+static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) { device_to_host(dst, src, bytes); }
+static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) { host_to_device(dst, src, bytes); }
+// The step's small uploads (ids, targets, token groups): through pinned slots, never a host wait
+// (cuda/common.cuh host_upload); backend_upload_reserve sizes the slots at set-up.
+static inline void backend_upload(void* dst, const void* src, size_t bytes) { host_upload(dst, src, bytes); }
+static inline void backend_upload_reserve(size_t bytes) { upload_reserve(bytes); }
 #else
 // Device memory: host memory on the CPU backend. Sizes in bytes; failures name the size.
 static inline void* backend_malloc(size_t bytes) {
@@ -99,4 +101,6 @@ static inline int backend_compute_capability() { return 0; }  // (no GPU: only t
 static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+static inline void backend_upload(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+static inline void backend_upload_reserve(size_t) {}
 #endif

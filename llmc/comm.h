@@ -41,6 +41,7 @@
 #include <cstring>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "llmc/common.h"
@@ -67,6 +68,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
+
+#include "llmc/cuda/stream.h"
 #endif
 
 struct Comm {
@@ -87,6 +90,8 @@ static inline void comm_nccl_create(Comm* c);
 static inline void comm_nccl_free(Comm* c);
 static inline void nccl_reduce_scatter_sum_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo);
 static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo);
+static inline void nccl_reduce_ranges_f32(const Comm* c, float* buf, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                          const std::vector<int64_t>& lo);
 #endif
 
 // True when a launcher (mpirun/mpiexec of OpenMPI, MPICH or PMIx, or srun) started this process.
@@ -393,6 +398,33 @@ static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* buf, 
 #endif
 }
 
+// The reduce-scatter of comm_reduce_scatter_sum_f32 restricted to ranges [a, b) of buf (in place, out
+// = buf + lo[rank]: each range's part of this rank's shard receives the sum over ranks, in rank order
+// on MPI, so any cut of the buffer into ranges gives the bits of the whole-buffer call). For the
+// gradient buckets (llmc/optimizer.h): under KEEL_NCCL it is issued on the communication stream
+// after everything issued so far on keel's stream, and returns at once; comm_reductions_wait orders
+// keel's stream after it. On MPI and alone it is done when it returns.
+static inline void comm_reduce_scatter_ranges(const Comm* c, float* buf, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                              const std::vector<int64_t>& lo, std::vector<float>* scratch) {
+    if (c->size == 1) return;
+#ifdef KEEL_NCCL
+    nccl_reduce_ranges_f32(c, buf, ranges, lo);
+    return;
+#endif
+#ifdef KEEL_MPI
+    for (const auto& rg : ranges) {
+        std::vector<int64_t> sub(c->size + 1);  // the shards' boundaries within the range
+        for (int r = 0; r <= c->size; r++) sub[r] = std::min(std::max(lo[r], rg.first), rg.second) - rg.first;
+        comm_reduce_scatter_sum_f32_host(c, buf + rg.first, buf + rg.first + sub[c->rank], sub, scratch);
+    }
+#endif
+}
+// Keel's stream waits (on the GPU) for the reductions comm_reduce_scatter_ranges issued.
+static inline void comm_reductions_wait(const Comm* c) {
+#ifdef KEEL_NCCL
+    if (c->size > 1) keel_stream_wait(keel_stream(), keel_comm_stream());
+#endif
+}
 // Every rank's shard [lo[r], lo[r+1]) of buf (floats), gathered in place on every rank.
 static inline void comm_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo) {
     if (c->size == 1) return;
@@ -469,8 +501,10 @@ static inline void comm_allreduce_sum_f32_buf(const Comm* c, float* buf, size_t 
 // small host reductions (losses, norm partials, flags) stay on MPI above. One process per GPU: the
 // GPU is the process's rank among the ranks of its node (MPI's shared-memory split). Every Comm of
 // size > 1 has its own NCCL communicator: its rank 0 creates the NCCL id and broadcasts it over the
-// Comm's MPI communicator. All calls run on the default stream, ordered with the kernels, and end
-// with a stream synchronize so that a failure is reported at its call.
+// Comm's MPI communicator. Every call is issued on keel's stream (cuda/stream.h), ordered with the
+// kernels before and after it like one more kernel, and the host does not wait for it: the step's
+// only host waits are the reads of values (losses, norms, flags, checksums). An error NCCL raises
+// on the GPU surfaces at the next of those waits, not at its call.
 // Reduce-scatter of unequal shards is a group of ncclReduce calls, one per owner (NCCL's own
 // ReduceScatter needs equal counts). NCCL chooses its reduction order (ring/tree) from the group's
 // topology: fixed for a fixed layout and machine, so runs repeat bit for bit, and every rank ends
@@ -522,24 +556,32 @@ static inline void comm_nccl_free(Comm* c) {
     c->nccl = nullptr;
 }
 
-static inline void nccl_sync(const Comm* c, const char* what) {
-    if (cudaStreamSynchronize(0) != cudaSuccess) keel_die("rank %d: the %s failed on the GPU", c->rank, what);
-}
 
 static inline void nccl_reduce_scatter_sum_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo) {
     NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r + 1 < lo.size(); r++)
-        NCCL_CHECK(ncclReduce(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, ncclSum, (int)r, c->nccl, 0));
+        NCCL_CHECK(ncclReduce(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, ncclSum, (int)r, c->nccl, keel_stream()));
     NCCL_CHECK(ncclGroupEnd());
-    nccl_sync(c, "gradient reduce-scatter");
 }
 
+// Each range's pieces within each rank's shard reduced to that rank, one group on the communication
+// stream once keel's stream has reached this point (the bucket's gradients are final).
+static inline void nccl_reduce_ranges_f32(const Comm* c, float* buf, const std::vector<std::pair<int64_t, int64_t>>& ranges,
+                                          const std::vector<int64_t>& lo) {
+    keel_stream_wait(keel_comm_stream(), keel_stream());
+    NCCL_CHECK(ncclGroupStart());
+    for (const auto& rg : ranges)
+        for (size_t r = 0; r + 1 < lo.size(); r++) {
+            int64_t a = std::max(lo[r], rg.first), b = std::min(lo[r + 1], rg.second);
+            if (a < b) NCCL_CHECK(ncclReduce(buf + a, buf + a, (size_t)(b - a), ncclFloat, ncclSum, (int)r, c->nccl, keel_comm_stream()));
+        }
+    NCCL_CHECK(ncclGroupEnd());
+}
 static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo) {
     NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r + 1 < lo.size(); r++)
-        NCCL_CHECK(ncclBroadcast(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, (int)r, c->nccl, 0));
+        NCCL_CHECK(ncclBroadcast(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, (int)r, c->nccl, keel_stream()));
     NCCL_CHECK(ncclGroupEnd());
-    nccl_sync(c, "parameter all-gather");
 }
 
 // A lone send (or receive) to a peer of c; the peer posts the matching receive (send) in the same
@@ -547,15 +589,13 @@ static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const st
 static inline void comm_send_device(const Comm* c, const void* buf, size_t bytes, int peer) {
     comm_check_peer(c, peer, "comm_send_device");
     if (c->size == 1) keel_die("comm_send_device to rank %d in a group of one: a lone send to oneself cannot complete", peer);
-    NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, peer, c->nccl, 0));
-    nccl_sync(c, "pipeline send");
+    NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, peer, c->nccl, keel_stream()));
 }
 
 static inline void comm_recv_device(const Comm* c, void* buf, size_t bytes, int peer) {
     comm_check_peer(c, peer, "comm_recv_device");
     if (c->size == 1) keel_die("comm_recv_device from rank %d in a group of one: a lone receive from oneself cannot complete", peer);
-    NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, peer, c->nccl, 0));
-    nccl_sync(c, "pipeline receive");
+    NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, peer, c->nccl, keel_stream()));
 }
 
 // The 1F1B exchange (see comm_sendrecv) on device buffers: the send and the receive in one NCCL group,
@@ -566,15 +606,14 @@ static inline void comm_sendrecv_device(const Comm* c, const void* sendbuf, size
     comm_check_peer(c, source, "comm_sendrecv_device");
     if (c->size == 1) {
         if (send_bytes != recv_bytes) keel_die("comm_sendrecv_device with oneself: %zu bytes sent, %zu expected", send_bytes, recv_bytes);
-        if (recvbuf != sendbuf && cudaMemcpy(recvbuf, sendbuf, send_bytes, cudaMemcpyDeviceToDevice) != cudaSuccess)
+        if (recvbuf != sendbuf && cudaMemcpyAsync(recvbuf, sendbuf, send_bytes, cudaMemcpyDeviceToDevice, keel_stream()) != cudaSuccess)
             keel_die("rank %d: the pipeline exchange with itself failed on the GPU", c->rank);
         return;
     }
     NCCL_CHECK(ncclGroupStart());
-    NCCL_CHECK(ncclSend(sendbuf, send_bytes, ncclUint8, dest, c->nccl, 0));
-    NCCL_CHECK(ncclRecv(recvbuf, recv_bytes, ncclUint8, source, c->nccl, 0));
+    NCCL_CHECK(ncclSend(sendbuf, send_bytes, ncclUint8, dest, c->nccl, keel_stream()));
+    NCCL_CHECK(ncclRecv(recvbuf, recv_bytes, ncclUint8, source, c->nccl, keel_stream()));
     NCCL_CHECK(ncclGroupEnd());
-    nccl_sync(c, "pipeline exchange");
 }
 
 // In place: buf (n values of T, device) → the sum or max over ranks on every rank (NCCL's order).
@@ -586,15 +625,13 @@ template <typename T> static inline ncclDataType_t nccl_type_of() {
 }
 template <typename T> static inline void comm_allreduce_device(const Comm* c, T* buf, size_t n, CommOp op) {
     if (c->size == 1 || n == 0) return;
-    NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type_of<T>(), op == COMM_MAX ? ncclMax : ncclSum, c->nccl, 0));
-    nccl_sync(c, "tensor-parallel all-reduce");
+    NCCL_CHECK(ncclAllReduce(buf, buf, n, nccl_type_of<T>(), op == COMM_MAX ? ncclMax : ncclSum, c->nccl, keel_stream()));
 }
 
 // In place: buf (n floats, device) → Σ_r buf_r on every rank, in NCCL's order (see above). Over the
 // embedding group of two ranks the order cannot matter: a + b = b + a exactly.
 static inline void comm_allreduce_sum_f32_device(const Comm* c, float* buf, size_t n) {
     if (c->size == 1 || n == 0) return;
-    NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, 0));
-    nccl_sync(c, "all-reduce");
+    NCCL_CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->nccl, keel_stream()));
 }
 #endif

@@ -65,6 +65,7 @@ struct Config {
     double skip_update_grad_norm_above = 0.0, skip_update_loss_zscore = 0.0, skip_update_norm_zscore = 0.0;
     int64_t skip_update_window = 100;
     double gradient_predivide_factor = 1.0;
+    double grad_bucket_mb = 25.0;  // the data-parallel reduction's bucket size (optimizer.h grad_buckets)
     // spike autopilot (llmc/spike.h): detect a loss/grad-norm spike, then skip the update or roll back
     std::string spike_policy = "off", spike_metric = "loss";
     double spike_zscore = 6.0, spike_lr_factor = 1.0;
@@ -219,6 +220,10 @@ static const Flag FLAGS[] = {
               "iterations in the z-score window (updated iterations only)"),
     KEEL_FLAG("gradient-predivide-factor", NO_MIN, NO_MAX, FT_FLOAT, gradient_predivide_factor, FK_STATE, nullptr,
               "divide gradients by F before the data-parallel sum and by DP/F after"),
+    KEEL_FLAG("grad-bucket-mb", NO_MIN, NO_MAX, FT_FLOAT, grad_bucket_mb, FK_RUN, nullptr,
+              "data parallel: the gradient reduction runs in buckets of about this many MiB of fp32 gradients (whole "
+              "layers), each issued as soon as the last micro-batch's backward has completed it, overlapping the rest "
+              "of the backward (CUDA: on a second stream); 0: one reduction after the backward"),
     // spike autopilot
     KEEL_FLAG("spike-policy", NO_MIN, NO_MAX, FT_STR, spike_policy, FK_STATE, "off|skip|rollback",
               "on a spike: skip the update, or restore the last snapshot and skip the data window up to the spike"),
@@ -457,6 +462,7 @@ static inline void config_validate_knobs(Config* c) {
     if (c->skip_update_grad_norm_above < 0 || c->skip_update_loss_zscore < 0 || c->skip_update_norm_zscore < 0)
         keel_usage_error("--skip-update-grad-norm-above/--skip-update-loss-zscore/--skip-update-norm-zscore must be >= 0 (0: off)");
     if (c->gradient_predivide_factor <= 0) keel_usage_error("--gradient-predivide-factor must be > 0");
+    if (!(c->grad_bucket_mb >= 0) || c->grad_bucket_mb > 1e9) keel_usage_error("--grad-bucket-mb must be in [0, 1e9] MiB (0: one reduction after the backward)");
     if (c->spike_zscore <= 0) keel_usage_error("--spike-zscore must be > 0 (got %g)", c->spike_zscore);
     if (c->spike_lr_factor <= 0 || c->spike_lr_factor > 1)
         keel_usage_error("--spike-lr-factor must be in (0, 1] (got %g)", c->spike_lr_factor);

@@ -465,7 +465,7 @@ static inline int gpt_max_layernorm_width(const GPTConfig* cfg) {
 struct GPTDeviceBytes {
     size_t params, grads, compute_copy;  // fp32 master weights, fp32 gradients, the bf16/fp16 copy
     size_t activations, grad_scratch;    // all slots; one layer's gradients
-    size_t loss_log, other;              // the iteration's per-position losses; ALiBi slopes, vocabulary-parallel statistics
+    size_t loss_log, other;              // the iteration's per-position losses; ALiBi slopes, vocabulary-parallel statistics, the checksum
     size_t op_scratch;                   // the CUDA ops' reserved scratch (llmc/ops.h) and cuBLASLt's workspace
     bool flash;                          // the attention path these count (gpt_attention_flash)
 };
@@ -487,7 +487,8 @@ template <typename F> GPTDeviceBytes gpt_device_bytes(const GPTConfig* cfg, int 
     GradScratch<F> g;
     d.grad_scratch = gpt_alloc_grad_scratch(&g, cfg, B, T, true);
     d.loss_log = cfg->stage_last ? (size_t)loss_slots * BT * sizeof(acc_t<F>) : 0;
-    d.other = (cfg->alibi ? td.NH * sizeof(float) : 0) + (cfg->tp_size > 1 && cfg->stage_last ? 3 * BT * sizeof(acc_t<F>) : 0);
+    d.other = (cfg->alibi ? td.NH * sizeof(float) : 0) + (cfg->tp_size > 1 && cfg->stage_last ? 3 * BT * sizeof(acc_t<F>) : 0) +
+              sizeof(uint64_t);  // param_checksum's sum
     d.op_scratch = (d.flash ? flash_attention_gpu_scratch_bytes(B, T, td.C, td.NH) : attention_scratch_bytes(B, T, td.C, td.NH, sizeof(F))) +
                    matmul_scratch_bytes(BT, gpt_max_bias_width(cfg)) +
                    layernorm_scratch_bytes((int)BT, gpt_max_layernorm_width(cfg)) + LT_WORKSPACE_BYTES;
@@ -549,12 +550,14 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     m->vp_stats = cfg->tp_size > 1 && cfg->stage_last ? gpt_alloc<acc_t<F>>(3 * BT) : nullptr;
     m->ids_host.resize(BT);
     m->groups_host.resize(2 * BT + 2);
+    backend_upload_reserve((2 * BT + 2) * sizeof(int));  // the step's largest upload (the token groups)
     m->group_count.assign(td.Vl, 0);
     // the ops' kept scratch (CUDA: the attention products, the bias and LayerNorm column sums),
     // sized now for the largest micro-batch so that no training step allocates (CPU: nothing)
     if (m->flash) flash_attention_reserve<F>(B, T, td.C, td.NH);
     else attention_reserve<F>(B, T, td.C, td.NH);
     matmul_reserve(BT, gpt_max_bias_width(cfg));
+    param_checksum((const float*)nullptr, 0);  // (reserves its 8-byte scratch: the replica checks allocate nothing later)
     layernorm_reserve((int)BT, gpt_max_layernorm_width(cfg));
 }
 
@@ -799,7 +802,7 @@ double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, i
         // the word-embedding gradient's token groups, from the ids as this rank numbers them
         const int* local = cfg->tp_size == 1 ? inputs_host : m->ids_host.data();
         int used = encoder_token_groups(m->groups_host.data(), local, (int)BT, &m->group_count);
-        backend_copy_to_device(a->wte_groups, m->groups_host.data(), (size_t)used * sizeof(int));
+        backend_upload(a->wte_groups, m->groups_host.data(), (size_t)used * sizeof(int));
         gpt_embed_forward(m, B, T);
     }
     for (int l = 0; l < L; l++) gpt_layer_forward(m, l, B, T);
@@ -850,7 +853,7 @@ template <typename F> std::vector<double> gpt_losses_read(GPT<F>* m, int slots, 
 // id - v0 (targets: any value, only [0, Vr) is a local column; inputs: -1 for another rank's row).
 template <typename F> static void gpt_ids_to_device(GPT<F>* m, int* dst, const int* ids, size_t n, bool inputs) {
     if (m->config.tp_size == 1) {
-        backend_copy_to_device(dst, ids, n * sizeof(int));
+        backend_upload(dst, ids, n * sizeof(int));
         return;
     }
     TPDims td = gpt_tp_dims(&m->config);
@@ -858,7 +861,7 @@ template <typename F> static void gpt_ids_to_device(GPT<F>* m, int* dst, const i
         int local = ids[i] - td.v0;
         m->ids_host[i] = inputs && (local < 0 || local >= td.Vl) ? -1 : local;
     }
-    backend_copy_to_device(dst, m->ids_host.data(), n * sizeof(int));
+    backend_upload(dst, m->ids_host.data(), n * sizeof(int));
 }
 
 // The activation a stage hands to the next one: (B,T,C), the residual stream leaving its last layer
@@ -991,12 +994,19 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
                        a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C);
 }
 
-template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss) {
+// layer_done (or null): called after the backward of each stage layer l (from the last to the first)
+// with layer_ctx — the data-parallel reduction's hook: the layer's gradients are complete there on
+// the last micro-batch (llmc/optimizer.h grad_reducer_layer_done).
+template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss, void (*layer_done)(void*, int) = nullptr,
+                                        void* layer_ctx = nullptr) {
     const GPTConfig* cfg = &m->config;
     // the last stage starts from the loss; any other from the gradient of gpt_stage_output, which
     // the caller put in d->residual (gpt_stage_grad)
     if (cfg->stage_last) gpt_head_backward(m, B, T, dloss);
-    for (int l = gpt_stage_layers(cfg) - 1; l >= 0; l--) gpt_layer_backward(m, l, B, T);
+    for (int l = gpt_stage_layers(cfg) - 1; l >= 0; l--) {
+        gpt_layer_backward(m, l, B, T);
+        if (layer_done) layer_done(layer_ctx, l);
+    }
     if (cfg->stage_first) gpt_embed_backward(m, m->dacts.residual, B, T);
 }
 

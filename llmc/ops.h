@@ -217,3 +217,13 @@ static inline float percentile_clip_scale(float hist[PCLIP_HISTORY], int64_t ste
     float current = std::sqrt(s), clip = std::sqrt(sorted[percentile]);
     return current > clip ? clip / current : 1.0f;
 }
+
+// The parameter checksum both backends compute (param_checksum: cpu/adamw.h, cuda/adamw.cuh): the sum
+// mod 2⁶⁴ of one mixed term per element, of its fp32 bit pattern and its index. A sum of integers
+// is the same in any order, so a GPU's parallel reduction gives the CPU loop's value exactly, and
+// only 8 bytes leave the device; any changed bit of any element (or two swapped elements) changes
+// a term. For comparing copies that must be identical (the tied word embedding of the first and
+// last pipeline stage, tensor-parallel replicated tensors), not for cryptographic use.
+KEEL_HD static inline uint64_t param_checksum_term(uint32_t bits, uint64_t i) {
+    return rng_mix64(((uint64_t)bits << 32 | (uint64_t)(uint32_t)(i * 0x9e3779b9u)) ^ (i >> 32) * 0xd6e8feb86659fd93ull);
+}

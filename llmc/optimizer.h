@@ -61,6 +61,7 @@
 // the word embedding under --stable-embedding (bitsandbytes' 32-bit override for StableEmbedding —
 // which in Megatron-DeepSpeed's integration never took effect, KNOBS §2.3; here it does).
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -516,11 +517,97 @@ static inline void update_guard_init(UpdateGuard* g, const Config* c) {
 // to the shard owners: afterwards this rank's shard [shard_lo[rank], shard_lo[rank+1]) of g holds
 // Σ_r g_r / DP (summed in rank order). The net factor is 1/DP; F only decides how much of it is
 // applied before the sum (overflow/underflow control under fp16).
+// (Step 0 in one call: every bucket at once, grad_reducer_* below is the overlapped form of it.)
 static inline void grad_reduce(const Comm* comm, const Optimizer* o, float* g, double predivide, std::vector<float>* scratch) {
     if (predivide != 1.0) grad_scale(g, o->n, (float)(1.0 / predivide));
     int64_t lo = o->shard_lo[o->rank], n = o->shard_lo[o->rank + 1] - lo;
     comm_reduce_scatter_sum_f32(comm, g, g + lo, o->shard_lo, scratch);
     if (predivide != (double)comm->size) grad_scale(g + lo, n, (float)(predivide / comm->size));
+}
+
+// ---- Step 0 overlapped with the backward: gradient buckets ---------------------------------------------
+// The data-parallel reduction of an iteration's gradients starts while the last micro-batch's
+// backward is still running (Megatron's overlapped gradient reduction; DESIGN §5). The backward runs
+// the stage's layers from last to first, so layer l's slice of every per-layer tensor is final once
+// the backward of layer l of the last micro-batch is done. A bucket is a group of consecutive layers,
+// grown (from the last layer down) until its gradients reach bucket_elems: one contiguous range per
+// per-layer tensor, ready after its lowest layer's backward. The tensors outside the layers (word
+// and position embeddings, final LayerNorm, embedding LayerNorm) form the last bucket, ready after
+// the whole backward — under pipeline parallelism after the tied embedding's exchange too.
+// bucket_elems ≤ 0: one bucket, after the backward (no overlap). The buckets are a function of the
+// table and bucket_elems alone (the same on every data-parallel rank); every element belongs to
+// exactly one; each is reduced as the unbucketed reduce-scatter reduces it (comm.h
+// comm_reduce_scatter_ranges), so ZeRO-0 and ZeRO-1 keep one set of bits and resume stays exact.
+struct GradBucket {
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // [lo, hi) of the flat gradient buffer, ascending, disjoint
+    int after_layer;                                  // the stage layer whose backward completes it; -1: the whole backward
+};
+static inline void grad_bucket_add(GradBucket* b, int64_t lo, int64_t hi) {
+    if (lo >= hi) return;
+    if (!b->ranges.empty() && b->ranges.back().second == lo) b->ranges.back().second = hi;  // adjacent: one range
+    else b->ranges.push_back({lo, hi});
+}
+static inline std::vector<GradBucket> grad_buckets(const ParamTable* pt, int L, int64_t bucket_elems) {
+    std::vector<GradBucket> buckets;
+    int64_t per_layer = 0;  // gradient elements of one layer
+    for (int i = 0; i < NUM_PARAMS; i++)
+        if (pt->t[i].per_layer && L > 0) per_layer += pt->t[i].numel / L;
+    if (bucket_elems > 0 && per_layer > 0) {
+        for (int hi = L; hi > 0;) {  // layers [lo, hi), from the last one down
+            int lo = hi - 1;
+            while (lo > 0 && (int64_t)(hi - lo) * per_layer < bucket_elems) lo--;
+            GradBucket b = {{}, lo};
+            for (int i = 0; i < NUM_PARAMS; i++) {
+                const ParamTensor* t = &pt->t[i];
+                if (!t->per_layer || t->numel == 0) continue;
+                int64_t per = t->numel / L;
+                grad_bucket_add(&b, t->offset_canonical + lo * per, t->offset_canonical + hi * per);
+            }
+            std::sort(b.ranges.begin(), b.ranges.end());
+            buckets.push_back(b);
+            hi = lo;
+        }
+    }
+    GradBucket rest = {{}, -1};  // everything no layer bucket holds, in buffer order
+    std::vector<std::pair<int64_t, int64_t>> taken;
+    for (const GradBucket& b : buckets) taken.insert(taken.end(), b.ranges.begin(), b.ranges.end());
+    std::sort(taken.begin(), taken.end());
+    int64_t at = 0;
+    for (const auto& r : taken) {
+        grad_bucket_add(&rest, at, r.first);
+        at = r.second;
+    }
+    grad_bucket_add(&rest, at, pt->total);
+    if (!rest.ranges.empty()) buckets.push_back(rest);
+    return buckets;
+}
+
+// The buckets of one iteration in flight: grad_reducer_layer_done(l) after the backward of stage
+// layer l of the last micro-batch issues the buckets it completes, grad_reducer_finish the rest and
+// orders everything after them; then this rank's shard holds the mean, exactly as after grad_reduce.
+struct GradReducer {
+    const Comm* comm;
+    const Optimizer* o;
+    float* g;
+    double predivide;
+    const std::vector<GradBucket>* buckets;
+    size_t next;                   // the first bucket not issued yet
+    std::vector<float>* scratch;
+};
+static inline void grad_reducer_issue(GradReducer* r) {
+    const GradBucket* b = &(*r->buckets)[r->next++];
+    if (r->predivide != 1.0)
+        for (const auto& rg : b->ranges) grad_scale(r->g + rg.first, rg.second - rg.first, (float)(1.0 / r->predivide));
+    comm_reduce_scatter_ranges(r->comm, r->g, b->ranges, r->o->shard_lo, r->scratch);
+}
+static inline void grad_reducer_layer_done(GradReducer* r, int layer) {
+    while (r->next < r->buckets->size() && (*r->buckets)[r->next].after_layer == layer) grad_reducer_issue(r);
+}
+static inline void grad_reducer_finish(GradReducer* r) {
+    while (r->next < r->buckets->size()) grad_reducer_issue(r);
+    comm_reductions_wait(r->comm);
+    int64_t lo = r->o->shard_lo[r->o->rank], n = r->o->shard_lo[r->o->rank + 1] - lo;
+    if (r->predivide != (double)r->comm->size) grad_scale(r->g + lo, n, (float)(r->predivide / r->comm->size));
 }
 
 // Step 2: Σ g² of every chunk of this rank's shard (sumsq_f64: in double, eight interleaved lanes

@@ -12,9 +12,11 @@
 //                 adamw_update piece by piece, exactly the calls a per-piece loop would make.
 //   grad_scale:   g *= s (clipping, the pre-divide factor).
 //   sumsq_f64, count_zeros: the gradient norm's per-chunk partials.
+//   param_checksum: llmc/ops.h's order-free checksum of n fp32 values (8 bytes to compare across ranks).
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "llmc/common.h"
@@ -98,6 +100,18 @@ static inline void sumsq_zeros_chunks(double* out, const float* base, const int6
         out[2 * c] = sumsq_f64(base + offsets[c], numels[c]);
         out[2 * c + 1] = (double)count_zeros(base + offsets[c], numels[c]);
     }
+}
+
+// The checksum of n fp32 values (llmc/ops.h param_checksum_term): the same value as the CUDA op's.
+static inline uint64_t param_checksum(const float* x, int64_t n) {
+    uint64_t sum = 0;
+#pragma omp parallel for reduction(+ : sum)
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], sizeof bits);
+        sum += param_checksum_term(bits, (uint64_t)i);
+    }
+    return sum;
 }
 
 static inline void grad_scale(float* g, int64_t n, float s) {

@@ -189,7 +189,7 @@ static inline const Adam8bitMaps* adam8bit_maps_device(const Adam8bitMaps* q) {
         return device;
     }
     memcpy(uploaded, q, sizeof(Adam8bitMaps));
-    CUDA_CHECK(cudaMemcpy(device, q, sizeof(Adam8bitMaps), cudaMemcpyHostToDevice));
+    host_to_device(device, uploaded, sizeof(Adam8bitMaps));  // (the kept copy: a source that stays unchanged)
     return device;
 }
 

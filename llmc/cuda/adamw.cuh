@@ -294,7 +294,7 @@ template <typename Term> static typename Term::T reduce_to_host(const typename T
     KEEL_LAUNCH(reduce_final_kernel<T>, 1, REDUCE_THREADS, 0, MAIN_STREAM)(partial + blocks, partial, (int)blocks);
     CUDA_CHECK_LAUNCH();
     T result;
-    CUDA_CHECK(cudaMemcpy(&result, partial + blocks, sizeof(T), cudaMemcpyDeviceToHost));
+    device_to_host(&result, partial + blocks, sizeof(T));
     return result;
 }
 
@@ -350,7 +350,7 @@ static inline void adam_pieces_init(AdamPieces* t, const int64_t* offset_param, 
     size_t bytes = (size_t)npieces * (sizeof(AdamPieceRow) + sizeof(float));
     CUDA_CHECK(cudaMalloc(&t->rows, bytes));
     t->gnorm_scale = (float*)(t->rows + npieces);
-    CUDA_CHECK(cudaMemcpy(t->rows, rows.data(), rows.size() * sizeof(AdamPieceRow), cudaMemcpyHostToDevice));
+    host_to_device(t->rows, rows.data(), rows.size() * sizeof(AdamPieceRow));
 }
 
 static inline void adam_pieces_free(AdamPieces* t) {
@@ -397,6 +397,28 @@ static inline void grad_round_fp16(float* g, size_t n) {
     CUDA_CHECK_LAUNCH();
 }
 
+// param_checksum (llmc/ops.h): every thread sums its elements' terms mod 2⁶⁴, the block's threads
+// add theirs into one word with integer atomics — integer sums, so the order cannot change the value
+// — and 8 bytes come back to the host.
+static __global__ void param_checksum_kernel(unsigned long long* out, const float* x, int64_t n) {
+    unsigned long long acc = 0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        acc += param_checksum_term(__float_as_uint(x[i]), (uint64_t)i);
+    atomicAdd(out, acc);
+}
+static inline uint64_t param_checksum(const float* x, int64_t n) {
+    static DeviceScratch scratch;  // (1) the sum
+    unsigned long long* out = (unsigned long long*)scratch_reserve(&scratch, sizeof(unsigned long long));
+    device_memset_zero(out, sizeof *out);
+    if (n > 0) {
+        KEEL_LAUNCH(param_checksum_kernel, reduce_blocks(n), REDUCE_THREADS, 0, MAIN_STREAM)(out, x, n);
+        CUDA_CHECK_LAUNCH();
+    }
+    unsigned long long sum = 0;
+    device_to_host(&sum, out, sizeof sum);
+    return (uint64_t)sum;
+}
+
 // inv_scale is rounded to float once, on the host, as the CPU op does (Megatron's convention).
 static inline bool grad_unscale_check(float* g, size_t n, double inv_scale) {
     static DeviceScratch scratch;  // (blocks) int flags
@@ -406,7 +428,7 @@ static inline bool grad_unscale_check(float* g, size_t n, double inv_scale) {
     KEEL_LAUNCH(grad_unscale_check_kernel, blocks, REDUCE_THREADS, 0, MAIN_STREAM)(flags, g, n, (float)inv_scale);
     CUDA_CHECK_LAUNCH();
     std::vector<int> host(blocks);
-    CUDA_CHECK(cudaMemcpy(host.data(), flags, blocks * sizeof(int), cudaMemcpyDeviceToHost));
+    device_to_host(host.data(), flags, blocks * sizeof(int));
     int found = 0;
     for (int f : host) found |= f;
     return found != 0;
@@ -422,10 +444,10 @@ static inline void sumsq_zeros_chunks(double* out, const float* base, const int6
     std::copy(numels, numels + nchunks, table.begin() + nchunks);
     int64_t* d_table = (int64_t*)scratch_reserve(&table_scratch, table.size() * sizeof(int64_t));
     double* d_out = (double*)scratch_reserve(&out_scratch, 2 * nchunks * sizeof(double));
-    CUDA_CHECK(cudaMemcpy(d_table, table.data(), table.size() * sizeof(int64_t), cudaMemcpyHostToDevice));
+    host_to_device(d_table, table.data(), table.size() * sizeof(int64_t));
     KEEL_LAUNCH(sumsq_zeros_chunks_kernel, (unsigned)nchunks, REDUCE_THREADS, 0, MAIN_STREAM)(d_out, base, d_table, (int)nchunks);
     CUDA_CHECK_LAUNCH();
-    CUDA_CHECK(cudaMemcpy(out, d_out, 2 * nchunks * sizeof(double), cudaMemcpyDeviceToHost));
+    device_to_host(out, d_out, 2 * nchunks * sizeof(double));
 }
 
 }  // namespace keel_cuda

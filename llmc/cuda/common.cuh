@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "llmc/common.h"
+#include "llmc/cuda/stream.h"
 #include "llmc/ops.h"
 
 #ifndef KEEL_LAUNCH
@@ -47,11 +48,69 @@
 
 namespace keel_cuda {
 
-// keel runs its ops on the default stream: one stream, in program order (the NCCL backend
-// synchronizes with it, llmc/comm.h).
-static const cudaStream_t MAIN_STREAM = 0;
+// keel runs its ops on one stream, in program order (cuda/stream.h: created non-blocking, never the
+// legacy default stream; the NCCL backend issues on it too, llmc/comm.h).
+#define MAIN_STREAM (keel_stream())
 
 static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
+
+// Copies and memsets on keel's stream (never the legacy one). To the host: the host then waits for
+// the stream (the values are needed now). To the device: the host source may change right after the
+// call only when it is pageable memory (the runtime stages it at the call); a pinned source must stay
+// unchanged until the stream has passed the copy (backend_upload keeps a ring of pinned slots for that).
+static inline void device_to_host(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, MAIN_STREAM));
+    CUDA_CHECK(cudaStreamSynchronize(MAIN_STREAM));
+}
+static inline void host_to_device(void* dst, const void* src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, MAIN_STREAM));
+}
+static inline void device_memset_zero(void* p, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, MAIN_STREAM));
+}
+
+// The step's uploads (token ids, targets, the word-embedding gradient's token groups) go through a
+// ring of UPLOAD_SLOTS pinned host buffers: the host copies its data into the next slot and queues an
+// asynchronous copy from there, so it never waits for the transfer (a copy from pageable memory
+// would go through the driver's staging at the call). A slot is written again only after the stream
+// has passed the copy that last read it (an event per slot): the host waits there only when it is a
+// whole ring of uploads ahead of the GPU. upload_reserve sizes the slots at set-up (no allocation in
+// a step; a larger upload later grows them).
+enum { UPLOAD_SLOTS = 8 };
+struct UploadRing {
+    void* slot[UPLOAD_SLOTS] = {};
+    cudaEvent_t done[UPLOAD_SLOTS] = {};
+    size_t bytes = 0;  // each slot's size
+    unsigned next = 0;
+};
+static inline UploadRing* upload_ring() {
+    static UploadRing r;
+    return &r;
+}
+static inline void upload_reserve(size_t bytes) {
+    UploadRing* r = upload_ring();
+    if (bytes <= r->bytes) return;
+    for (int k = 0; k < UPLOAD_SLOTS; k++) {
+        if (r->done[k]) CUDA_CHECK(cudaEventSynchronize(r->done[k]));
+        else CUDA_CHECK(cudaEventCreateWithFlags(&r->done[k], cudaEventDisableTiming));
+        if (r->slot[k]) CUDA_CHECK(cudaFreeHost(r->slot[k]));
+        CUDA_CHECK(cudaMallocHost(&r->slot[k], bytes));
+    }
+    r->bytes = bytes;
+}
+static inline void host_upload(void* dst, const void* src, size_t bytes) {
+    if (!bytes) return;
+    UploadRing* r = upload_ring();
+    upload_reserve(bytes);
+    unsigned k = r->next++ % UPLOAD_SLOTS;
+    cudaError_t ready = cudaEventQuery(r->done[k]);  // the slot's last copy has run (or it never had one)
+    if (ready == cudaErrorNotReady) CUDA_CHECK(cudaEventSynchronize(r->done[k]));
+    else CUDA_CHECK(ready);
+    memcpy(r->slot[k], src, bytes);
+    CUDA_CHECK(cudaMemcpyAsync(dst, r->slot[k], bytes, cudaMemcpyHostToDevice, MAIN_STREAM));
+    CUDA_CHECK(cudaEventRecord(r->done[k], MAIN_STREAM));
+}
 
 // A device buffer that grows on demand and is kept for the next call (reduction partials, the
 // attention backward's ds, the chunk table): one cudaMalloc per size increase, none in the steady state.

@@ -71,7 +71,7 @@ static inline void layernorm_scratch_size(LayerNormScratch* s, int blocks, int C
     scratch_reserve(&s->partial, (size_t)blocks * 2 * C * sizeof(float));
     if (!s->done) {
         CUDA_CHECK(cudaMalloc((void**)&s->done, sizeof(unsigned)));
-        CUDA_CHECK(cudaMemset(s->done, 0, sizeof(unsigned)));
+        device_memset_zero(s->done, sizeof(unsigned));
     }
 }
 

@@ -2,9 +2,10 @@
 // runs the kernels). Built with -Itest/cuda_emu, so llmc/cuda's `#include <cuda_runtime.h>` lands
 // here and the kernel sources compile unchanged with g++.
 //
-// Streams and events exist as handles and are no-ops: the emulation runs every launch and copy
-// synchronously, in program order. Stream-ordering bugs are therefore invisible here; real-GPU runs
-// (make test-gpu) are what catch those.
+// Streams and events exist as handles and are otherwise no-ops: the emulation runs every launch and
+// copy synchronously, in program order. Stream-ordering bugs are therefore invisible here; real-GPU
+// runs (make test-gpu) are what catch those. A created stream is a distinct non-null handle, so the
+// profile can count what is issued on the legacy default stream (null, cudaMemcpy, cudaMemset).
 //
 // Every call below that the step profile counts (emu_core.h, KEEL_EMU_PROFILE) reports itself there:
 // synchronisations, copies by direction (a blocking device→host cudaMemcpy is a host wait),
@@ -17,7 +18,7 @@
 #include "emu_core.h"
 
 typedef int cudaError_t;
-enum : int { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1, cudaErrorNoDevice = 100 };
+enum : int { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1, cudaErrorNoDevice = 100, cudaErrorNotReady = 600 };
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
 typedef struct emu_stream* cudaStream_t;
 typedef struct emu_event* cudaEvent_t;
@@ -113,30 +114,36 @@ inline cudaError_t emu_memcpy(void* dst, const void* src, size_t bytes, cudaMemc
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    emu::profile_stream(nullptr);
     return emu_memcpy(dst, src, bytes, kind, true);
 }
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t = nullptr) {
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr) {
+    emu::profile_stream(stream);
     return emu_memcpy(dst, src, bytes, kind, false);
 }
-inline cudaError_t cudaMemset(void* p, int v, size_t bytes) {
+inline cudaError_t emu_memset(void* p, int v, size_t bytes, cudaStream_t stream) {
+    emu::profile_stream(stream);
     if (bytes && !emu::is_device_ptr(p)) emu::die("cudaMemset on a host pointer%s%s", "", "");
     emu::profile_memset(bytes);
     emu::DeviceScope open;
     memset(p, v, bytes);
     return cudaSuccess;
 }
-inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t = nullptr) { return cudaMemset(p, v, bytes); }
+inline cudaError_t cudaMemset(void* p, int v, size_t bytes) { return emu_memset(p, v, bytes, nullptr); }
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream = nullptr) { return emu_memset(p, v, bytes, stream); }
 
-inline cudaError_t cudaStreamCreate(cudaStream_t* s) { *s = nullptr; return cudaSuccess; }
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) { *s = nullptr; return cudaSuccess; }
-inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+struct emu_stream { unsigned flags; };
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { *s = new emu_stream{flags}; return cudaSuccess; }
+inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { emu::profile_sync(); return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { return cudaSuccess; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { emu::profile_trace("wait"); return cudaSuccess; }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = nullptr; return cudaSuccess; }
 inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t) { emu::profile_sync(); return cudaSuccess; }
+inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }  // (everything has run: the emulation is synchronous)
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
 
 #include "cuda_bf16.h"

@@ -292,6 +292,11 @@ inline unsigned warp_ballot(unsigned mask, bool pred) {
 //   memsets, memset_bytes, h2d_copies, h2d_bytes, d2h_bytes, d2d_copies, d2d_bytes
 //   nccl_calls, nccl_bytes, nccl_by_collective   {"allreduce"|"reduce"|"broadcast"|"send"|"recv":
 //                                  {"calls", "bytes"}}; bytes: this rank's buffer (count × type size)
+//   legacy_stream_ops              launches, cuBLASLt products, NCCL calls, copies and memsets issued
+//                                  on the legacy default stream (a null stream, or cudaMemcpy/cudaMemset)
+// KEEL_EMU_TRACE=FILE (with or without the profile) writes the order of events, one line each, to FILE
+// (FILE.r on rank r), at exit: "launch <kernel>", "gemm", "nccl <collective> <bytes>", "sync",
+// "wait" (a stream waiting for another: cudaStreamWaitEvent). For tests of what overlaps what.
 // The counters assume one host thread issues the CUDA calls (keel's trainers do).
 enum ProfileCollective { NCCL_ALLREDUCE, NCCL_REDUCE, NCCL_BROADCAST, NCCL_SEND, NCCL_RECV, NCCL_COLLECTIVES };
 static const char* const profile_collective_names[NCCL_COLLECTIVES] = {"allreduce", "reduce", "broadcast", "send", "recv"};
@@ -308,7 +313,11 @@ struct Profile {
     uint64_t memsets = 0, memset_bytes = 0;
     uint64_t h2d_copies = 0, h2d_bytes = 0, d2h_bytes = 0, d2d_copies = 0, d2d_bytes = 0;
     uint64_t nccl_calls[NCCL_COLLECTIVES] = {}, nccl_bytes[NCCL_COLLECTIVES] = {};
+    uint64_t legacy_stream_ops = 0;
+    std::string trace_path;           // KEEL_EMU_TRACE (before a rank suffix); empty: no trace
+    std::vector<std::string> trace;
 };
+inline void trace_write();
 inline void profile_write();
 // Never destroyed: a static object's destructor may still call cudaFree after the profile is written.
 inline Profile& profile() {
@@ -320,6 +329,11 @@ inline Profile& profile() {
             q->path = env;
             atexit(profile_write);
         }
+        const char* tr = getenv("KEEL_EMU_TRACE");
+        if (tr && tr[0]) {
+            q->trace_path = tr;
+            atexit(trace_write);
+        }
         return q;
     }();
     return *p;
@@ -329,8 +343,13 @@ inline Profile& profile() {
 // exits before its first CUDA call still writes its profile, all zeros.
 inline const bool profile_started = (profile(), true);
 
+inline void profile_trace(const std::string& line) {
+    Profile& p = profile();
+    if (!p.trace_path.empty()) p.trace.push_back(line);
+}
 inline void profile_launch(const char* kernel) {
     Profile& p = profile();
+    profile_trace(std::string("launch ") + kernel);
     p.launches++;
     if (p.enabled) p.launch_sites[kernel]++;
 }
@@ -338,12 +357,20 @@ inline void profile_launch(const char* kernel) {
 inline void profile_gemm(uint64_t flops, bool tensor_cores) {
     Profile& p = profile();
     p.gemm_calls++;
+    profile_trace("gemm");
     p.gemm_flops += flops;
     if (tensor_cores) p.tensor_core_flops += flops;
 }
 // For a kernel that issues warp-level MMA (mma.sync / wmma): its FLOPs, 2·m·n·k per tile product.
 inline void profile_mma(uint64_t flops) { profile().mma_flops += flops; }
-inline void profile_sync() { profile().sync_calls++; }
+inline void profile_sync() {
+    profile().sync_calls++;
+    profile_trace("sync");
+}
+// A call issued on the legacy default stream (stream: the call's stream handle; null is the legacy one).
+inline void profile_stream(const void* stream) {
+    if (!stream) profile().legacy_stream_ops++;
+}
 // A copy between memories: direction from where the pointers live; a blocking device→host copy is
 // a host wait (the host cannot go on before the GPU has finished everything queued before it).
 inline void profile_copy(bool dst_device, bool src_device, size_t bytes, bool blocking) {
@@ -376,6 +403,7 @@ inline void profile_live(int64_t delta) {
 }
 inline void profile_nccl(ProfileCollective c, size_t bytes) {
     profile().nccl_calls[c]++;
+    profile_trace(std::string("nccl ") + profile_collective_names[c] + " " + std::to_string(bytes));
     profile().nccl_bytes[c] += bytes;
 }
 inline void profile_mpi_world(int rank, int size) {
@@ -419,6 +447,19 @@ inline std::string profile_kernel_name(const char* expr) {
 }
 
 // Writes the profile (at exit): to a temporary name, then renamed, so a reader never sees half a file.
+inline void trace_write() {
+    const Profile& p = profile();
+    std::string path = p.trace_path;
+    int rank = profile_rank();
+    if (rank >= 0) path += "." + std::to_string(rank);
+    FILE* f = fopen(path.c_str(), "w");
+    if (!f) {
+        fprintf(stderr, "cuda emulation: cannot write the trace to %s (KEEL_EMU_TRACE)\n", path.c_str());
+        return;
+    }
+    for (const std::string& l : p.trace) fprintf(f, "%s\n", l.c_str());
+    fclose(f);
+}
 inline void profile_write() {
     const Profile& p = profile();
     if (!p.enabled) return;
@@ -457,7 +498,7 @@ inline void profile_write() {
     for (int c = 0; c < NCCL_COLLECTIVES; c++)
         fprintf(f, "%s\"%s\": {\"calls\": %llu, \"bytes\": %llu}", c ? ", " : "", profile_collective_names[c], u(p.nccl_calls[c]),
                 u(p.nccl_bytes[c]));
-    fprintf(f, "},\n \"rank\": %d}\n", rank);
+    fprintf(f, "},\n \"legacy_stream_ops\": %llu, \"rank\": %d}\n", u(p.legacy_stream_ops), rank);
     bool ok = !ferror(f);
     ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
@@ -649,7 +690,8 @@ template <typename... P> struct Launch {
     }
 };
 
-template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, const char* name) {
+template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, const char* name, const void* stream) {
+    profile_stream(stream);
     return Launch<P...>{k, g, b, smem, name};
 }
 
@@ -657,7 +699,8 @@ template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 
 
 // The launch convention (llmc/cuda/common.cuh): KEEL_LAUNCH(kernel, grid, block, smem, stream)(args...)
 // is `kernel<<<grid, block, smem, stream>>>(args...)` under nvcc and a call of the emulator here.
-#define KEEL_LAUNCH(kernel, grid, block, smem, stream) ::emu::make_launch(kernel, dim3(grid), dim3(block), (size_t)(smem), #kernel)
+#define KEEL_LAUNCH(kernel, grid, block, smem, stream) \
+    ::emu::make_launch(kernel, dim3(grid), dim3(block), (size_t)(smem), #kernel, (const void*)(stream))
 #define KEEL_DYNAMIC_SHARED(T, name) T* name = (T*)::emu::tl_block.dynamic_smem.data()
 
 // ---- kernel-side built-ins -----------------------------------------------------------------------

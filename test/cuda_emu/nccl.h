@@ -174,15 +174,18 @@ inline ncclResult_t emu_nccl_p2p_post(bool send, const void* buf, size_t count, 
     ncclGroupStart();  // a lone op is a group of one
     return ncclGroupEnd();
 }
-inline ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t) {
+inline ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+    emu::profile_stream(stream);
     return emu_nccl_p2p_post(true, send, count, t, peer, c);
 }
-inline ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t) {
+inline ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
+    emu::profile_stream(stream);
     return emu_nccl_p2p_post(false, recv, count, t, peer, c);
 }
 
 // ---- collectives -----------------------------------------------------------------------------------
-inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, int root, ncclComm_t c, cudaStream_t) {
+inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, int root, ncclComm_t c, cudaStream_t stream) {
+    emu::profile_stream(stream);
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;  // keel reduces in place
     if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
     emu::profile_nccl(emu::NCCL_REDUCE, count * emu_nccl_size(t));
@@ -191,7 +194,8 @@ inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclD
                              : MPI_Reduce(send, nullptr, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi);
     return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
-inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t) {
+inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t stream) {
+    emu::profile_stream(stream);
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
     emu::profile_nccl(emu::NCCL_BROADCAST, count * emu_nccl_size(t));
@@ -221,7 +225,8 @@ inline void emu_nccl_store(void* p, size_t i, ncclDataType_t t, double v) {
 inline size_t emu_nccl_size(ncclDataType_t t) {
     return t == ncclDouble ? 8 : t == ncclFloat ? 4 : t == ncclBfloat16 || t == ncclHalf ? 2 : 1;
 }
-inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t) {
+inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t stream) {
+    emu::profile_stream(stream);
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count * emu_nccl_size(t) * c->size) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
     emu::profile_nccl(emu::NCCL_ALLREDUCE, count * emu_nccl_size(t));
