@@ -939,6 +939,13 @@ static void trainer_setup(Trainer<A>* tr) {
            tr->model.flash ? "flash (fused, tensor cores, each row's log-sum-exp kept instead of the T x T probabilities)"
                            : "gemm (the materialized softmax: T x T probabilities kept per layer)",
            c->attention_impl.c_str());
+    printf("gelu fusion: %s (--gelu-fusion %s)\n",
+           !GPT_ON_GPU                 ? "n/a (the CPU trainer's GeLU ops compute the same values either way)"
+           : g->activation != ACT_GELU ? "n/a (--activation relu)"
+           : !tr->model.gelu_fusion    ? "off (the GEMMs, then a GeLU kernel each way)"
+           : g->normformer             ? "forward (cuBLASLt GELU_AUX_BIAS epilogue; the backward stays unfused under --normformer)"
+                                       : "forward and backward (cuBLASLt GELU_AUX_BIAS and DGELU epilogues)",
+           c->gelu_fusion.c_str());
     if (g->stage_last) {
         size_t R = tr->model.head_rows, BT = (size_t)B * T;
         printf("LM head: logits of %zu of the micro-batch's %zu positions at once (%zu chunk(s); --classifier-chunk-rows %lld)\n", R, BT,

@@ -407,11 +407,9 @@ static inline void comm_reduce_scatter_sum_f32(const Comm* c, const float* buf, 
 static inline void comm_reduce_scatter_ranges(const Comm* c, float* buf, const std::vector<std::pair<int64_t, int64_t>>& ranges,
                                               const std::vector<int64_t>& lo, std::vector<float>* scratch) {
     if (c->size == 1) return;
-#ifdef KEEL_NCCL
+#if defined(KEEL_NCCL)
     nccl_reduce_ranges_f32(c, buf, ranges, lo);
-    return;
-#endif
-#ifdef KEEL_MPI
+#elif defined(KEEL_MPI)
     for (const auto& rg : ranges) {
         std::vector<int64_t> sub(c->size + 1);  // the shards' boundaries within the range
         for (int r = 0; r <= c->size; r++) sub[r] = std::min(std::max(lo[r], rg.first), rg.second) - rg.first;

@@ -37,6 +37,7 @@ struct Config {
     std::string position_embedding_type = "learned", position_embedding_init = "normal";
     std::string activation = "gelu", attention_scaling = "standard";
     std::string attention_impl = "auto";
+    std::string gelu_fusion = "auto";
     int64_t classifier_chunk_rows = 0;  // 0: auto (model.h gpt_head_rows)
     bool apply_query_key_layer_scaling = false, normformer = false;
     double hidden_dropout = 0.0, attention_dropout = 0.0, embed_dropout = NAN;  // NaN: = hidden dropout
@@ -143,6 +144,10 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("attention-impl", NO_MIN, NO_MAX, FT_STR, attention_impl, FK_RUN, "auto|flash|gemm",
               "attention kernels: flash (fused, O(T) memory; GPU: head size 64/128 in bf16/fp16), gemm (materialized "
               "softmax), auto (flash where the GPU kernels cover the config; the CPU trainer: gemm)"),
+    KEEL_FLAG("gelu-fusion", NO_MIN, NO_MAX, FT_STR, gelu_fusion, FK_RUN, "auto|on|off",
+              "GPU: the MLP's GeLU in cuBLASLt's GEMM epilogues (forward GELU_AUX_BIAS; backward DGELU, not under "
+              "--normformer), or a separate kernel each way (off); auto: on from compute capability 9.0. The CPU "
+              "trainer ignores it (its ops compute the same values either way)"),
     KEEL_FLAG("classifier-chunk-rows", 0, INT32_MAX, FT_INT, classifier_chunk_rows, FK_RUN, nullptr,
               "positions whose logits exist at once: the LM head and its loss run in chunks of this many rows "
               "(0: auto — the whole micro-batch on the CPU, at most 256 MiB of logits on the GPU)"),

@@ -32,6 +32,8 @@ enum Activation { ACT_GELU, ACT_RELU };
 // --attention-impl: which attention kernels run (the model keeps the probabilities (gemm) or only
 // each row's log-sum-exp (flash); gpt_attention_flash decides).
 enum AttnImpl { ATTN_IMPL_AUTO, ATTN_IMPL_FLASH, ATTN_IMPL_GEMM };
+// --gelu-fusion: whether the CUDA op set fuses the MLP's GeLU into cuBLASLt's epilogues (gpt_gelu_fusion decides)
+enum GeluFusion { GELU_FUSION_AUTO, GELU_FUSION_ON, GELU_FUSION_OFF };
 
 struct GPTConfig {
     int max_seq_len;        // maxT: rows of the position embedding
@@ -63,6 +65,7 @@ struct GPTConfig {
     int activation = ACT_GELU;          // Activation
     int attention_scaling = ATTN_SCALING_STANDARD;
     int attention_impl = ATTN_IMPL_AUTO;  // AttnImpl
+    int gelu_fusion = GELU_FUSION_AUTO;   // GeluFusion
     int classifier_chunk_rows = 0;      // --classifier-chunk-rows: positions whose logits exist at once (0: auto, gpt_head_rows)
     bool qk_layer_scaling = false;      // --apply-query-key-layer-scaling
     bool normformer = false;
@@ -316,6 +319,7 @@ template <typename F> struct GPT {
     size_t logits_row0;       // the position of acts.logits' first row after a forward without targets
     float* alibi;             // (NH) ALiBi slopes in device memory (the attention kernels read them), or null
     bool flash;               // flash attention (gpt_attention_flash), else the materialized softmax
+    bool gelu_fusion;         // the GeLU ops may fuse into cuBLASLt's epilogues (gpt_gelu_fusion; the CPU ops ignore it)
     DropoutState dropout;
     const Comm* tp;           // the tensor-parallel group (null or size 1: none)
     acc_t<F>* vp_stats;       // (B,T,3) vocabulary-parallel cross-entropy: row max, Σ exp, target logit
@@ -376,6 +380,13 @@ template <typename F> void gpt_params_changed(GPT<F>* m) {
 static inline bool gpt_attention_flash(const GPTConfig* cfg, size_t fsize, bool gpu, int cc = 80) {
     if (cfg->attention_impl == ATTN_IMPL_FLASH) return true;
     return cfg->attention_impl == ATTN_IMPL_AUTO && gpu && cc >= 80 && flash_attention_gpu_supported(cfg->channels / cfg->num_heads, fsize);
+}
+// Whether the GeLU ops (matmul_forward_gelu, matmul_backward_gelu) fuse the GeLU into cuBLASLt's
+// epilogues: --gelu-fusion on, or auto on a GPU of compute capability cc ≥ 9.0 (llm.c measured the
+// fused GEMM faster on H100 and slower on an RTX 4090, sm_89: cuda/matmul.cuh). The CPU ops compute
+// the same values either way.
+static inline bool gpt_gelu_fusion(const GPTConfig* cfg, bool gpu, int cc) {
+    return cfg->gelu_fusion == GELU_FUSION_ON || (cfg->gelu_fusion == GELU_FUSION_AUTO && gpu && cc >= 90);
 }
 #ifdef KEEL_CUDA
 static const bool GPT_ON_GPU = true;
@@ -522,6 +533,7 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     size_t BT = (size_t)B * T;
     int cc = GPT_ON_GPU ? backend_compute_capability() : 0;
     m->flash = gpt_attention_flash(cfg, sizeof(F), GPT_ON_GPU, cc);
+    m->gelu_fusion = gpt_gelu_fusion(cfg, GPT_ON_GPU, cc);
     int hs = cfg->channels / cfg->num_heads;
     if (m->flash && GPT_ON_GPU && (!flash_attention_supported(hs, sizeof(F)) || cc < 80))
         keel_die_code(KEEL_EXIT_USAGE, "use --attention-impl auto or gemm",
@@ -715,8 +727,13 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     residual_layernorm_forward(residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, p[P_LN2W] + l * C,
                                p[P_LN2B] + l * C, (int)BT, C);
     // MLP branch
-    matmul_forward(fch, ln2, p[P_FCW] + l * CH, p[P_FCB] + l * H, (int)BT, C, H);  // column-parallel
-    gpt_activation_forward(m, fch_act, fch, BT * H);
+    // column-parallel; GeLU: one op, on the GPU one GEMM whose epilogue also keeps fch for the backward
+    if (cfg->activation == ACT_GELU) {
+        matmul_forward_gelu(fch_act, fch, ln2, p[P_FCW] + l * CH, p[P_FCB] + l * H, (int)BT, C, H, m->gelu_fusion);
+    } else {
+        matmul_forward(fch, ln2, p[P_FCW] + l * CH, p[P_FCB] + l * H, (int)BT, C, H);
+        gpt_activation_forward(m, fch_act, fch, BT * H);
+    }
     F* fcin = fch_act;
     if (nf) {
         fcin = a->lnfc + lh;
@@ -948,16 +965,23 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     DropoutSite ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
     F* dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
     F* fcin = nf ? a->lnfc + lh : a->fch_act + lh;
-    F* dfcin = nf ? d->lnfc : d->fch_act;
-    zero(d->fch_act, BT * H);
-    if (nf) zero(d->lnfc, BT * H);
     // row-parallel: the whole output gradient on every rank; the bias gradient on every rank too
-    matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C);
-    if (nf)
-        layernorm_backward(d->fch_act, g[P_LNFCW] + l * H, g[P_LNFCB] + l * H, d->lnfc, a->fch_act + lh, p[P_LNFCW] + l * H,
-                           a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H);
-    zero(d->fch, BT * H);
-    gpt_activation_backward(m, d->fch, d->fch_act, a->fch + lh, BT * H);
+    if (cfg->activation == ACT_GELU && !nf) {
+        // GeLU's derivative applied to the projection's input gradient in one op (on the GPU one GEMM,
+        // the DGELU epilogue); d->fch_act is the op's scratch
+        matmul_backward_gelu(d->fch, d->fch_act, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH,
+                             a->fch + lh, (int)BT, H, C, m->gelu_fusion);
+    } else {  // ReLU, or --normformer: there the activation's gradient comes out of LN_fc's backward, not out of a GEMM
+        F* dfcin = nf ? d->lnfc : d->fch_act;
+        zero(d->fch_act, BT * H);
+        if (nf) zero(d->lnfc, BT * H);
+        matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C);
+        if (nf)
+            layernorm_backward(d->fch_act, g[P_LNFCW] + l * H, g[P_LNFCB] + l * H, d->lnfc, a->fch_act + lh, p[P_LNFCW] + l * H,
+                               a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H);
+        zero(d->fch, BT * H);
+        gpt_activation_backward(m, d->fch, d->fch_act, a->fch + lh, BT * H);
+    }
     zero(d->ln, BT * C);
     matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H);
     gpt_tp_sum(m, d->ln, BT * C);  // column-parallel: the input gradient is the sum of the ranks' parts
@@ -1051,6 +1075,7 @@ static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->activation = c->activation == "relu" ? ACT_RELU : ACT_GELU;
     g->attention_scaling = c->attention_scaling == "qk-inward" ? ATTN_SCALING_QK_INWARD : ATTN_SCALING_STANDARD;
     g->attention_impl = c->attention_impl == "flash" ? ATTN_IMPL_FLASH : c->attention_impl == "gemm" ? ATTN_IMPL_GEMM : ATTN_IMPL_AUTO;
+    g->gelu_fusion = c->gelu_fusion == "on" ? GELU_FUSION_ON : c->gelu_fusion == "off" ? GELU_FUSION_OFF : GELU_FUSION_AUTO;
     g->classifier_chunk_rows = (int)c->classifier_chunk_rows;
     g->qk_layer_scaling = c->apply_query_key_layer_scaling;
     g->normformer = c->normformer;

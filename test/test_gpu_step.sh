@@ -12,7 +12,12 @@
 #        layers 6·tokens·(L·12·C² + C·Vp) plus attention at full T×T, 12·L·B·T²·C per micro-batch
 #        (the attention products are cuBLASLt GEMMs now, not CUDA-core loops);
 #      - host synchronisations independent of the number of micro-batches (1 vs 2 per iteration:
-#        the losses are read back once per iteration).
+#        the losses are read back once per iteration);
+#   3. --gelu-fusion (cuda/matmul.cuh's GeLU epilogues): the fp32 run fused (on) and unfused (off)
+#      agree within 1e-6 relative (loss, grad norm), and the fused run's profile is the unfused one's
+#      less exactly the GeLU kernels — 2 launches per layer and micro-batch (forward, backward), none
+#      left — and less the backward's two (B·T, 4C) memsets per layer and micro-batch, with the same
+#      GEMM calls and FLOPs; each log names its path.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 CUDA=build/train_gpt_emu
@@ -22,10 +27,11 @@ L=2 C=64 NH=4 T=64 B=2
 BASE=(--num-layers $L --hidden-size $C --num-attention-heads $NH --seq-length $T --micro-batch-size $B --lr 1e-3 --seed 3
       --train-data-path data/brown/brown_train.bin --valid-data-path data/brown/brown_val.bin --eval-interval 0 --log-interval 1)
 
-# profiled NAME ITERS GBS [flags...]: runs the emulated trainer, profile in $TMP/NAME.json
+# profiled NAME ITERS GBS [flags...]: runs the emulated trainer, profile in $TMP/NAME.json, JSONL in $TMP/NAME.jsonl
 profiled() {
   local name=$1 iters=$2 gbs=$3; shift 3
-  KEEL_EMU_PROFILE="$TMP/$name.json" $CUDA "${BASE[@]}" --train-iters "$iters" --global-batch-size "$gbs" "$@" >"$TMP/$name.log" 2>&1 ||
+  KEEL_EMU_PROFILE="$TMP/$name.json" $CUDA "${BASE[@]}" --train-iters "$iters" --global-batch-size "$gbs" "$@" \
+    --metrics-file "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1 ||
     { fail "$name: the trainer failed"; tail -5 "$TMP/$name.log"; }
 }
 # dry NAME GBS [flags...]: the planner's exact GPU total for the same flags
@@ -54,15 +60,17 @@ wait
 profiled mb1_2 2 2 &
 profiled mb1_3 3 2 &
 wait
-profiled fp32 1 4 --fp32 &
+profiled fp32 1 4 --fp32 --gelu-fusion on &
 profiled adam8bit 1 4 --optimizer adam8bit &
 wait
 KNOBS=(--checkpoint-activations --position-embedding-type alibi --attention-dropout 0.1 --hidden-dropout 0.1)
-profiled knobs 1 4 "${KNOBS[@]}"
+profiled knobs 1 4 "${KNOBS[@]}" &
+profiled fp32_gelu_off 1 4 --fp32 --gelu-fusion off &
+wait
 KEEL_EMU_PROFILE="$TMP/dp.json" mpirun --oversubscribe -np 2 $CUDA "${BASE[@]}" --train-iters 1 --global-batch-size 4 --zero-stage 1 \
   >"$TMP/dp.log" 2>&1 || { fail "DP=2 ZeRO-1 run failed"; tail -5 "$TMP/dp.log"; }
 
-for run in "bf16_2 4" "fp32 4 --fp32" "adam8bit 4 --optimizer adam8bit"; do
+for run in "bf16_2 4" "fp32 4 --fp32 --gelu-fusion on" "adam8bit 4 --optimizer adam8bit"; do
   set -- $run
   name=$1 gbs=$2; shift 2
   total=$(dry "$name" "$gbs" "$@")
@@ -98,6 +106,33 @@ check(f"GEMM FLOPs per iteration {it2['gemm_flops']} = the model's {model}", it2
 check(f"tensor-core FLOPs {it2['tensor_core_flops']} = all GEMM FLOPs", it2["tensor_core_flops"] == it2["gemm_flops"])
 check(f"syncs per iteration: {it2['syncs']} with 2 micro-batches, {it1['syncs']} with 1", it2["syncs"] == it1["syncs"])
 print(f"launches per iteration: {it2['launches']} (2 micro-batches), {it1['launches']} (1)")
+sys.exit(1 if bad else 0)
+PY
+
+# ---- 3. --gelu-fusion on against off ---------------------------------------------------------------
+grep -q "^gelu fusion: forward and backward" "$TMP/fp32.log" && grep -q "^gelu fusion: off" "$TMP/fp32_gelu_off.log" \
+  && ok "the logs name the GeLU path (on: fused both ways; off)" || fail "gelu fusion lines: $(grep -h '^gelu fusion' "$TMP"/fp32*.log)"
+r=$(compare_jsonl "$TMP/fp32.jsonl" "$TMP/fp32_gelu_off.jsonl" 1e-6 2>&1) \
+  && ok "fp32: --gelu-fusion on = off within 1e-6 ($r)" || fail "fp32 --gelu-fusion on vs off: $r"
+python3 - "$TMP" $L $C $T $B <<'PY' && ok "--gelu-fusion on: the GeLU kernels and the backward's memsets gone, the same GEMMs" || fail "gelu fusion profile"
+import json, sys
+tmp, L, C, T, B = sys.argv[1], *map(int, sys.argv[2:])
+on, off = (json.load(open(f"{tmp}/{n}.json")) for n in ("fp32", "fp32_gelu_off"))
+A = 2  # micro-batches (global batch 4 of micro-batch 2)
+gelu = ("activation_forward_kernel<F, Op>", "activation_backward_kernel<F, Op>")
+bad = 0
+def check(what, good):
+    global bad
+    print(("ok  " if good else "FAIL") + " " + what)
+    bad += not good
+k_on, k_off = on["launches_by_kernel"], off["launches_by_kernel"]
+check(f"off: GeLU kernels {[k_off.get(k, 0) for k in gelu]} = L·A = {L * A} each", all(k_off.get(k, 0) == L * A for k in gelu))
+check(f"on: GeLU kernels {[k_on.get(k, 0) for k in gelu]} = 0", all(k_on.get(k, 0) == 0 for k in gelu))
+check(f"launches {on['launches']} = off's {off['launches']} − 2·L·A", on["launches"] == off["launches"] - 2 * L * A)
+check(f"memsets {on['memsets']} = off's {off['memsets']} − 2·L·A", on["memsets"] == off["memsets"] - 2 * L * A)
+saved = 2 * L * A * B * T * 4 * C * 4  # d_act and d_pre (B·T, 4C) fp32, per layer and micro-batch
+check(f"memset bytes {on['memset_bytes']} = off's {off['memset_bytes']} − {saved}", on["memset_bytes"] == off["memset_bytes"] - saved)
+check(f"GEMM calls {on['gemm_calls']} and FLOPs {on['gemm_flops']} = off's", on["gemm_calls"] == off["gemm_calls"] and on["gemm_flops"] == off["gemm_flops"])
 sys.exit(1 if bad else 0)
 PY
 finish

@@ -10,12 +10,22 @@
 //   matmul_*_reference — the loops above, written out; the textbook, and the test oracle;
 //   matmul_forward / matmul_backward — the same chains computed by the packed, register-tiled,
 //     cache-blocked engine of cpu/gemm.h (fp32). Other element types (the double-precision gradient
-//     checks) take the reference. test_matmul_fast compares the two byte for byte.
+//     checks) take the reference. test_fast_kernels compares the two byte for byte.
+// With GeLU, the MLP's up-projection as one op (the twin of cuda/matmul.cuh's cuBLASLt GeLU epilogues):
+//   matmul_forward_gelu:  pre = inp·Wᵀ + bias;  act = gelu(pre)                      act, pre (N,OC)
+//   matmul_backward_gelu: dpre = gelu'(pre) ⊙ (dout·W), written (not accumulated), with dact (N,C)
+//                         the scratch for dout·W; dW += doutᵀ·inp, dbias += Σ_n dout, inp = gelu(pre)
+// Here the two ops in sequence: matmul_forward then gelu_forward (cpu/gelu.h); dact zeroed, then
+// matmul_backward's dinp into it, dpre zeroed, then gelu_backward — the unfused model's operations in
+// its order, so the CPU trainer's bits do not depend on the op. `fuse` (--gelu-fusion) steers the
+// CUDA op set only: here both settings compute the same values.
 #pragma once
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <type_traits>
 
+#include "llmc/cpu/gelu.h"
 #include "llmc/cpu/gemm.h"
 
 template <typename F>
@@ -98,4 +108,26 @@ void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp,
             }
         }
     }
+}
+
+template <typename F>
+void matmul_forward_gelu(F* act, F* pre,                     // (N,OC), (N,OC)
+                         const F* inp,                       // (N,C)
+                         const F* weight, const F* bias,     // (OC,C), (OC) or nullptr
+                         int N, int C, int OC, bool fuse) {
+    matmul_forward(pre, inp, weight, bias, N, C, OC);
+    gelu_forward(act, pre, (size_t)N * OC);
+}
+
+template <typename F>
+void matmul_backward_gelu(F* dpre, F* dact, F* dweight, F* dbias,   // (N,C) written, (N,C) scratch, (OC,C), (OC) or nullptr
+                          const F* dout,                            // (N,OC)
+                          const F* inp, const F* weight,            // (N,C) = gelu(pre), (OC,C)
+                          const F* pre,                             // (N,C)
+                          int N, int C, int OC, bool fuse) {
+    size_t n = (size_t)N * C;
+    memset(dact, 0, n * sizeof(F));
+    matmul_backward(dact, dweight, dbias, dout, inp, weight, N, C, OC);
+    memset(dpre, 0, n * sizeof(F));
+    gelu_backward(dpre, dact, pre, n);
 }

@@ -14,6 +14,27 @@
 // version (no split-K reduction with atomics is requested: the workspace is fixed and the heuristic
 // is asked for the first result only, once per shape). dbias is keel's own deterministic two-stage
 // column sum (matmul_dbias below; no atomics).
+//
+// The MLP's up-projection and GeLU, fused into cuBLASLt's epilogues (the contract of cpu/matmul.h's twins):
+//   matmul_forward_gelu   pre = inp·Wᵀ + bias;  act = gelu(pre)        one GEMM, CUBLASLT_EPILOGUE_GELU_AUX_BIAS:
+//                         D = act, the epilogue's aux output = pre (what the backward differentiates at)
+//   matmul_backward_gelu  dpre = gelu'(pre) ⊙ (dout·W)  (written, not accumulated);  dW, dbias as above
+//                         one GEMM for dpre, CUBLASLT_EPILOGUE_DGELU with aux = pre and beta = 0 (so the
+//                         (N,C) product never exists and nothing is zeroed first); dbias stays keel's
+//                         deterministic column sum (not the epilogue's DGELU_BGRAD)
+// GeLU is GPT-2's tanh approximation on both paths, the one cuBLASLt's GELU epilogues implement.
+// Where the epilogue cannot take the operands — a bias missing or under 16-byte alignment (the bias
+// epilogue's rule, matmul_forward below), pre under 16-byte alignment, or an aux leading dimension (OC forward, C
+// backward) not a multiple of 8, which cuBLASLt requires — or with fuse false (--gelu-fusion), the
+// ops run today's unfused sequence with its exact bits: matmul_forward then gelu_forward; dact
+// zeroed, matmul_backward's dinp into it, dpre zeroed, gelu_backward.
+// Numerics: fused, GeLU (and gelu') is applied to the fp32 accumulator and D is rounded to F once;
+// unfused, the product is rounded to F first (pre, dact) and the GeLU of that rounded again. pre
+// itself is the same rounding either way, but in bf16/fp16 the fused act and dpre are each one
+// rounding closer to the fp32 reference than the unfused ones (test_cuda_matmul measures it); in
+// fp32 the two paths differ only by summation order. llm.c measured the fused forward faster on
+// H100 (CUDA 12.5) and slower on an RTX 4090 (sm_89), where cuBLASLt ran the epilogue as a separate
+// kernel (karpathy/llm.c PRs #338, #591, #653): --gelu-fusion auto fuses from compute capability 9.0.
 #pragma once
 #include <cublasLt.h>
 
@@ -21,6 +42,7 @@
 #include <map>
 
 #include "llmc/cuda/common.cuh"
+#include "llmc/cuda/gelu.cuh"
 
 #define CUBLAS_CHECK(call)                                                                                  \
     do {                                                                                                    \
@@ -60,19 +82,32 @@ struct LtBatch {
     int count = 1;
     int64_t stride_a = 0, stride_b = 0, stride_d = 0;  // elements
 };
+// A GeLU epilogue (never with batches): forward, CUBLASLT_EPILOGUE_GELU_AUX_BIAS (needs the bias):
+// D = gelu(product + bias) and aux = product + bias; backward, CUBLASLT_EPILOGUE_DGELU: D = product ·
+// gelu'(aux). aux is an (m, n) column-major matrix of D's type, leading dimension aux_ld (elements,
+// a multiple of 8 and ≥ m).
+enum LtGeluMode { LT_GELU_NONE, LT_GELU_FORWARD, LT_GELU_BACKWARD };
+struct LtGelu {
+    int mode = LT_GELU_NONE;  // LtGeluMode
+    const void* aux = nullptr;
+    int64_t aux_ld = 0;
+};
 
 // The algorithm cuBLASLt's heuristic picks for one product shape, asked once per shape and kept:
 // the heuristic query costs host time every call otherwise, and asking once also pins the choice
 // (the same algorithm for the same shape for the whole run: one summation order, the same bits).
-// The key holds everything the heuristic sees, the pointers' alignments included (lt_alignment).
+// The key holds everything the heuristic sees: the epilogue (an algorithm chosen for the plain
+// product need not implement the bias or GeLU epilogue of the same shape), the aux matrix's
+// leading dimension, and the pointers' alignments (lt_alignment), the bias and aux pointers' included.
 struct LtKey {
-    int td, t, m, n, k, ta, tb, bias, batch;
-    int64_t sa, sb, sd;
-    int align_a, align_b, align_d;
+    int td, t, m, n, k, ta, tb, epilogue, batch;
+    int64_t sa, sb, sd, aux_ld;
+    int align_a, align_b, align_d, align_bias, align_aux;
     bool operator<(const LtKey& o) const {
-        const int64_t x[] = {td, t, m, n, k, ta, tb, bias, batch, sa, sb, sd, align_a, align_b, align_d};
-        const int64_t y[] = {o.td, o.t, o.m, o.n, o.k, o.ta, o.tb, o.bias, o.batch, o.sa, o.sb, o.sd, o.align_a, o.align_b, o.align_d};
-        return std::lexicographical_compare(x, x + 15, y, y + 15);
+        const int64_t x[] = {td, t, m, n, k, ta, tb, epilogue, batch, sa, sb, sd, aux_ld, align_a, align_b, align_d, align_bias, align_aux};
+        const int64_t y[] = {o.td, o.t, o.m, o.n, o.k, o.ta, o.tb, o.epilogue, o.batch, o.sa, o.sb, o.sd, o.aux_ld,
+                             o.align_a, o.align_b, o.align_d, o.align_bias, o.align_aux};
+        return std::lexicographical_compare(x, x + 18, y, y + 18);
     }
 };
 // A pointer's alignment in bytes, up to 256: cuBLASLt's heuristic assumes 256-byte aligned operands
@@ -100,7 +135,7 @@ static inline void lt_layout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int ro
 
 template <typename Out, typename F>
 static void lt_matmul(Out* d, const F* a, const F* b, const Out* bias, int m, int n, int k, bool trans_a, bool trans_b, float beta,
-                      float alpha = 1.0f, LtBatch batch = LtBatch()) {
+                      float alpha = 1.0f, LtBatch batch = LtBatch(), LtGelu gelu = LtGelu()) {
     LtContext* ctx = lt_context();
     cudaDataType_t t = cuda_type<F>::value, td = cuda_type<Out>::value;
     cublasLtMatmulDesc_t desc;
@@ -108,17 +143,25 @@ static void lt_matmul(Out* d, const F* a, const F* b, const Out* bias, int m, in
     int32_t opa = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, opb = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-    if (bias) {
-        uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    uint32_t epi = gelu.mode == LT_GELU_FORWARD    ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                   : gelu.mode == LT_GELU_BACKWARD ? CUBLASLT_EPILOGUE_DGELU
+                   : bias                          ? CUBLASLT_EPILOGUE_BIAS
+                                                   : CUBLASLT_EPILOGUE_DEFAULT;
+    if (epi != CUBLASLT_EPILOGUE_DEFAULT) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (bias) CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (gelu.mode != LT_GELU_NONE) {
+        void* aux = (void*)gelu.aux;  // written by the forward epilogue, read by the backward one
+        int64_t aux_ld = gelu.aux_ld;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
     }
     cublasLtMatrixLayout_t la, lb, ld;
     lt_layout(&la, t, trans_a ? k : m, trans_a ? m : k, batch.count, batch.stride_a);
     lt_layout(&lb, t, trans_b ? n : k, trans_b ? k : n, batch.count, batch.stride_b);
     lt_layout(&ld, td, m, n, batch.count, batch.stride_d);
-    LtKey key = {(int)td, (int)t, m, n, k, trans_a, trans_b, bias != nullptr, batch.count, batch.stride_a, batch.stride_b, batch.stride_d,
-                 lt_alignment(a), lt_alignment(b), lt_alignment(d)};
+    LtKey key = {(int)td, (int)t, m, n, k, trans_a, trans_b, (int)epi, batch.count, batch.stride_a, batch.stride_b, batch.stride_d,
+                 gelu.aux_ld, lt_alignment(a), lt_alignment(b), lt_alignment(d), bias ? lt_alignment(bias) : 0,
+                 gelu.aux ? lt_alignment(gelu.aux) : 0};
     auto found_algo = lt_algo_cache().find(key);
     if (found_algo == lt_algo_cache().end()) {
         cublasLtMatmulPreference_t pref;
@@ -134,8 +177,9 @@ static void lt_matmul(Out* d, const F* a, const F* b, const Out* bias, int m, in
         CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(ctx->handle, desc, la, lb, ld, ld, pref, 1, &heur, &found));
         cublasLtMatmulPreferenceDestroy(pref);
         if (found == 0)
-            keel_die("cuBLASLt has no algorithm for a %dx%dx%d matmul (trans %d%d, bias %d, batch %d)", m, n, k, trans_a, trans_b,
-                     bias != nullptr, batch.count);
+            keel_die_code(KEEL_EXIT_RUNTIME, gelu.mode != LT_GELU_NONE ? "run with --gelu-fusion off" : nullptr,
+                          "cuBLASLt has no algorithm for a %dx%dx%d matmul (trans %d%d, epilogue %u, batch %d)", m, n, k, trans_a,
+                          trans_b, epi, batch.count);
         found_algo = lt_algo_cache().emplace(key, heur.algo).first;
     }
     CUBLAS_CHECK(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &found_algo->second, ctx->workspace,
@@ -247,6 +291,40 @@ void matmul_backward(F* dinp, float* dweight, float* dbias, const F* dout, const
     if (dinp) lt_matmul(dinp, weight, dout, (const F*)nullptr, C, N, OC, false, false, 1.0f);
     if (dweight) lt_matmul(dweight, inp, dout, (const float*)nullptr, C, OC, N, false, true, 1.0f);
     if (dbias) matmul_dbias(dbias, dout, N, OC);
+}
+
+// ---- the linear layer with GeLU (the MLP's FC and its projection's input gradient) -------------------
+// Whether a GeLU epilogue takes pre as its aux matrix with leading dimension ld (see the header).
+static inline bool matmul_gelu_epilogue_ok(const void* pre, int ld) { return aligned16(pre) && ld % 8 == 0; }
+
+// act, pre (N,OC) = gelu(inp·Wᵀ + bias), inp·Wᵀ + bias;  inp (N,C), weight (OC,C), bias (OC)
+template <typename F>
+void matmul_forward_gelu(F* act, F* pre, const F* inp, const F* weight, const F* bias, int N, int C, int OC, bool fuse) {
+    if (fuse && N > 0 && OC > 0 && bias && aligned16(bias) && matmul_gelu_epilogue_ok(pre, OC)) {
+        lt_matmul(act, weight, inp, bias, OC, N, C, true, false, 0.0f, 1.0f, LtBatch(), LtGelu{LT_GELU_FORWARD, pre, OC});
+        return;
+    }
+    // (qualified: a test that also includes the CPU op set would find its templates by argument-dependent lookup)
+    keel_cuda::matmul_forward(pre, inp, weight, bias, N, C, OC);
+    keel_cuda::gelu_forward(act, pre, (size_t)N * OC);
+}
+
+// dpre (N,C) = gelu'(pre) ⊙ (dout·W), written; dweight (OC,C) and dbias (OC) accumulated as in
+// matmul_backward. dout (N,OC), inp (N,C) = gelu(pre), weight (OC,C), pre (N,C); dact (N,C): scratch
+// of the unfused path (the input gradient before GeLU's derivative), untouched when fused.
+template <typename F>
+void matmul_backward_gelu(F* dpre, F* dact, float* dweight, float* dbias, const F* dout, const F* inp, const F* weight, const F* pre,
+                          int N, int C, int OC, bool fuse) {
+    if (fuse && N > 0 && OC > 0 && matmul_gelu_epilogue_ok(pre, C)) {
+        lt_matmul(dpre, weight, dout, (const F*)nullptr, C, N, OC, false, false, 0.0f, 1.0f, LtBatch(), LtGelu{LT_GELU_BACKWARD, pre, C});
+        keel_cuda::matmul_backward((F*)nullptr, dweight, dbias, dout, inp, weight, N, C, OC);
+        return;
+    }
+    size_t bytes = (size_t)N * C * sizeof(F);  // (zeroed on the ops' stream, as the model's backend_memset_zero)
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(dact, 0, bytes, MAIN_STREAM));
+    keel_cuda::matmul_backward(dact, dweight, dbias, dout, inp, weight, N, C, OC);
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(dpre, 0, bytes, MAIN_STREAM));
+    keel_cuda::gelu_backward(dpre, dact, pre, (size_t)N * C);
 }
 
 }  // namespace keel_cuda

@@ -4,14 +4,33 @@
 // cannot silently compute something other than what the real library would.
 //
 // Semantics implemented (column-major, as cuBLASLt):
-//   D = alpha·op(A)·op(B) + beta·C  [+ bias[i] on row i of D under CUBLASLT_EPILOGUE_BIAS]
+//   r = alpha·op(A)·op(B) + beta·C, in fp32; then by CUBLASLT_MATMUL_DESC_EPILOGUE:
+//     DEFAULT        D = r
+//     BIAS           D = r + bias[i] on row i
+//     GELU_AUX_BIAS  s = r + bias[i];  aux[i + j·aux_ld] = s rounded to D's type;  D = gelu(s), with
+//                    GeLU applied to the fp32 s before D's rounding (one rounding, not two)
+//     DGELU          D = r · gelu'(aux[i + j·aux_ld]), aux read as D's type (the pre-activation the
+//                    forward stored)
+//   gelu is the tanh approximation, 0.5·s·(1 + tanh(√(2/π)·(s + 0.044715·s³))) — GPT-2's GeLU, and
+//   the one cuBLASLt's GELU epilogues compute (PyTorch's torch._addmm_activation uses them for
+//   gelu(approximate='tanh')); gelu' is its exact derivative. The aux buffer (CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER)
+//   has D's type (keel never sets CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE) and its leading
+//   dimension CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, which the library documents as divisible by 8
+//   and no less than D's rows: anything else is CUBLAS_STATUS_INVALID_VALUE, as is a missing aux
+//   pointer or bias, an aux pointer or bias the epilogue does not read, or a GeLU epilogue with batches.
 //   strided batches (CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT / _STRIDED_BATCH_OFFSET on every layout):
 //   product i reads A + i·strideA, B + i·strideB, C + i·strideC and writes D + i·strideD (elements);
-//   all four layouts must carry the same batch count (a bias epilogue is refused with batches)
+//   all four layouts must carry the same batch count (an epilogue other than DEFAULT is refused
+//   with batches)
 //   op(X) = X or Xᵀ (CUBLASLT_MATMUL_DESC_TRANSA/B); A, B, C, D fp32 or bf16 (read as float,
 //   D rounded to its type); products summed in fp32 in ascending k (the GPU's order differs:
 //   tests compare with a tolerance). C may be D (in-place accumulate).
+// An algorithm (cublasLtMatmulAlgoGetHeuristic) remembers what it was chosen for — the operands'
+// alignments, the epilogue, and the alignments of the bias and aux pointers the descriptor held —
+// and cublasLtMatmul refuses a call that differs: the real library's algorithm may not implement
+// another epilogue or fault on a less aligned pointer, so a caller's algorithm cache must key on them.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -24,9 +43,12 @@ typedef enum { CUBLAS_OP_N = 0, CUBLAS_OP_T = 1 } cublasOperation_t;
 typedef enum { CUBLAS_COMPUTE_32F = 68 } cublasComputeType_t;
 typedef enum { CUDA_R_32F = 0, CUDA_R_16F = 2, CUDA_R_16BF = 14 } cudaDataType_t;
 typedef cudaDataType_t cudaDataType;
-typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 } cublasLtEpilogue_t;
+// (the values of the real cublasLt.h: GELU_AUX_BIAS = GELU 32 | AUX 128 | BIAS 4, DGELU = 64 | 128)
+typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLASLT_EPILOGUE_GELU_AUX_BIAS = 164,
+               CUBLASLT_EPILOGUE_DGELU = 192 } cublasLtEpilogue_t;
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
-               CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8 } cublasLtMatmulDescAttributes_t;
+               CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
+               CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12 } cublasLtMatmulDescAttributes_t;
 typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8 } cublasLtMatmulPreferenceAttributes_t;
@@ -39,6 +61,8 @@ struct emu_lt_desc {
     cublasOperation_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
     cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
     const void* bias = nullptr;
+    void* aux = nullptr;   // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER
+    int64_t aux_ld = 0;    // CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, elements
 };
 struct emu_lt_layout {
     cudaDataType_t type;
@@ -105,13 +129,23 @@ inline cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cub
             if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
             uint32_t e;
             memcpy(&e, buf, sizeof e);
-            if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS) return emu_lt_refuse("epilogue", e);
+            if (e != CUBLASLT_EPILOGUE_DEFAULT && e != CUBLASLT_EPILOGUE_BIAS && e != CUBLASLT_EPILOGUE_GELU_AUX_BIAS &&
+                e != CUBLASLT_EPILOGUE_DGELU)
+                return emu_lt_refuse("epilogue", e);
             d->epilogue = (cublasLtEpilogue_t)e;
             return CUBLAS_STATUS_SUCCESS;
         }
         case CUBLASLT_MATMUL_DESC_BIAS_POINTER:
             if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
             memcpy(&d->bias, buf, sizeof(void*));
+            return CUBLAS_STATUS_SUCCESS;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER:
+            if (size != sizeof(void*)) return CUBLAS_STATUS_INVALID_VALUE;
+            memcpy(&d->aux, buf, sizeof(void*));
+            return CUBLAS_STATUS_SUCCESS;
+        case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
+            if (size != sizeof(int64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+            memcpy(&d->aux_ld, buf, sizeof(int64_t));
             return CUBLAS_STATUS_SUCCESS;
     }
     return emu_lt_refuse("matmul descriptor attribute", attr);
@@ -152,14 +186,26 @@ inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
     memcpy(&p->workspace, buf, sizeof(uint64_t));
     return CUBLAS_STATUS_SUCCESS;
 }
-inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+// A pointer's alignment in bytes, up to 256 (what the library reads off a bias or aux pointer's value).
+inline uint64_t emu_lt_pointer_alignment(const void* p) {
+    uint64_t a = (uint64_t)(uintptr_t)p, bytes = 1;
+    while (bytes < 256 && a % (2 * bytes) == 0) bytes *= 2;
+    return bytes;
+}
+// What an algorithm remembers in cublasLtMatmulAlgo_t::data (cublasLtMatmul refuses a call that differs).
+enum { EMU_ALGO_ALIGN_A = 0, EMU_ALGO_ALIGN_D = 3, EMU_ALGO_EPILOGUE = 4, EMU_ALGO_ALIGN_BIAS = 5, EMU_ALGO_ALIGN_AUX = 6 };
+
+inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                                      cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t pref, int requested,
                                                      cublasLtMatmulHeuristicResult_t* results, int* returned) {
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
     memset(results, 0, sizeof *results);
     // the algorithm remembers the alignments it was chosen for: a matmul on less aligned pointers is
-    // refused, as the real library may fault on it (cublasLtMatmul below)
-    for (int i = 0; i < 4; i++) results->algo.data[i] = pref->align[i];
+    // refused, as the real library may fault on it (cublasLtMatmul below); and the epilogue
+    for (int i = 0; i < 4; i++) results->algo.data[EMU_ALGO_ALIGN_A + i] = pref->align[i];
+    results->algo.data[EMU_ALGO_EPILOGUE] = d->epilogue;
+    results->algo.data[EMU_ALGO_ALIGN_BIAS] = d->bias ? emu_lt_pointer_alignment(d->bias) : 0;
+    results->algo.data[EMU_ALGO_ALIGN_AUX] = d->aux ? emu_lt_pointer_alignment(d->aux) : 0;
     *returned = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -175,6 +221,38 @@ inline void emu_lt_store(void* base, cudaDataType_t t, size_t i, float v) {
     else ((__nv_bfloat16*)base)[i] = __float2bfloat16(v);
 }
 
+// The GeLU of the GELU epilogues, tanh approximation, in fp32; and its derivative (DGELU).
+inline float emu_lt_gelu(float s) {
+    const float k = 0.7978845608028654f;  // √(2/π)
+    return 0.5f * s * (1.0f + tanhf(k * (s + 0.044715f * s * s * s)));
+}
+inline float emu_lt_gelu_derivative(float s) {
+    const float k = 0.7978845608028654f;
+    float th = tanhf(k * (s + 0.044715f * s * s * s));
+    return 0.5f * (1.0f + th) + 0.5f * s * (1.0f - th * th) * k * (1.0f + 3.0f * 0.044715f * s * s);
+}
+
+// The epilogue's own operands against the library's documented rules (D has `rows` rows).
+inline cublasStatus_t emu_lt_check_epilogue(cublasLtMatmulDesc_t d, uint64_t rows, int32_t batch) {
+    bool bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    bool aux = d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || d->epilogue == CUBLASLT_EPILOGUE_DGELU;
+    if (bias != (d->bias != nullptr)) {
+        fprintf(stderr, "cuBLASLt emulation: epilogue %d %s a bias pointer\n", (int)d->epilogue, bias ? "needs" : "does not read");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (aux != (d->aux != nullptr)) {
+        fprintf(stderr, "cuBLASLt emulation: epilogue %d %s an aux pointer\n", (int)d->epilogue, aux ? "needs" : "does not read");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (aux && (d->aux_ld % 8 != 0 || d->aux_ld < (int64_t)rows)) {
+        fprintf(stderr, "cuBLASLt emulation: CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD %lld must be divisible by 8 and at least D's %llu rows\n",
+                (long long)d->aux_ld, (unsigned long long)rows);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (batch > 1 && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) return emu_lt_refuse("an epilogue with batches, epilogue", d->epilogue);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha_p, const void* A, cublasLtMatrixLayout_t la,
                                      const void* B, cublasLtMatrixLayout_t lb, const void* beta_p, const void* C, cublasLtMatrixLayout_t lc,
                                      void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
@@ -185,6 +263,20 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                     (unsigned long long)algo->data[i]);
             return CUBLAS_STATUS_INVALID_VALUE;
         }
+    if (algo && algo->data[EMU_ALGO_EPILOGUE] != (uint64_t)d->epilogue) {
+        fprintf(stderr, "cuBLASLt emulation: the algorithm was chosen for epilogue %llu, not %d\n",
+                (unsigned long long)algo->data[EMU_ALGO_EPILOGUE], (int)d->epilogue);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    const void* eptrs[2] = {d->bias, d->aux};
+    for (int i = 0; algo && i < 2; i++) {
+        uint64_t a = algo->data[EMU_ALGO_ALIGN_BIAS + i];
+        if (eptrs[i] && a && (uintptr_t)eptrs[i] % a != 0) {
+            fprintf(stderr, "cuBLASLt emulation: the %s pointer is not %llu-byte aligned, as the algorithm was chosen for\n",
+                    i ? "aux" : "bias", (unsigned long long)a);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
     // op(A) is m×k, op(B) is k×n, C and D are m×n
     uint64_t m = d->transa == CUBLAS_OP_N ? la->rows : la->cols, k = d->transa == CUBLAS_OP_N ? la->cols : la->rows;
     uint64_t kb = d->transb == CUBLAS_OP_N ? lb->rows : lb->cols, n = d->transb == CUBLAS_OP_N ? lb->cols : lb->rows;
@@ -200,11 +292,11 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
     if (la->type != lb->type) return emu_lt_refuse("A and B of different types, B type", lb->type);
     if (lc->type != ld->type) return emu_lt_refuse("C and D of different types, D type", ld->type);
     if (ld->type != la->type && ld->type != CUDA_R_32F) return emu_lt_refuse("D type with these inputs", ld->type);
-    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
     int32_t batch = ld->batch;
     if (la->batch != batch || lb->batch != batch || lc->batch != batch)
         return emu_lt_refuse("layouts with different batch counts, D's", batch);
-    if (batch > 1 && d->epilogue != CUBLASLT_EPILOGUE_DEFAULT) return emu_lt_refuse("an epilogue with batches, epilogue", d->epilogue);
+    cublasStatus_t epilogue_ok = emu_lt_check_epilogue(d, m, batch);
+    if (epilogue_ok != CUBLAS_STATUS_SUCCESS) return epilogue_ok;
     if (C != D && lc->stride != ld->stride) return emu_lt_refuse("a C batch stride other than D's", lc->stride);
     // the step profile (emu_core.h): bf16/fp16 inputs run on tensor cores; fp32 under COMPUTE_32F does not
     emu::profile_gemm(2 * m * n * k * (uint64_t)batch, la->type != CUDA_R_32F);
@@ -233,7 +325,15 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                 }
                 float r = alpha * acc;
                 if (beta != 0.0f) r += beta * emu_lt_load(Cb, lc->type, j * lc->ld + i);
-                if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) r += emu_lt_load(d->bias, ld->type, i);
+                if (d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+                    r += emu_lt_load(d->bias, ld->type, i);
+                size_t aux_i = (size_t)j * d->aux_ld + i;  // (no batches with an aux epilogue)
+                if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                    emu_lt_store(d->aux, ld->type, aux_i, r);  // the pre-activation, rounded to D's type
+                    r = emu_lt_gelu(r);                         // GeLU of the unrounded fp32 value
+                } else if (d->epilogue == CUBLASLT_EPILOGUE_DGELU) {
+                    r *= emu_lt_gelu_derivative(emu_lt_load(d->aux, ld->type, aux_i));
+                }
                 emu_lt_store(Db, ld->type, j * ld->ld + i, r);
             }
         }
