@@ -85,7 +85,7 @@ template <typename T, typename LA, typename LB> static void test_wmma(const char
 #ifdef KEEL_CUDA_EMULATION
     uint64_t flops0 = emu::profile().mma_flops;
 #endif
-    KEEL_LAUNCH(wmma_selftest_kernel<T KEEL_COMMA LA KEEL_COMMA LB>, 1, 32, 0, keel_cuda::MAIN_STREAM)(dd, da, db, dc, dcol);
+    KEEL_LAUNCH(wmma_selftest_kernel<T KEEL_COMMA LA KEEL_COMMA LB>, 1, 32, 0, MAIN_STREAM)(dd, da, db, dc, dcol);
     CUDA_CHECK_LAUNCH();
     // (the emulation adds in k order in fp32; a GPU's tensor core in its own order and alignment)
     check_close(std::string("wmma 16x16x16 ") + what, dev_download(dd, 256), want, 1e-5, 1e-5);
@@ -110,7 +110,7 @@ static void test_wmma_all() {
         dup2(null, 2);
         bf16* da = dev_upload(lowp_store<bf16>(randn(256, 43)));
         float* dd = dev_upload(std::vector<float>(256));
-        KEEL_LAUNCH(wmma_divergent_kernel, 1, 32, 0, keel_cuda::MAIN_STREAM)(dd, da);
+        KEEL_LAUNCH(wmma_divergent_kernel, 1, 32, 0, MAIN_STREAM)(dd, da);
         _exit(0);
     }
     int status = 0;

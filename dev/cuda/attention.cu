@@ -72,7 +72,7 @@ __global__ void attention_forward_naive_kernel(bf16* out, bf16* att, const bf16*
 }
 static void naive_forward(bf16* out, bf16* att, const bf16* inp, int B, int T, int C, int NH) {
     size_t rows = (size_t)B * NH * T;
-    KEEL_LAUNCH(attention_forward_naive_kernel, keel_cuda::ceil_div(rows, 128), 128, 0, keel_cuda::MAIN_STREAM)(out, att, inp, B, T, C, NH);
+    KEEL_LAUNCH(attention_forward_naive_kernel, keel_cuda::ceil_div(rows, 128), 128, 0, MAIN_STREAM)(out, att, inp, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
 }
 

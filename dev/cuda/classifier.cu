@@ -45,7 +45,7 @@ __global__ void classifier_naive_kernel(float* losses, bf16* logits, const int* 
     }
 }
 static void naive_classifier(float* losses, bf16* logits, const int* targets, int N, int V, int Vp, float dloss) {
-    KEEL_LAUNCH(classifier_naive_kernel, keel_cuda::ceil_div(N, 128), 128, 0, keel_cuda::MAIN_STREAM)(losses, logits, targets, N, V, Vp, dloss);
+    KEEL_LAUNCH(classifier_naive_kernel, keel_cuda::ceil_div(N, 128), 128, 0, MAIN_STREAM)(losses, logits, targets, N, V, Vp, dloss);
     CUDA_CHECK_LAUNCH();
 }
 

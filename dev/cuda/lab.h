@@ -201,9 +201,9 @@ static void lab_print_checks(const LabRow& r) {
     std::vector<float> ms;
     for (int i = 0; i < a.warmup + a.repeats; i++) {
         if (reset) reset();
-        CUDA_CHECK(cudaEventRecord(start, keel_cuda::MAIN_STREAM));
+        CUDA_CHECK(cudaEventRecord(start, MAIN_STREAM));
         run();
-        CUDA_CHECK(cudaEventRecord(stop, keel_cuda::MAIN_STREAM));
+        CUDA_CHECK(cudaEventRecord(stop, MAIN_STREAM));
         CUDA_CHECK(cudaEventSynchronize(stop));
         float t = 0;
         CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));

@@ -112,7 +112,7 @@ int main(int argc, char** argv) {
                                      lab_compare("rstd", lab_download(d_rstd, N), rstd, 1e-3, 0.0)};
     };
     fwd.variants = {{0, "naive", [&] {
-                         KEEL_LAUNCH(layernorm_forward_naive_kernel, ceil_div(N, 256), 256, 0, keel_cuda::MAIN_STREAM)(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
+                         KEEL_LAUNCH(layernorm_forward_naive_kernel, ceil_div(N, 256), 256, 0, MAIN_STREAM)(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
                          CUDA_CHECK_LAUNCH();
                      }},
                     {1, "keel", [&] { keel_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C); }}};
@@ -133,10 +133,10 @@ int main(int argc, char** argv) {
                                      lab_compare("dbias", lab_download(d_db, C), db, 1e-3, 0.01)};
     };
     bwd.variants = {{0, "naive", [&] {
-                         KEEL_LAUNCH(layernorm_backward_dinp_naive_kernel, ceil_div(N, 256), 256, 0, keel_cuda::MAIN_STREAM)(
+                         KEEL_LAUNCH(layernorm_backward_dinp_naive_kernel, ceil_div(N, 256), 256, 0, MAIN_STREAM)(
                              d_dinp, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C);
                          CUDA_CHECK_LAUNCH();
-                         KEEL_LAUNCH(layernorm_backward_params_naive_kernel, ceil_div(C, 256), 256, 0, keel_cuda::MAIN_STREAM)(
+                         KEEL_LAUNCH(layernorm_backward_params_naive_kernel, ceil_div(C, 256), 256, 0, MAIN_STREAM)(
                              d_dw, d_db, d_dout, d_inp, d_mean_ref, d_rstd_ref, N, C);
                          CUDA_CHECK_LAUNCH();
                      }},

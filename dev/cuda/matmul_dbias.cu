@@ -67,9 +67,9 @@ __global__ void dbias_final_kernel(float* dbias, const float* partial, int nchun
 static void two_stage_dbias(float* dbias, float* partial, const bf16* dout, int N, int OC) {
     unsigned nchunks = keel_cuda::ceil_div(N, DBIAS_ROWS);
     dim3 grid(nchunks, keel_cuda::ceil_div(OC, DBIAS_COLS));
-    KEEL_LAUNCH(dbias_partial_kernel, grid, DBIAS_COLS * DBIAS_SLICES, 0, keel_cuda::MAIN_STREAM)(partial, dout, N, OC);
+    KEEL_LAUNCH(dbias_partial_kernel, grid, DBIAS_COLS * DBIAS_SLICES, 0, MAIN_STREAM)(partial, dout, N, OC);
     CUDA_CHECK_LAUNCH();
-    KEEL_LAUNCH(dbias_final_kernel, keel_cuda::ceil_div(OC, 256), 256, 0, keel_cuda::MAIN_STREAM)(dbias, partial, (int)nchunks, OC);
+    KEEL_LAUNCH(dbias_final_kernel, keel_cuda::ceil_div(OC, 256), 256, 0, MAIN_STREAM)(dbias, partial, (int)nchunks, OC);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
     op.reset = [&] { lab_restore(d_dbias, d_dbias0, OC); };  // accumulated into: from the same start
     op.check = [&] { return std::vector<LabCheck>{lab_compare("dbias", lab_download(d_dbias, OC), dbias, 1e-3, 0.01)}; };
     op.variants = {{0, "naive", [&] {
-                        KEEL_LAUNCH(dbias_naive_kernel, keel_cuda::ceil_div(OC, 256), 256, 0, keel_cuda::MAIN_STREAM)(d_dbias, d_dout, N, OC);
+                        KEEL_LAUNCH(dbias_naive_kernel, keel_cuda::ceil_div(OC, 256), 256, 0, MAIN_STREAM)(d_dbias, d_dout, N, OC);
                         CUDA_CHECK_LAUNCH();
                     }},
                    {1, "keel", [&] { keel_dbias(d_dbias, d_dout, N, OC); }},

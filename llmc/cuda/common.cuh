@@ -48,8 +48,8 @@
 
 namespace keel_cuda {
 
-// keel runs its ops on one stream, in program order (cuda/stream.h: created non-blocking, never the
-// legacy default stream; the NCCL backend issues on it too, llmc/comm.h).
+// keel runs its ops on one stream, in program order (cuda/stream.h: a created stream, never the
+// legacy default one; the NCCL backend issues on it too, llmc/comm.h).
 #define MAIN_STREAM (keel_stream())
 
 static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }

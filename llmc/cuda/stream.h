@@ -3,9 +3,12 @@
 // Contract
 //   keel_stream()  the stream every kernel, cuBLASLt product, copy, memset and NCCL call of the CUDA
 //                  trainer is issued on (llmc/cuda/*.cuh, llmc/backend.h, llmc/comm.h's NCCL backend),
-//                  in program order. Created on first use, non-blocking: nothing keel issues ever runs
-//                  on the legacy default stream, which would wait for (and hold up) every other
-//                  stream of the process — a library's included — at each call.
+//                  in program order. Created on first use; nothing keel issues ever runs on the
+//                  legacy default stream, which would wait for (and hold up) every other blocking
+//                  stream of the process at each call. The stream itself is a blocking one on
+//                  purpose: code outside the trainer that copies with plain cudaMemcpy (the kernel
+//                  tests' helpers, the kernel lab) stays ordered with keel's work through the legacy
+//                  stream's implicit synchronisation, while keel's own calls never pay for it.
 //   A host that needs a result waits for this stream alone (cudaStreamSynchronize(keel_stream())),
 //   at the points that read values: losses once per iteration, the gradient norm's partials, the
 //   loss scaler's overflow flags, checksums. NCCL calls are stream-ordered like kernels and are not
@@ -26,7 +29,7 @@
 static inline cudaStream_t keel_stream() {
     static cudaStream_t stream = [] {
         cudaStream_t s = nullptr;
-        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) keel_die("cannot create the CUDA stream");
+        if (cudaStreamCreate(&s) != cudaSuccess) keel_die("cannot create the CUDA stream");
         return s;
     }();
     return stream;
@@ -34,7 +37,7 @@ static inline cudaStream_t keel_stream() {
 static inline cudaStream_t keel_comm_stream() {
     static cudaStream_t stream = [] {
         cudaStream_t s = nullptr;
-        if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) keel_die("cannot create the CUDA communication stream");
+        if (cudaStreamCreate(&s) != cudaSuccess) keel_die("cannot create the CUDA communication stream");
         return s;
     }();
     return stream;
