@@ -41,6 +41,7 @@
 #include "llmc/parallel.h"
 #include "llmc/planner.h"
 #include "llmc/schedule.h"
+#include "llmc/test_hooks.h"
 #include "llmc/tokenizer.h"
 
 // A: the compute type of the model (llmc/ops.h, DESIGN §3): float in the CPU trainer and under
@@ -77,6 +78,7 @@ struct Trainer {
     std::vector<int> sample, inputs, targets;  // (T+1), (B,T), (B,T) on the host
     std::vector<float> reduce_scratch;         // (DP × shard) receive buffer of the reduce-scatter
     std::vector<GradBucket> buckets;           // the data-parallel reduction's buckets (--grad-bucket-mb, optimizer.h)
+    TestHooks hooks;                           // the test-only environment hooks, read once (llmc/test_hooks.h)
     FILE* token_dump = nullptr;                // KEEL_DUMP_TOKENS (test mode): every sample this rank trains on
     LayerStats layer_stats;                    // --log-layer-norms-interval
     // --spike-policy rollback: the state of iteration snap_state.iteration (taken at start-up, so
@@ -126,21 +128,6 @@ static void trainer_dump_tokens(Trainer<A>* tr, int64_t iteration, int64_t m, in
         fprintf(tr->token_dump, " %d\n", tr->targets[b * T + T - 1]);
     }
     fflush(tr->token_dump);
-}
-
-// Test hook (like KEEL_FAULT_SAVE): KEEL_INJECT_INF="3,7" plants an inf in the gradients of those
-// iterations, before the loss scaler and the non-finite check see them.
-static bool trainer_inject_inf(int64_t iteration) {
-    const char* s = getenv("KEEL_INJECT_INF");
-    if (!s) return false;
-    for (const char* p = s; *p;) {
-        char* end;
-        long long v = strtoll(p, &end, 10);
-        if (end == p) break;
-        if (v == iteration) return true;
-        p = *end == ',' ? end + 1 : end;
-    }
-    return false;
 }
 
 // Iterations whose batch is consumed unread: --skip-train-iteration-range, and the windows the
@@ -284,14 +271,11 @@ template <typename A>
 static void trainer_sync_replicated(Trainer<A>* tr, int64_t it) {
     GPT<A>* m = &tr->model;
     bool changed = false;
-    if (const char* hook = getenv("KEEL_TEST_PERTURB_REPLICATED"); hook && tr->grid.tp_rank == 1) {
-        char name[32];
-        long long layer, at;
-        if (sscanf(hook, "%31[^:]:%lld:%lld", name, &layer, &at) != 3) keel_die("KEEL_TEST_PERTURB_REPLICATED: expected tensor:layer:iteration");
+    if (const TestHooks* h = &tr->hooks; !h->perturb_tensor.empty() && tr->grid.tp_rank == 1) {
         for (int id : trainer_replicated_tensors(tr)) {
             const ParamTensor* t = &m->table.t[id];
-            int64_t l = t->per_layer ? layer - tr->gcfg.stage_layer_first : 0;
-            if (at != it || strcmp(t->name, name) != 0 || l < 0 || l >= (t->per_layer ? gpt_stage_layers(&tr->gcfg) : 1)) continue;
+            int64_t l = t->per_layer ? h->perturb_layer - tr->gcfg.stage_layer_first : 0;
+            if (h->perturb_iteration != it || h->perturb_tensor != t->name || l < 0 || l >= (t->per_layer ? gpt_stage_layers(&tr->gcfg) : 1)) continue;
             float* p = m->params + t->offset_canonical + l * t->rows * t->cols, v;
             backend_copy_to_host(&v, p, sizeof v);
             v += 1e-3f;
@@ -458,7 +442,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     // the tied word embedding: the first stage's copy got the lookup's gradient, the last stage's the
     // LM head's; both take the sum, so the two copies step identically (DESIGN §5)
     // (test hook: KEEL_TEST_UNTIE_PIPELINE_EMBEDDING=1 leaves the copies apart, to prove the exchange matters)
-    if (P > 1 && (first_stage || last_stage) && !getenv("KEEL_TEST_UNTIE_PIPELINE_EMBEDDING"))
+    if (P > 1 && (first_stage || last_stage) && !tr->hooks.untie_pipeline_embedding)
         comm_allreduce_sum_f32_buf(&tr->embed, model->g[P_WTE], (size_t)model->table.t[P_WTE].numel);
     if (last_stage) losses = gpt_losses_read(model, (int)accum, B, T);  // (the host waits for the backward, not the reduction)
     grad_reducer_finish(&reducer);  // the remaining buckets; this rank's shard then holds the mean
@@ -500,7 +484,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     Optimizer* o = &tr->opt;
     // (trainer_accumulate reduced the gradients: this rank's shard holds the mean)
     int64_t lo = o->shard_lo[comm->rank], n = o->shard_lo[comm->rank + 1] - lo;
-    if (trainer_inject_inf(it) && comm->rank == 0) {
+    if (test_hooks_inject_inf(&tr->hooks, it) && comm->rank == 0) {  // test hook KEEL_INJECT_INF
         const float inf = INFINITY;
         backend_copy_to_device(grads, &inf, sizeof inf);
     }
@@ -683,21 +667,21 @@ static void trainer_save(Trainer<A>* tr) {
     printf("saving checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration, tr->cfg.save.c_str());
     std::vector<float> params = trainer_gather_params(tr);
     ckpt_save(tr->cfg.save, &tr->world, params.data(), tr->whole.total, optimizer_save_spans(&tr->opt), tr->opt.canonical_bytes,
-              optimizer_layout(&tr->opt), &tr->st, &tr->gcfg, &tr->cfg);
+              optimizer_layout(&tr->opt), &tr->st, &tr->gcfg, &tr->cfg, tr->hooks.fault_save.c_str());
     printf("  successfully saved checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration,
            ckpt_iter_dir(tr->cfg.save, tr->st.iteration).c_str());
 }
 
 enum ResumeKind { RESUME_NONE, RESUME_WEIGHTS, RESUME_FULL };
 
-// Loads --load if it holds a checkpoint (Megatron: none found → start from scratch). tr->st holds
-// the fresh state of this run's flags on entry. RESUME_FULL continues the checkpoint's trajectory
-// (the recovery flags may reset parts of it); RESUME_WEIGHTS (--finetune) keeps only the weights.
+// Loads iteration `it` of --load (what ckpt_latest found at start-up; -1: none, so start from scratch
+// as Megatron does). tr->st holds the fresh state of this run's flags on entry. RESUME_FULL continues
+// the checkpoint's trajectory (the recovery flags may reset parts of it); RESUME_WEIGHTS (--finetune)
+// keeps only the weights.
 template <typename A>
-static ResumeKind trainer_resume(Trainer<A>* tr) {
+static ResumeKind trainer_resume(Trainer<A>* tr, int64_t it) {
     const Config* c = &tr->cfg;
     const std::string& dir = c->load;
-    int64_t it = ckpt_latest(dir);
     if (it < 0) {
         printf("WARNING: could not find %s/latest_checkpointed_iteration.txt: starting from random\n", dir.c_str());
         return RESUME_NONE;
@@ -773,8 +757,16 @@ static void trainer_check_same_flags(const Comm* comm, const Config* c) {
 
 // --dry-run: the planner's table for the flags' layout (llmc/planner.h); exit 0 if it fits, 1 if not.
 static void trainer_dry_run(Config* c, int launched) {
+    config_validate_bounds(c);  // (a zero micro-batch or TP size would divide by zero below)
     if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
     int64_t T = c->tensor_model_parallel_size, P = c->pipeline_model_parallel_size;
+    int dp = c->data_parallel_size > 0 ? (int)c->data_parallel_size : (int)std::max<int64_t>(1, launched / (T * P));
+    int64_t gbs = c->global_batch_size > 0 ? c->global_batch_size : c->micro_batch_size * dp;
+    if (gbs % (c->micro_batch_size * dp) != 0)
+        keel_usage_error("--global-batch-size %lld is not divisible by --micro-batch-size %lld x data-parallel size %d",
+                         (long long)gbs, (long long)c->micro_batch_size, dp);
+    c->global_batch_size = gbs;
+    config_validate_sizes(c, dp);  // before any size is formed from the flags
     if (c->hidden_size % c->num_attention_heads != 0)
         keel_usage_error("--hidden-size %lld is not divisible by --num-attention-heads %lld", (long long)c->hidden_size,
                          (long long)c->num_attention_heads);
@@ -786,13 +778,9 @@ static void trainer_dry_run(Config* c, int launched) {
     PlanLayout l;
     l.tp = (int)T;
     l.pp = (int)P;
-    l.dp = c->data_parallel_size > 0 ? (int)c->data_parallel_size : std::max(1, launched / (int)(T * P));
+    l.dp = dp;
     l.zero_stage = (int)c->zero_stage;
     l.micro_batch = c->micro_batch_size;
-    int64_t gbs = c->global_batch_size > 0 ? c->global_batch_size : c->micro_batch_size * l.dp;
-    if (gbs % (c->micro_batch_size * l.dp) != 0)
-        keel_usage_error("--global-batch-size %lld is not divisible by --micro-batch-size %lld x data-parallel size %d",
-                         (long long)gbs, (long long)c->micro_batch_size, l.dp);
     l.micro_batches = gbs / (c->micro_batch_size * l.dp);
     l.seq = (int)c->seq_length;
     l.checkpoint_activations = c->checkpoint_activations;
@@ -877,6 +865,29 @@ static void trainer_free_groups(Trainer<A>* tr) {
     comm_finalize(&tr->world);
 }
 
+// Before anything is allocated or written: the checkpoint to resume (a --load whose `latest` exists
+// but cannot be read is refused, never trained over and replaced), the --save directory (created and
+// probed, not found unwritable at the first save), and the data (a shard too short for one sample of
+// T+1 tokens is refused here, not after an allocation sized by T). Returns the iteration to resume
+// (-1: none). The sampler's key is set once the checkpoint is loaded.
+template <typename A>
+static int64_t trainer_open_inputs(Trainer<A>* tr, int T) {
+    const Config* c = &tr->cfg;
+    int64_t load_it = c->load.empty() ? -1 : ckpt_latest(c->load);
+    if (!c->save.empty()) ckpt_check_save_dir(c->save);
+    dataloader_init(&tr->train_data, c->train_data_path.c_str(), T, tr->gcfg.vocab_size, (uint64_t)c->seed, true);
+    if (!c->valid_data_path.empty()) {
+        dataloader_init(&tr->valid_data, c->valid_data_path.c_str(), T, tr->gcfg.vocab_size, (uint64_t)c->seed, false);
+        tr->have_valid = true;
+        int64_t want = c->eval_iters * c->global_batch_size;  // (fits: config_validate_sizes)
+        if (c->eval_interval > 0 && want > tr->valid_data.nsamples)  // only a run that validates reads them
+            keel_usage_error("--eval-iters %lld x global batch %lld = %lld validation samples, but the validation set holds %lld",
+                             (long long)c->eval_iters, (long long)c->global_batch_size, (long long)want,
+                             (long long)tr->valid_data.nsamples);
+    }
+    return load_it;
+}
+
 // The validated config → model, optimizer, data; everything before the first iteration.
 template <typename A>
 static void trainer_setup(Trainer<A>* tr) {
@@ -909,6 +920,7 @@ static void trainer_setup(Trainer<A>* tr) {
         printf("init: --init-method %s gives sigma = %s (output projections: %s)\n", c->init_method.c_str(),
                double_repr(tr->init_sigma).c_str(), double_repr(tr->init_sigma / std::sqrt(2.0 * c->num_layers)).c_str());
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
+    int64_t load_it = trainer_open_inputs(tr, T);
     int64_t accum_max = c->global_batch_size / B / tr->comm.size;  // the ramp-up only lowers it
     gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max));
     tr->model.tp = &tr->tp;
@@ -971,7 +983,7 @@ static void trainer_setup(Trainer<A>* tr) {
     loss_scaler_init(&tr->st.scaler, c);
     update_guard_init(&tr->st.guard, c);
     spike_init(&tr->st.spike, c);
-    ResumeKind kind = c->load.empty() ? RESUME_NONE : trainer_resume(tr);
+    ResumeKind kind = c->load.empty() ? RESUME_NONE : trainer_resume(tr, load_it);
     bool resumed = kind == RESUME_FULL;
     if (kind != RESUME_NONE && (!c->load_llmc.empty() || !c->load_hf.empty()))
         printf(" > note: weights from the checkpoint, so --load-%s %s is not used\n", c->load_hf.empty() ? "llmc" : "hf",
@@ -989,18 +1001,11 @@ static void trainer_setup(Trainer<A>* tr) {
             printf("initialised the weights from Hugging Face directory %s%s\n", c->load_hf.c_str(),
                    c->normformer ? " (--normformer's tensors, which it lacks, from their init)" : "");
     }
-    dataloader_init(&tr->train_data, c->train_data_path.c_str(), T, g->vocab_size, tr->st.seed, true);
+    tr->train_data.seed = tr->valid_data.seed = tr->st.seed;  // the data order's key: the checkpoint's on a resume
     printf("train data: %zu shard(s), %lld samples per epoch\n", tr->train_data.shards.size(), (long long)tr->train_data.nsamples);
-    if (!c->valid_data_path.empty()) {
-        dataloader_init(&tr->valid_data, c->valid_data_path.c_str(), T, g->vocab_size, tr->st.seed, false);
-        tr->have_valid = true;
-        int64_t want = c->eval_iters * c->global_batch_size;
-        if (want > tr->valid_data.nsamples)
-            keel_usage_error("--eval-iters %lld x global batch %lld = %lld validation samples, but the validation set holds %lld",
-                             (long long)c->eval_iters, (long long)c->global_batch_size, (long long)want,
-                             (long long)tr->valid_data.nsamples);
-        printf("valid data: %zu shard(s), %lld samples\n", tr->valid_data.shards.size(), (long long)tr->valid_data.nsamples);
-    }
+    if (tr->have_valid)
+        printf("valid data: %zu shard(s), %lld samples%s\n", tr->valid_data.shards.size(), (long long)tr->valid_data.nsamples,
+               c->eval_interval > 0 ? "" : " (not used: --eval-interval 0)");
     if (c->sample_interval > 0) {
         tokenizer_load(&tr->tok, c->vocab_file.c_str(), c->merge_file.c_str());
         if (tokenizer_vocab_size(&tr->tok) != g->vocab_size)
@@ -1008,8 +1013,8 @@ static void trainer_setup(Trainer<A>* tr) {
                              tokenizer_vocab_size(&tr->tok), g->vocab_size);
         tr->have_tok = true;
     }
-    if (const char* dump = getenv("KEEL_DUMP_TOKENS"); dump && stage == 0 && tr->grid.tp_rank == 0)  // one writer per DP rank
-        tr->token_dump = fopen_check((std::string(dump) + ".rank" + std::to_string(tr->comm.rank)).c_str(), "ab");
+    if (!tr->hooks.dump_tokens.empty() && stage == 0 && tr->grid.tp_rank == 0)  // KEEL_DUMP_TOKENS; one writer per DP rank
+        tr->token_dump = fopen_check((tr->hooks.dump_tokens + ".rank" + std::to_string(tr->comm.rank)).c_str(), "ab");
     tr->sample.resize(T + 1);
     tr->inputs.resize((size_t)B * T);
     tr->targets.resize((size_t)B * T);
@@ -1096,7 +1101,7 @@ static int trainer_run(Trainer<A>* tr) {
                 printf("exported the weights as llm.c model file %s\n", c->export_llmc.c_str());
             }
             if (!c->export_hf.empty()) {
-                hf_export(c->export_hf, params.data(), &tr->whole, &whole, c);
+                hf_export(c->export_hf, params.data(), &tr->whole, &whole, c, tr->hooks.fault_save.c_str());
                 std::string why;
                 printf("exported the weights as Hugging Face directory %s (%s, %s)\n", c->export_hf.c_str(),
                        HF_ARCHS[hf_arch_of(&whole, &why)].cls, c->export_dtype.c_str());
@@ -1117,6 +1122,7 @@ template <typename A> static int trainer_main(const Comm* comm, const Config* c)
     Trainer<A>* tr = new Trainer<A>();
     tr->world = *comm;
     tr->cfg = *c;
+    tr->hooks = test_hooks_read();
     return trainer_run(tr);
 }
 

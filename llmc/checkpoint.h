@@ -14,8 +14,15 @@
 //
 // Atomic publish: everything is written into DIR/iter_N.tmp/, each file fsync'd, the directory
 // renamed to DIR/iter_N/, then latest_checkpointed_iteration.txt replaced by write-temp, fsync,
-// rename. A crash at any instant leaves `latest` naming a complete checkpoint. KEEL_FAULT_SAVE
-// (model | rename | swap | latest) kills the process at that point of a save, for the crash tests.
+// rename. A crash at any instant leaves `latest` naming a complete checkpoint; a save that fails
+// (a full disk: keel_die, exit 1) removes its iter_N.tmp/ on the way out. The test hook
+// KEEL_FAULT_SAVE (model | rename | swap | latest; llmc/test_hooks.h) kills the process at that point
+// of a save, for the crash tests.
+//
+// Start-up (ckpt_latest, ckpt_check_save_dir): only a missing --load directory or a missing `latest`
+// means "no checkpoint yet, start fresh"; a `latest` that exists but cannot be read or parsed, or a
+// --load that is not a directory, is refused (a fresh start would go on to replace that checkpoint).
+// --save is created and probed before the first iteration, not found unwritable at the first save.
 #pragma once
 #include <dirent.h>
 #include <fcntl.h>
@@ -99,9 +106,9 @@ static inline uint64_t checksum64(const void* data, size_t n) {
     return checksum64_end(&c);
 }
 
-static inline void ckpt_fault(const char* stage) {
-    const char* f = getenv("KEEL_FAULT_SAVE");
-    if (f && strcmp(f, stage) == 0) {
+// fault: the KEEL_FAULT_SAVE test hook's stage (null or "": none); kills the process if it is `stage`.
+static inline void ckpt_fault(const char* fault, const char* stage) {
+    if (fault && strcmp(fault, stage) == 0) {
         fprintf(stderr, "KEEL_FAULT_SAVE=%s: killing the process mid-save\n", stage);
         fflush(stderr);
         raise(SIGKILL);
@@ -275,23 +282,40 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
     return t + buf;
 }
 
+// The temporary directory (or file) of the save in progress on this process, removed on the way out
+// if the process exits before publishing it (keel_die: a full disk, a failed rename), so a failed save
+// leaves nothing beside the published iterations. A crash (SIGKILL) leaves it to the next save's rmtree.
+static std::string ckpt_pending;
+static inline void ckpt_remove_pending() {
+    if (ckpt_pending.empty()) return;
+    rmtree(ckpt_pending);           // a directory
+    unlink(ckpt_pending.c_str());  // or a file
+}
+static inline void ckpt_set_pending(const std::string& path) {
+    static bool registered = false;
+    if (!registered) atexit(ckpt_remove_pending);
+    registered = true;
+    ckpt_pending = path;
+}
+
 // Saves a checkpoint of iteration s->iteration under dir (created if needed) and publishes it; every
 // rank of comm (the world) calls it. Rank 0 writes model.bin from params (the whole model's n
 // canonical parameters, gathered to it under pipeline parallelism) and state.txt; each rank writes
 // its spans of the optimizer's canonical state (opt_bytes in all, described by opt_layout; under
 // pipeline parallelism a stage's spans sit where the whole model's layout puts them); rank 0
-// publishes. Returns on every rank once the checkpoint is published.
+// publishes. Returns on every rank once the checkpoint is published. fault: the KEEL_FAULT_SAVE hook.
 static inline void ckpt_save(const std::string& dir, const Comm* comm, const float* params, int64_t n,
                              const std::vector<StateSpan>& opt_spans, size_t opt_bytes, const std::string& opt_layout,
-                             const TrainState* s, const GPTConfig* g, const Config* c) {
+                             const TrainState* s, const GPTConfig* g, const Config* c, const char* fault) {
     std::string final_dir = ckpt_iter_dir(dir, s->iteration), tmp = final_dir + ".tmp", old = final_dir + ".old";
     bool root = comm->rank == 0;
     if (root) {
         mkdir_p(dir);
         rmtree(tmp);  // a crash of an earlier save may have left one
         FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());
+        ckpt_set_pending(tmp);
         ckpt_write_file(tmp + "/model.bin", params, (size_t)n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)n);
-        ckpt_fault("model");
+        ckpt_fault(fault, "model");
         ckpt_coop_create(tmp + "/optimizer.bin", opt_bytes);
     }
     comm_barrier(comm);
@@ -305,39 +329,84 @@ static inline void ckpt_save(const std::string& dir, const Comm* comm, const flo
         FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", (tmp + "/state.txt").c_str());
         FILE_CHECK(fclose(f) == 0, "fclose", (tmp + "/state.txt").c_str());
         fsync_path(tmp.c_str());
-        ckpt_fault("rename");
+        ckpt_fault(fault, "rename");
         struct stat st;
         if (stat(final_dir.c_str(), &st) == 0) {  // re-saving an iteration: keep the old one until the swap
             rmtree(old);
             FILE_CHECK(rename(final_dir.c_str(), old.c_str()) == 0, "rename", final_dir.c_str());
-            ckpt_fault("swap");
+            ckpt_fault(fault, "swap");
         }
         FILE_CHECK(rename(tmp.c_str(), final_dir.c_str()) == 0, "rename", tmp.c_str());
+        ckpt_set_pending("");  // published: iter_N/ stays whatever follows
         fsync_path(dir.c_str());
-        ckpt_fault("latest");
+        ckpt_fault(fault, "latest");
         std::string latest = dir + "/latest_checkpointed_iteration.txt", latest_tmp = latest + ".tmp";
+        ckpt_set_pending(latest_tmp);
         f = fopen_check(latest_tmp.c_str(), "wb");
         fprintf(f, "%lld\n", (long long)s->iteration);
         FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", latest_tmp.c_str());
         FILE_CHECK(fclose(f) == 0, "fclose", latest_tmp.c_str());
         FILE_CHECK(rename(latest_tmp.c_str(), latest.c_str()) == 0, "rename", latest_tmp.c_str());
+        ckpt_set_pending("");
         fsync_path(dir.c_str());
         rmtree(old);
     }
     comm_barrier(comm);
 }
 
-// The iteration `latest_checkpointed_iteration.txt` names, or -1 if dir holds no checkpoint.
+// The iteration `latest_checkpointed_iteration.txt` of --load dir names, or -1 if there is no
+// checkpoint to resume: dir missing, or holding no `latest` (the first run of a restart loop). Anything
+// else that keeps `latest` from being read is refused (exit 1; a --load that is not a directory, exit
+// 2): a fresh start would go on to replace the checkpoint that is there.
 static inline int64_t ckpt_latest(const std::string& dir) {
+    const char* hint = "nothing was written: fix or remove it to start fresh";
+    struct stat sb;
+    if (stat(dir.c_str(), &sb) != 0) {
+        if (errno == ENOENT) return -1;
+        keel_die_code(KEEL_EXIT_RUNTIME, hint, "--load %s: cannot be read: %s", dir.c_str(), strerror(errno));
+    }
+    if (!S_ISDIR(sb.st_mode))
+        keel_die_code(KEEL_EXIT_USAGE, "--load names the checkpoint directory (what --save wrote)", "--load %s is not a directory",
+                      dir.c_str());
     std::string latest = dir + "/latest_checkpointed_iteration.txt";
+    if (lstat(latest.c_str(), &sb) != 0 && errno == ENOENT) return -1;
     FILE* f = fopen(latest.c_str(), "rb");
-    if (!f) return -1;
-    long long it = -1;
-    char junk;
-    int got = fscanf(f, "%lld %c", &it, &junk);
+    char text[64] = {0};
+    size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (!f || ferror(f)) keel_die_code(KEEL_EXIT_RUNTIME, hint, "'%s' exists but cannot be read: %s", latest.c_str(), strerror(errno));
     fclose(f);
-    if (got != 1 || it < 0) keel_die("'%s': does not hold one iteration number", latest.c_str());
+    std::string s(text, got);  // one decimal number, surrounding white space allowed (as written: "N\n")
+    size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+    std::string num = b == std::string::npos ? "" : s.substr(b, e - b + 1);
+    if (num.empty() || got == sizeof text - 1 || num.find_first_not_of("0123456789") != std::string::npos)
+        keel_die_code(KEEL_EXIT_RUNTIME, hint, "'%s': does not hold one iteration number (holds '%s')", latest.c_str(),
+                      num.substr(0, 24).c_str());
+    errno = 0;
+    long long it = strtoll(num.c_str(), nullptr, 10);
+    if (errno == ERANGE)
+        keel_die_code(KEEL_EXIT_RUNTIME, hint, "'%s' holds iteration %s, beyond any iteration (at most %lld)", latest.c_str(),
+                      num.c_str(), (long long)INT64_MAX);
     return it;
+}
+
+// --save DIR at start-up: created if missing (as a save would), and it must take a file (a probe is
+// created and removed), so an unusable directory is refused before the first iteration rather than
+// at the first save. Every rank checks: each writes its spans of optimizer.bin.
+static inline void ckpt_check_save_dir(const std::string& dir) {
+    const char* hint = "--save names a directory keel may create and write checkpoints into";
+    struct stat sb;
+    if (stat(dir.c_str(), &sb) == 0 && !S_ISDIR(sb.st_mode)) keel_die_code(KEEL_EXIT_USAGE, hint, "--save %s is not a directory", dir.c_str());
+    for (size_t i = 1; i <= dir.size(); i++) {  // mkdir -p, with the failure named as --save's
+        if (i < dir.size() && dir[i] != '/') continue;
+        std::string part = dir.substr(0, i);
+        if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
+            keel_die_code(KEEL_EXIT_USAGE, hint, "--save %s: cannot create '%s': %s", dir.c_str(), part.c_str(), strerror(errno));
+    }
+    std::string probe = dir + "/.keel_save_probe_XXXXXX";
+    int fd = mkstemp(&probe[0]);
+    if (fd < 0) keel_die_code(KEEL_EXIT_USAGE, hint, "--save %s: cannot write there: %s", dir.c_str(), strerror(errno));
+    close(fd);
+    unlink(probe.c_str());
 }
 
 // Parses and verifies state.txt into key → value.
@@ -494,6 +563,14 @@ static inline LlmcHeader llmc_read_header(const char* path, FILE** out_file) {
     return r;
 }
 
+// The first element of w[0..n) that is NaN or infinite, or -1. Weights read from a file must be finite:
+// a NaN makes every gradient non-finite, every update is skipped and the run "trains" to its end.
+static inline int64_t weights_first_nonfinite(const float* w, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!std::isfinite(w[i])) return i;
+    return -1;
+}
+
 static inline void llmc_load(const char* path, float* params, const ParamTable* pt, const GPTConfig* g) {
     FILE* f;
     LlmcHeader h = llmc_read_header(path, &f);
@@ -519,6 +596,13 @@ static inline void llmc_load(const char* path, float* params, const ParamTable* 
             continue;
         }
         if (fread(dst, 4, (size_t)t->numel, f) != (size_t)t->numel) keel_die("llm.c model file '%s': truncated in %s", path, t->name);
+    }
+    for (int id = 0; id < LLMC_NUM_PARAMS; id++) {  // (wte: the real rows, as mapped; the padding is zero)
+        const ParamTensor* t = &pt->t[id];
+        int64_t i = weights_first_nonfinite(params + t->offset_canonical, t->numel);
+        if (i >= 0)
+            keel_die("llm.c model file '%s': tensor %s holds %g at element %lld: the weights must be finite", path, t->name,
+                     params[t->offset_canonical + i], (long long)i);
     }
     char extra;
     if (fread(&extra, 1, 1, f) != 0) keel_die("llm.c model file '%s': trailing bytes (shape mismatch?)", path);

@@ -46,9 +46,13 @@ struct Shard {
     int64_t nsamples;
 };
 
-// Opens and validates one shard: magic, version, exact file size, every token id < vocab_size.
+// Opens and validates one shard: a regular file (not a directory; a FIFO would block the read),
+// magic, version, a token count >= 0, exact file size, every token id < vocab_size.
 static inline void shard_open(Shard* s, const char* path, int vocab_size) {
     s->path = path;
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        keel_die("shard '%s': %s, not a token shard", path, S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
     s->file = fopen(path, "rb");
     if (!s->file) keel_die("shard '%s': cannot open: %s", path, strerror(errno));
     int32_t header[SHARD_HEADER_INTS];
@@ -59,6 +63,7 @@ static inline void shard_open(Shard* s, const char* path, int vocab_size) {
     if (header[1] != SHARD_VERSION)
         keel_die("shard '%s': unsupported version %d (expected %d)", path, header[1], SHARD_VERSION);
     s->ntok = header[2];
+    if (s->ntok < 0) keel_die("shard '%s': the header's token count is negative (%lld): a corrupt header", path, (long long)s->ntok);
     fseek(s->file, 0, SEEK_END);
     int64_t bytes = ftell(s->file);
     int64_t expect = (int64_t)sizeof(header) + s->ntok * 2;

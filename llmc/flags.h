@@ -294,16 +294,16 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("log-layer-norms-interval", 0, NO_MAX, FT_INT, log_layer_norms_interval, FK_RUN, nullptr,
               "every N iterations: per-layer gradient norm, weight norm and activation RMS into the metrics; 0: off"),
     // layout and the memory planner
-    KEEL_FLAG("tensor-model-parallel-size", 1, NO_MAX, FT_INT, tensor_model_parallel_size, FK_RUN, nullptr,
+    KEEL_FLAG("tensor-model-parallel-size", 1, INT32_MAX, FT_INT, tensor_model_parallel_size, FK_RUN, nullptr,
               "tensor-parallel ranks T (Megatron split: heads, MLP columns, vocabulary; launch TP x P x DP ranks)"),
     KEEL_FLAG("check-replicated-params-interval", 0, NO_MAX, FT_INT, check_replicated_params_interval, FK_RUN, nullptr,
               "every N iterations compare a checksum of every replicated tensor (LayerNorms, row-parallel biases, positions) "
               "across tensor-parallel ranks; stop on a mismatch naming it; 0: off"),
     KEEL_FLAG("sync-tp-duplicated-parameters", NO_MIN, NO_MAX, FT_BOOL, sync_tp_duplicated_parameters, FK_RUN, nullptr,
               "average the replicated tensors over the tensor-parallel ranks before every forward (the BLOOM band-aid, KNOBS 14.2)"),
-    KEEL_FLAG("pipeline-model-parallel-size", 1, NO_MAX, FT_INT, pipeline_model_parallel_size, FK_RUN, nullptr,
+    KEEL_FLAG("pipeline-model-parallel-size", 1, INT32_MAX, FT_INT, pipeline_model_parallel_size, FK_RUN, nullptr,
               "pipeline stages P: layers split over P ranks, 1F1B schedule (launch TP x P x DP ranks)"),
-    KEEL_FLAG("data-parallel-size", 0, NO_MAX, FT_INT, data_parallel_size, FK_RUN, nullptr,
+    KEEL_FLAG("data-parallel-size", 0, 65536, FT_INT, data_parallel_size, FK_RUN, nullptr,
               "--dry-run: data-parallel ranks to plan for (0: the launched ranks / (T*P)); training takes the launched ranks"),
     KEEL_FLAG("checkpoint-activations", NO_MIN, NO_MAX, FT_BOOL, checkpoint_activations, FK_RUN, nullptr,
               "recompute each layer's forward in backward: keep one layer's activations instead of L (same bits)"),
@@ -521,13 +521,8 @@ static inline int config_dp_size(const Config* c, int world) {
     return (int)(world / (tp * pp));
 }
 
-// Rejects contradictory or impossible combinations (exit 2, one line naming the flags). world: the
-// launched ranks (TP x PP x DP).
-static inline void config_validate(Config* c, int world) {
-    int dp_size = config_dp_size(c, world);
-    if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
-    if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp_size;
-    // Bounds from the table: counts that must be positive or non-negative, shapes that must fit an int.
+// Bounds from the table: counts that must be positive or non-negative, shapes that must fit an int.
+static inline void config_validate_bounds(const Config* c) {
     for (int i = 0; i < NUM_FLAGS; i++) {
         const Flag* f = &FLAGS[i];
         if (f->type != FT_INT) continue;
@@ -535,8 +530,107 @@ static inline void config_validate(Config* c, int world) {
         if (f->min != NO_MIN && v < f->min) keel_usage_error("--%s must be >= %lld (got %lld)", f->name, (long long)f->min, (long long)v);
         if (f->max != NO_MAX && v > f->max) keel_usage_error("--%s must be <= %lld (got %lld)", f->name, (long long)f->max, (long long)v);
     }
-    if (c->micro_batch_size * c->seq_length > INT32_MAX / 4)
-        keel_usage_error("--micro-batch-size x --seq-length = %lld positions is too large", (long long)(c->micro_batch_size * c->seq_length));
+}
+
+// ---- sizes: every product keel forms from the flags fits its type --------------------------------
+// Checked before anything is allocated: a flag's extreme value would otherwise wrap a count into a
+// small, wrong one (an allocation of 0 activation slots, a negative padded vocabulary, a byte count
+// printed wrapped, an LR decay span that overflows to <= 0).
+//
+// KEEL_MAX_ELEMENTS: the most elements of one buffer, and the most parameters: 2^58, so the bytes of
+// such a count in fp32 and a sum of several (weights, gradients, Adam's two moments, checkpoint
+// copies: at most 32 bytes per element) still fit int64. Far beyond any memory: a model this refuses
+// could not have been allocated, and one it admits that does not fit fails as out of memory with
+// its true byte count.
+// KEEL_MAX_ACCUMULATION: micro-batches per iteration and data-parallel rank. Each keeps its loss until
+// the iteration's end (the loss log, the host vectors), and each is a forward and backward before
+// the first log line: --global-batch-size 2^31 at micro-batch 2 would be 2^30 of them, hours of
+// silence and 8 GB of losses. 65536 is over 100x any published recipe's count.
+static const int64_t KEEL_MAX_ELEMENTS = (int64_t)1 << 58;
+static const int64_t KEEL_MAX_ACCUMULATION = 65536;
+
+// Checked int64 arithmetic for the size checks: a result that overflows saturates at INT64_MAX,
+// which every limit refuses (all operands are >= 0).
+static inline int64_t size_mul(int64_t a, int64_t b) { int64_t r; return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r; }
+static inline int64_t size_add(int64_t a, int64_t b) { int64_t r; return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r; }
+
+struct SizeFlag { const char* name; int64_t value; };  // a flag a size is formed from, and its value
+
+// Refuses (exit 2) a size n above `limit` (limit_text says it in words), or one that overflowed, with
+// one line naming the largest of the flags it is formed from (the extreme one) and the others beside.
+static inline void config_check_size(int64_t n, int64_t limit, const char* limit_text, const char* what,
+                                     std::initializer_list<SizeFlag> flags) {
+    if (n <= limit && n != INT64_MAX) return;
+    const SizeFlag* big = flags.begin();
+    for (const SizeFlag& f : flags) big = f.value > big->value ? &f : big;
+    std::string with;
+    for (const SizeFlag& f : flags)
+        if (&f != big) with += std::string(with.empty() ? " (with " : ", ") + "--" + f.name + " " + std::to_string(f.value);
+    if (!with.empty()) with += ")";
+    if (n == INT64_MAX) keel_usage_error("--%s %lld: %s overflows int64%s", big->name, (long long)big->value, what, with.c_str());
+    keel_usage_error("--%s %lld: %s is %lld, more than %s%s", big->name, (long long)big->value, what, (long long)n, limit_text, with.c_str());
+}
+
+// The products of the model shape, the batch and the run length (the trainer and --dry-run; dp_size:
+// the data-parallel ranks; global_batch_size already defaulted).
+static inline void config_validate_sizes(const Config* c, int dp_size) {
+    int64_t L = c->num_layers, C = c->hidden_size, NH = c->num_attention_heads, T = c->seq_length, B = c->micro_batch_size;
+    int64_t V = c->vocab_size, mult = c->make_vocab_size_divisible_by, maxT = c->max_position_embeddings, gbs = c->global_batch_size;
+    const char* max_elements = "2^58 (llmc/flags.h KEEL_MAX_ELEMENTS)";
+    // the padded vocabulary is an int, and so is V + multiple - 1 on the way to it (llmc/model.h gpt_padded_vocab)
+    SizeFlag vocab = mult > V ? SizeFlag{"make-vocab-size-divisible-by", mult} : SizeFlag{"vocab-size", V};
+    config_check_size(size_add(V, mult - 1), INT32_MAX, "2^31-1 (an int)", "V + multiple - 1 (rounding up to the padded vocabulary)",
+                      {{"vocab-size", V}, {"make-vocab-size-divisible-by", mult}});
+    int64_t Vp = (V + mult - 1) / mult * mult;
+    // the parameter count, bounded from above: per layer 12C^2 + 13C (GPT-2) + NH + 10C (NormFormer's
+    // tensors), plus the embeddings (Vp + maxT) x C and at most 4C of final and embedding LayerNorms
+    int64_t per_layer = size_add(size_mul(C, size_add(size_mul(12, C), 23)), NH);
+    int64_t params = size_add(size_mul(L, per_layer), size_mul(size_add(size_add(Vp, maxT), 4), C));
+    config_check_size(params, KEEL_MAX_ELEMENTS, max_elements, "the parameter count",
+                      {{"num-layers", L}, {"hidden-size", C}, {"max-position-embeddings", maxT}, vocab});
+    // the MLP width 4C is an int in the ops' signatures (implied by the count above; said on its own)
+    config_check_size(size_mul(4, C), INT32_MAX, "2^31-1 (an int)", "the MLP width 4 x C", {{"hidden-size", C}});
+    // the activations of one micro-batch: positions as an int (the ops' N), the widest per-layer
+    // buffers (the MLP's L x B x T x 4C, the attention probabilities L x B x NH x T x T) and the logits
+    if (B * T > INT32_MAX / 4) keel_usage_error("--micro-batch-size x --seq-length = %lld positions is too large", (long long)(B * T));
+    config_check_size(size_mul(size_mul(L, B * T), 4 * C), KEEL_MAX_ELEMENTS, max_elements, "the MLP activations' element count L x B x T x 4C",
+                      {{"num-layers", L}, {"micro-batch-size", B}, {"seq-length", T}, {"hidden-size", C}});
+    config_check_size(size_mul(size_mul(size_mul(L, B), NH), size_mul(T, T)), KEEL_MAX_ELEMENTS, max_elements,
+                      "the attention probabilities' element count L x B x NH x T x T",
+                      {{"num-layers", L}, {"micro-batch-size", B}, {"num-attention-heads", NH}, {"seq-length", T}});
+    config_check_size(size_mul(B * T, Vp), KEEL_MAX_ELEMENTS, max_elements, "the logits' element count B x T x padded vocabulary",
+                      {{"micro-batch-size", B}, {"seq-length", T}, vocab});
+    // the micro-batches of one iteration (an int everywhere: the 1F1B schedule, the loss log)
+    int64_t accum = gbs / (B * dp_size);
+    if (accum > KEEL_MAX_ACCUMULATION)
+        keel_die_code(KEEL_EXIT_USAGE, "raise --micro-batch-size or lower --global-batch-size",
+                      "--global-batch-size %lld: %lld micro-batches of %lld samples per iteration on each of %d data-parallel rank(s), more "
+                      "than %lld (each keeps its loss until the iteration ends)",
+                      (long long)gbs, (long long)accum, (long long)B, dp_size, (long long)KEEL_MAX_ACCUMULATION);
+    // the run's length: samples and tokens are int64 counters (consumed_samples, consumed_tokens, the
+    // LR schedule's spans in samples)
+    const char* i64 = "int64";
+    config_check_size(size_mul(size_mul(c->train_iters, gbs), T), INT64_MAX - 1, i64, "the run's token count (iterations x global batch x T)",
+                      {{"train-iters", c->train_iters}, {"global-batch-size", gbs}, {"seq-length", T}});
+    config_check_size(size_mul(c->train_samples, T), INT64_MAX - 1, i64, "the run's token count (samples x T)",
+                      {{"train-samples", c->train_samples}, {"seq-length", T}});
+    config_check_size(size_mul(c->lr_decay_iters, gbs), INT64_MAX - 1, i64, "the LR decay span in samples",
+                      {{"lr-decay-iters", c->lr_decay_iters}, {"global-batch-size", gbs}});
+    config_check_size(size_mul(c->lr_warmup_iters, gbs), INT64_MAX - 1, i64, "the LR warmup in samples",
+                      {{"lr-warmup-iters", c->lr_warmup_iters}, {"global-batch-size", gbs}});
+    // an evaluation's batches (when validation runs): their losses are one int-counted exchange
+    if (c->eval_interval > 0)
+        config_check_size(size_mul(c->eval_iters, gbs / B), INT32_MAX, "2^31-1 (an int)", "the count of one evaluation's micro-batches",
+                          {{"eval-iters", c->eval_iters}, {"global-batch-size", gbs}});
+}
+
+// Rejects contradictory or impossible combinations (exit 2, one line naming the flags). world: the
+// launched ranks (TP x PP x DP).
+static inline void config_validate(Config* c, int world) {
+    config_validate_bounds(c);  // first: TP x PP below must not overflow
+    int dp_size = config_dp_size(c, world);
+    if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
+    if (c->global_batch_size == 0) c->global_batch_size = c->micro_batch_size * dp_size;
     if (c->hidden_size % c->num_attention_heads != 0)
         keel_usage_error("--hidden-size %lld is not divisible by --num-attention-heads %lld", (long long)c->hidden_size,
                          (long long)c->num_attention_heads);
@@ -547,6 +641,7 @@ static inline void config_validate(Config* c, int world) {
     if (c->global_batch_size % (c->micro_batch_size * dp_size) != 0)
         keel_usage_error("--global-batch-size %lld is not divisible by --micro-batch-size %lld x data-parallel size %d",
                          (long long)c->global_batch_size, (long long)c->micro_batch_size, dp_size);
+    config_validate_sizes(c, dp_size);
     if ((c->train_iters > 0) == (c->train_samples > 0))
         keel_usage_error("give exactly one of --train-iters and --train-samples");
     if (std::isnan(c->lr)) keel_usage_error("--lr is required");

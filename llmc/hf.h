@@ -27,7 +27,7 @@
 //   hf_export_check(c)   at start-up (exit 2): the model maps to an architecture, --export-hf's
 //       directory is absent or holds only files an export writes (it is replaced whole), and with
 //       GPT-2's vocabulary (V = 50257) the tokenizer files (--vocab-file, --merge-file) load.
-//   hf_export(dir, params, pt, g, c)   writes dir atomically from the whole model's canonical
+//   hf_export(dir, params, pt, g, c, fault)   writes dir atomically from the whole model's canonical
 //       parameters: everything goes into dir.tmp/ (each file fsync'd), which then replaces dir in
 //       one step (renameat2 RENAME_EXCHANGE; where the filesystem lacks it, two renames through
 //       dir.old). Files: model.safetensors (--export-dtype fp32|bf16|fp16, round to nearest even;
@@ -42,8 +42,8 @@
 //       are refused naming the key.
 //   hf_load(dir, params, pt, g)   fills the canonical buffer from dir/model.safetensors (F32, BF16 or
 //       F16, widened exactly): every tensor of the architecture must be present with its exact shape;
-//       a missing, misshapen, unknown-dtype or unexpected tensor, or a malformed file
-//       (llmc/safetensors.h), is refused with one line. GPT-2's attention-mask buffers
+//       a missing, misshapen, unknown-dtype or unexpected tensor, a weight that is NaN or infinite,
+//       or a malformed file (llmc/safetensors.h), is refused with one line. GPT-2's attention-mask buffers
 //       (h.N.attn.bias, h.N.attn.masked_bias, in files from older transformers) are skipped. Names
 //       are read with or without the base-model prefix (transformer. / model.), as HF does. keel's
 //       tensors outside the architecture (--normformer's) keep the values the caller initialised.
@@ -461,7 +461,9 @@ static inline void hf_publish(const std::string& tmp, const std::string& dir) {
     fsync_path(parent.c_str());
 }
 
-static inline void hf_export(const std::string& dir_flag, const float* params, const ParamTable* pt, const GPTConfig* g, const Config* c) {
+// fault: the KEEL_FAULT_SAVE test hook (llmc/test_hooks.h), null or "" when off.
+static inline void hf_export(const std::string& dir_flag, const float* params, const ParamTable* pt, const GPTConfig* g, const Config* c,
+                             const char* fault) {
     std::string why, dir = hf_dir_strip(dir_flag), tmp = dir + ".tmp";
     int arch = hf_arch_of(g, &why);
     if (arch < 0) keel_die("--export-hf: no Hugging Face architecture computes this model: %s", why.c_str());
@@ -491,7 +493,7 @@ static inline void hf_export(const std::string& dir_flag, const float* params, c
         printf(" > note: --export-hf: the vocabulary (%d) is not GPT-2's (%d): no tokenizer files written\n", g->vocab_size, (int)HF_GPT2_VOCAB);
     }
     fsync_path(tmp.c_str());
-    ckpt_fault("hf");  // test hook (KEEL_FAULT_SAVE=hf): killed with the new export complete but unpublished
+    ckpt_fault(fault, "hf");  // test hook (KEEL_FAULT_SAVE=hf): killed with the new export complete but unpublished
     hf_publish(tmp, dir);
 }
 
@@ -688,6 +690,10 @@ static inline void hf_load(const std::string& dir, float* params, const ParamTab
             keel_die("'%s': tensor '%s' has shape %s, but %s with this config.json needs %s", path.c_str(), t->name.c_str(),
                      st_shape_string(t->shape).c_str(), cls, st_shape_string(h.shape).c_str());
         std::vector<float> v = hf_read_f32(&st, t);
+        int64_t bad = weights_first_nonfinite(v.data(), (int64_t)v.size());  // (llmc/checkpoint.h)
+        if (bad >= 0)
+            keel_die("'%s': tensor '%s' holds %g at element %lld: the weights must be finite", path.c_str(), t->name.c_str(),
+                     v[bad], (long long)bad);
         float* dst = params + h.offset_canonical;
         if (h.map->how == HF_VOCAB) {  // keel's padding rows are zero
             memset(dst, 0, (size_t)h.t->numel * sizeof(float));

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Bad input gets one clear error line and a non-zero exit (2 for the command line, 1 for bad
 # files): every malformed-flag class, contradictory flags, corrupt/truncated checkpoints, a changed
-# model shape, a changed LR schedule (AnnealingLR rule), bad shards and llm.c files.
+# model shape, a changed LR schedule (AnnealingLR rule), bad shards and llm.c files. Issue 26: sizes
+# whose products would overflow their types (each used to crash, hang, or wrap into a misleading
+# message), a directory or a negative token count as a shard, a sequence too long for the data
+# before any allocation, non-finite llm.c weights; a validation set too small for --eval-iters
+# matters only when validation runs; the test-only hooks are read in one place. (Checkpoint
+# directories: test_hardening.)
 source "$(dirname "$0")/lib.sh"
 K=$KEEL
 # -- flags: unknown, missing value, malformed numbers, choices, ranges, contradictions
@@ -40,7 +45,7 @@ expect_fail 1 "is >= the vocabulary size 1000" $K "${TINY[@]}" --train-iters 4 -
 printf 'garbage' >"$TMP/bad.bin"
 expect_fail 1 "shard '$TMP/bad.bin': truncated header" $K "${TINY[@]}" --train-iters 4 --train-data-path "$TMP/bad.bin"
 # -- checkpoints
-$K "${TINY[@]}" --train-iters 4 --save "$TMP/ck" >"$TMP/ck.log" 2>&1 || fail "checkpoint run"
+$K "${TINY[@]}" --train-iters 4 --save "$TMP/ck" --export-llmc "$TMP/ck.llmc" >"$TMP/ck.log" 2>&1 || fail "checkpoint run"
 expect_fail 1 "model shape changed" $K "${TINY[@]}" --train-iters 8 --num-layers 3 --load "$TMP/ck"
 expect_fail 2 "AnnealingLR: class input value 0.002 and checkpoint value 0.003 for learning rate do not match" \
   $K "${TINY[@]}" --train-iters 4 --lr 2e-3 --load "$TMP/ck"
@@ -92,4 +97,39 @@ expect_fail 2 "adam8bit-block-size must be <= 2048" $KEEL "${TINY[@]}" --train-i
 expect_fail 2 "adam8bit-percentile-clipping must be <= 100" $KEEL "${TINY[@]}" --train-iters 3 --optimizer adam8bit --adam8bit-percentile-clipping 101
 expect_fail 2 "adam8bit-percentile-clipping applies to --optimizer adam8bit" $KEEL "${TINY[@]}" --train-iters 3 --adam8bit-percentile-clipping 5
 expect_fail 2 "adam8bit-min-size must be >= 0" $KEEL "${TINY[@]}" --train-iters 3 --optimizer adam8bit --adam8bit-min-size -1
+# -- sizes (issue 26): every product of the flags fits its type, checked before allocation, the flag named
+expect_fail 2 "--global-batch-size 8589934592: 4294967296 micro-batches of 2 samples per iteration .*, more than 65536" \
+  $K "${TINY[@]}" --train-iters 4 --global-batch-size 8589934592  # (was SIGSEGV: (int) 2^32 accumulation steps = 0 slots)
+expect_fail 2 "--global-batch-size 2147483648: 1073741824 micro-batches" \
+  timeout 20 $K "${TINY[@]}" --train-iters 4 --eval-interval 0 --valid-data-path "" --global-batch-size 2147483648  # (was a hang)
+expect_fail 2 "--make-vocab-size-divisible-by 2147483647: V \+ multiple - 1 .* more than 2\^31-1" \
+  $K "${TINY[@]}" --train-iters 4 --make-vocab-size-divisible-by 2147483647  # (was SIGSEGV: a negative padded vocabulary)
+expect_fail 2 "--hidden-size 2147483647: the parameter count overflows int64" \
+  $K "${TINY[@]}" --train-iters 4 --hidden-size 2147483647 --num-attention-heads 1  # (was a wrapped byte count)
+expect_fail 2 "--train-iters 4611686018427387904: the run's token count .* overflows int64" \
+  $K "${TINY[@]}" --train-iters 4611686018427387904  # (was "the LR decay span must be > 0")
+expect_fail 2 "--seq-length 536870911: the attention probabilities' element count L x B x NH x T x T is [0-9]+, more than 2\^58" \
+  $K "${TINY[@]}" --train-iters 4 --micro-batch-size 1 --seq-length 536870911
+expect_fail 2 "--eval-iters 4611686018427387904: the count of one evaluation's micro-batches overflows" \
+  $K "${TINY[@]}" --train-iters 4 --eval-iters 4611686018427387904
+expect_fail 2 "--micro-batch-size must be >= 1" $K --dry-run --micro-batch-size 0  # (was SIGFPE)
+expect_fail 2 "--data-parallel-size must be <= 65536" $K --dry-run --data-parallel-size 2147483647  # (was std::bad_alloc)
+expect_fail 2 "--tensor-model-parallel-size must be <= 2147483647" \
+  $K "${TINY[@]}" --train-iters 4 --tensor-model-parallel-size 4294967296 --pipeline-model-parallel-size 4294967296  # (was SIGFPE: TP x PP wrapped to 0)
+expect_fail 2 "--hidden-size 2147483647: the parameter count overflows int64" $K --dry-run --hidden-size 2147483647 --num-attention-heads 1
+# -- data (issue 26)
+expect_fail 1 "shard 'data/brown/docs': is a directory" $K "${TINY[@]}" --train-iters 4 --train-data-path data/brown/docs
+python3 -c "import struct, sys; open(sys.argv[1], 'wb').write(struct.pack('<3i', 20240520, 1, -5) + bytes(1012 + 64))" "$TMP/neg.bin"
+expect_fail 1 "shard '$TMP/neg.bin': the header's token count is negative \(-5\)" $K "${TINY[@]}" --train-iters 4 --train-data-path "$TMP/neg.bin"
+expect_fail 1 "the shards hold no sample of 3000001 tokens" $K "${TINY[@]}" --train-iters 4 --seq-length 3000000  # (was out of memory)
+$K "${TINY[@]}" --train-iters 3 --eval-interval 0 --eval-iters 100000 >"$TMP/noval.log" 2>&1 \
+  && ok "--eval-iters beyond the validation set with validation off: trains" || fail "validation off: $(grep error "$TMP/noval.log")"
+# -- llm.c weights that are not finite (issue 26: every update used to be skipped, exit 0)
+cp "$TMP/ck.llmc" "$TMP/nan.llmc" && printf '\x00\x00\xc0\x7f' | dd of="$TMP/nan.llmc" bs=1 seek=$((1024 + 4 * 5)) conv=notrunc status=none
+expect_fail 1 "llm.c model file '$TMP/nan.llmc': tensor wte holds nan at element 5" $K "${TINY[@]}" --train-iters 4 --load-llmc "$TMP/nan.llmc"
+cp "$TMP/ck.llmc" "$TMP/inf.llmc" && printf '\x00\x00\x80\x7f' | dd of="$TMP/inf.llmc" bs=1 seek=$(($(stat -c %s "$TMP/ck.llmc") - 4)) conv=notrunc status=none
+expect_fail 1 "tensor lnfb holds inf at element 31" $K "${TINY[@]}" --train-iters 4 --load-llmc "$TMP/inf.llmc"
+# -- the test-only environment hooks are read in one place, once (llmc/test_hooks.h), not in the loop
+hooks=$(grep -n 'getenv("KEEL_' train_gpt.cu llmc/*.h llmc/*/*.h* | grep -v '^llmc/test_hooks.h:')
+[ -z "$hooks" ] && ok "KEEL_* hooks read only by llmc/test_hooks.h" || fail "hooks read elsewhere: $hooks"
 finish

@@ -5,7 +5,8 @@
 #      8-byte header length past the end / too short / the file shorter than 8 bytes, a truncated
 #      file, malformed JSON, a duplicate name, offsets past the end, overlapping tensors, a gap, a
 #      byte count that is not dtype x shape, an unknown dtype, an integer dtype, a transposed shape,
-#      a missing tensor, an unexpected tensor, a stored lm_head that is not the embedding;
+#      a missing tensor, an unexpected tensor, a stored lm_head that is not the embedding, a weight
+#      that is NaN (issue 26: it used to train with every update skipped, exit 0);
 #   2. the directory: no config.json, no model.safetensors (pytorch_model.bin only; sharded);
 #   3. config.json: malformed, another model_type, a LayerNorm eps keel does not use, GPT-2's
 #      inverse-layer scaling or another MLP width or activation, an untied head, post-LayerNorm OPT,
@@ -69,6 +70,14 @@ why() {
 for k in "${CORRUPT[@]}"; do
   expect_fail 1 "model.safetensors': .*$(why $k)" $KEEL "${RUN[@]}" --load-hf "$TMP/bad_$k"
 done
+cp -r "$TMP/huge" "$TMP/nan" && python3 - "$TMP/nan/model.safetensors" <<'EOF'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+i = b.index(struct.pack("<f", 100000.0))  # the huge directory's first embedding weight: NaN instead
+open(sys.argv[1], "wb").write(b[:i] + struct.pack("<f", float("nan")) + b[i + 4:])
+EOF
+expect_fail 1 "model.safetensors': tensor '(transformer\.)?wte.weight' holds nan at element 0: the weights must be finite" \
+  $KEEL "${RUN[@]}" --load-hf "$TMP/nan"
 
 # 2. the directory
 mkdir -p "$TMP/empty" "$TMP/ptonly" "$TMP/sharded"

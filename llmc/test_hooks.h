@@ -1,0 +1,68 @@
+// test_hooks.h — the test-only environment hooks: the whole list, read once at start-up.
+//
+// None is a flag: a test sets one to plant a fault or to record what a run did; a normal run has
+// them all unset. test_hooks_read() reads the environment once (main's start-up; a malformed value
+// is refused there); the trainer keeps the struct and passes what a hook needs to where it acts, so
+// nothing reads the environment inside the iteration loop or a library function.
+//   KEEL_FAULT_SAVE=STAGE        kill the process (SIGKILL) at that point of a save: model, rename,
+//                                swap or latest (llmc/checkpoint.h ckpt_save), hf (an --export-hf
+//                                complete but not yet published): test_checkpoint_crash, test_hf_bad_input
+//   KEEL_INJECT_INF=3,7          plant an inf in the gradients of those iterations, before the loss
+//                                scaler and the non-finite check: test_knobs_train, test_data_parallel
+//   KEEL_TEST_PERTURB_REPLICATED=TENSOR:LAYER:ITERATION
+//                                add 1e-3 to the first element of that replicated tensor's layer on
+//                                tensor-parallel rank 1 at the start of that iteration (the drift
+//                                --check-replicated-params-interval must catch): test_tensor_parallel
+//   KEEL_TEST_UNTIE_PIPELINE_EMBEDDING (any value)
+//                                skip the exchange of the tied word embedding's gradient between the
+//                                first and the last pipeline stage: test_pipeline_parallel
+//   KEEL_DUMP_TOKENS=PREFIX      rank r appends every sample row it trains on to PREFIX.rank<r>
+//                                (what dev/batch_lookup --tokens prints): test_batch_lookup, test_hf_roundtrip
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "llmc/common.h"
+
+struct TestHooks {
+    std::string fault_save;               // KEEL_FAULT_SAVE ("": off)
+    std::vector<int64_t> inject_inf;      // KEEL_INJECT_INF's iterations
+    std::string perturb_tensor;           // KEEL_TEST_PERTURB_REPLICATED ("": off) ...
+    int64_t perturb_layer = 0, perturb_iteration = 0;  // ... its layer and iteration
+    bool untie_pipeline_embedding = false;  // KEEL_TEST_UNTIE_PIPELINE_EMBEDDING is set
+    std::string dump_tokens;              // KEEL_DUMP_TOKENS's PREFIX ("": off)
+};
+
+static inline TestHooks test_hooks_read() {
+    TestHooks h;
+    if (const char* s = getenv("KEEL_FAULT_SAVE")) h.fault_save = s;
+    if (const char* s = getenv("KEEL_INJECT_INF")) {  // numbers separated by commas; reading stops at anything else
+        for (const char* p = s; *p;) {
+            char* end;
+            long long v = strtoll(p, &end, 10);
+            if (end == p) break;
+            h.inject_inf.push_back(v);
+            p = *end == ',' ? end + 1 : end;
+        }
+    }
+    if (const char* s = getenv("KEEL_TEST_PERTURB_REPLICATED")) {
+        char name[32];
+        long long layer, at;
+        if (sscanf(s, "%31[^:]:%lld:%lld", name, &layer, &at) != 3) keel_die("KEEL_TEST_PERTURB_REPLICATED: expected tensor:layer:iteration");
+        h.perturb_tensor = name;
+        h.perturb_layer = layer;
+        h.perturb_iteration = at;
+    }
+    h.untie_pipeline_embedding = getenv("KEEL_TEST_UNTIE_PIPELINE_EMBEDDING") != nullptr;
+    if (const char* s = getenv("KEEL_DUMP_TOKENS")) h.dump_tokens = s;
+    return h;
+}
+
+// KEEL_INJECT_INF: whether iteration `it` gets the planted inf.
+static inline bool test_hooks_inject_inf(const TestHooks* h, int64_t it) {
+    for (int64_t v : h->inject_inf)
+        if (v == it) return true;
+    return false;
+}
