@@ -102,7 +102,7 @@ ifneq ($(NVCC),)
 endif
 GPU_ARCH_STAMP := build/gpu_arch_flags
 
-HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.cuh)
+HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh)
 TARGETS := train_gpt_cpu tokenize_gpt2 batch_lookup layer_norms
 ifneq ($(NVCC),)
   ifneq ($(MPI_LIBS),)

@@ -26,22 +26,15 @@
 
 #include "llmc/common.h"
 
-static inline cudaStream_t keel_stream() {
-    static cudaStream_t stream = [] {
-        cudaStream_t s = nullptr;
-        if (cudaStreamCreate(&s) != cudaSuccess) keel_die("cannot create the CUDA stream");
-        return s;
-    }();
-    return stream;
+// keel's streams, by index (0: keel_stream, 1: keel_comm_stream), each created on first use.
+static inline cudaStream_t keel_stream_at(int which) {
+    static cudaStream_t streams[2] = {nullptr, nullptr};
+    if (!streams[which] && cudaStreamCreate(&streams[which]) != cudaSuccess)
+        keel_die("cannot create the CUDA %s stream", which == 0 ? "compute" : "communication");
+    return streams[which];
 }
-static inline cudaStream_t keel_comm_stream() {
-    static cudaStream_t stream = [] {
-        cudaStream_t s = nullptr;
-        if (cudaStreamCreate(&s) != cudaSuccess) keel_die("cannot create the CUDA communication stream");
-        return s;
-    }();
-    return stream;
-}
+static inline cudaStream_t keel_stream() { return keel_stream_at(0); }
+static inline cudaStream_t keel_comm_stream() { return keel_stream_at(1); }
 // `waiter` waits (on the GPU, not the host) for everything issued on `after` so far.
 static inline void keel_stream_wait(cudaStream_t waiter, cudaStream_t after) {
     static cudaEvent_t events[2] = {nullptr, nullptr};  // one per direction (an event may be re-recorded once waited on)
