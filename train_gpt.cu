@@ -888,42 +888,14 @@ static int64_t trainer_open_inputs(Trainer<A>* tr, int T) {
     return load_it;
 }
 
-// The validated config → model, optimizer, data; everything before the first iteration.
+// The start-up lines that describe the run's layout and paths (parallelism, model, optimizer, the
+// kernels chosen, memory, batch and schedule), once the model and the optimizer exist.
 template <typename A>
-static void trainer_setup(Trainer<A>* tr) {
-    Config* c = &tr->cfg;
-    GPTConfig* g = &tr->gcfg;
-    gpt_config_from_flags(c, g);
-    trainer_init_groups(tr);
-    int stage = tr->grid.pp_rank, P = tr->grid.pp;
+static void trainer_print_layout(Trainer<A>* tr, int B, int T) {
+    const Config* c = &tr->cfg;
+    const GPTConfig* g = &tr->gcfg;
     GPTConfig whole = gpt_config_stage(g, 1, 0);
-    param_table_build(&tr->whole, &whole);
-    *g = gpt_config_stage(g, P, stage);
-    g->tp_size = tr->grid.tp;
-    g->tp_rank = tr->grid.tp_rank;
-    rampup_init(&tr->rampup, c, tr->comm.size);
-    curriculum_init(&tr->curriculum, c);
-    skip_ranges_parse(&tr->skips, c->skip_train_iteration_range);
-    tr->train_iters = c->train_iters > 0 ? c->train_iters : rampup_train_iters(&tr->rampup, c->train_samples);
-    if (tr->train_iters <= 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
-
-    printf("keel | backend: %s | precision: %s | threads: %d | data-parallel ranks: %d | ZeRO stage %lld%s\n", backend_name(),
-           precision_describe(c), num_threads(), tr->comm.size, (long long)c->zero_stage,
-           tr->grid.tp > 1 || P > 1 ? (" | TP " + std::to_string(tr->grid.tp) + " x PP " + std::to_string(P) + " x DP " +
-                                       std::to_string(tr->comm.size)).c_str() : "");
-#ifdef KEEL_CUDA
-    cuda_report();
-#endif
-    flags_print(c);
-    tr->init_sigma = init_sigma(c->init_method, c->init_method_std, c->hidden_size);
-    if (c->init_method != "std")
-        printf("init: --init-method %s gives sigma = %s (output projections: %s)\n", c->init_method.c_str(),
-               double_repr(tr->init_sigma).c_str(), double_repr(tr->init_sigma / std::sqrt(2.0 * c->num_layers)).c_str());
-    int B = (int)c->micro_batch_size, T = (int)c->seq_length;
-    int64_t load_it = trainer_open_inputs(tr, T);
-    int64_t accum_max = c->global_batch_size / B / tr->comm.size;  // the ramp-up only lowers it
-    gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max));
-    tr->model.tp = &tr->tp;
+    int stage = tr->grid.pp_rank, P = tr->grid.pp;
     if (tr->grid.tp > 1) {
         TPDims td = gpt_tp_dims(g);
         printf("tensor parallel: %d ranks; rank 0 holds heads 0-%d, MLP columns 0-%d, vocabulary rows 0-%d; replicated: the "
@@ -935,9 +907,6 @@ static void trainer_setup(Trainer<A>* tr) {
         printf("pipeline: %d stages, 1F1B; stage %d holds layers %d-%d%s%s and %d micro-batch(es) of activations\n", P, stage,
                g->stage_layer_first, g->stage_layer_first + g->stage_num_layers - 1, g->stage_first ? ", the embeddings" : "",
                g->stage_last ? ", the final LayerNorm and the LM head" : "", (int)tr->model.slots.size());
-    optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
-    optimizer_set_stage(&tr->opt, &tr->whole, c, &tr->model.table, g);  // the units' places in the whole model
-    tr->buckets = grad_buckets(&tr->model.table, gpt_stage_layers(g), (int64_t)(c->grad_bucket_mb * 1048576.0 / sizeof(float)));
     if (tr->comm.size > 1)
         printf("data parallel: gradients reduced in %zu bucket(s) (--grad-bucket-mb %s)%s\n", tr->buckets.size(),
                double_repr(c->grad_bucket_mb).c_str(),
@@ -976,6 +945,48 @@ static void trainer_setup(Trainer<A>* tr) {
         printf("curriculum: sequence length %lld -> %lld (%s), validation at full length %d\n", (long long)tr->curriculum.min_d,
                (long long)tr->curriculum.max_d, c->cl_schedule.c_str(), T);
     if (!tr->skips.ranges.empty()) printf("skip ranges: iterations %s\n", skip_ranges_string(&tr->skips).c_str());
+}
+
+// The validated config → model, optimizer, data; everything before the first iteration.
+template <typename A>
+static void trainer_setup(Trainer<A>* tr) {
+    Config* c = &tr->cfg;
+    GPTConfig* g = &tr->gcfg;
+    gpt_config_from_flags(c, g);
+    trainer_init_groups(tr);
+    int stage = tr->grid.pp_rank, P = tr->grid.pp;
+    GPTConfig whole = gpt_config_stage(g, 1, 0);
+    param_table_build(&tr->whole, &whole);
+    *g = gpt_config_stage(g, P, stage);
+    g->tp_size = tr->grid.tp;
+    g->tp_rank = tr->grid.tp_rank;
+    rampup_init(&tr->rampup, c, tr->comm.size);
+    curriculum_init(&tr->curriculum, c);
+    skip_ranges_parse(&tr->skips, c->skip_train_iteration_range);
+    tr->train_iters = c->train_iters > 0 ? c->train_iters : rampup_train_iters(&tr->rampup, c->train_samples);
+    if (tr->train_iters <= 0) keel_usage_error("--train-samples %lld is less than one global batch", (long long)c->train_samples);
+
+    printf("keel | backend: %s | precision: %s | threads: %d | data-parallel ranks: %d | ZeRO stage %lld%s\n", backend_name(),
+           precision_describe(c), num_threads(), tr->comm.size, (long long)c->zero_stage,
+           tr->grid.tp > 1 || P > 1 ? (" | TP " + std::to_string(tr->grid.tp) + " x PP " + std::to_string(P) + " x DP " +
+                                       std::to_string(tr->comm.size)).c_str() : "");
+#ifdef KEEL_CUDA
+    cuda_report();
+#endif
+    flags_print(c);
+    tr->init_sigma = init_sigma(c->init_method, c->init_method_std, c->hidden_size);
+    if (c->init_method != "std")
+        printf("init: --init-method %s gives sigma = %s (output projections: %s)\n", c->init_method.c_str(),
+               double_repr(tr->init_sigma).c_str(), double_repr(tr->init_sigma / std::sqrt(2.0 * c->num_layers)).c_str());
+    int B = (int)c->micro_batch_size, T = (int)c->seq_length;
+    int64_t load_it = trainer_open_inputs(tr, T);
+    int64_t accum_max = c->global_batch_size / B / tr->comm.size;  // the ramp-up only lowers it
+    gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max));
+    tr->model.tp = &tr->tp;
+    optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
+    optimizer_set_stage(&tr->opt, &tr->whole, c, &tr->model.table, g);  // the units' places in the whole model
+    tr->buckets = grad_buckets(&tr->model.table, gpt_stage_layers(g), (int64_t)(c->grad_bucket_mb * 1048576.0 / sizeof(float)));
+    trainer_print_layout(tr, B, T);
 
     tr->st = TrainState{};
     tr->st.seed = tr->st.dropout_seed = (uint64_t)c->seed;
