@@ -188,14 +188,17 @@ setup:
 data: tokenize_gpt2
 	@bash dev/data/prepare_brown.sh
 
+# The builds run one per core (BUILD_JOBS; nvcc's train_gpt alone takes minutes, the g++ targets go
+# beside it), the tests two at a time (test/run_tests.sh, KEEL_TEST_JOBS).
+BUILD_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 test: setup
-	@$(MAKE) --no-print-directory all tests
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all tests
 	@$(MAKE) --no-print-directory data
 	@bash test/run_tests.sh
 
 # The CUDA kernels and the CUDA trainer under the CPU emulation alone (make test runs them too).
 test-cuda: setup
-	@$(MAKE) --no-print-directory train_gpt_cpu $(CUDA_TEST_BINS) build/train_gpt_emu
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) train_gpt_cpu $(CUDA_TEST_BINS) build/train_gpt_emu
 	@$(MAKE) --no-print-directory data
 	@bash test/run_tests.sh cuda
 
