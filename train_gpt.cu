@@ -947,6 +947,65 @@ static void trainer_print_layout(Trainer<A>* tr, int B, int T) {
     if (!tr->skips.ranges.empty()) printf("skip ranges: iterations %s\n", skip_ranges_string(&tr->skips).c_str());
 }
 
+// Fresh weights (no checkpoint to resume): the whole model's canonical buffer, as at P = 1 (so every
+// layout starts from the same weights), from the init or a model file, of which this stage takes its part.
+template <typename A>
+static void trainer_init_weights(Trainer<A>* tr) {
+    const Config* c = &tr->cfg;
+    GPTConfig whole = gpt_config_stage(&tr->gcfg, 1, 0);
+    // the whole model's canonical buffer, as at P = 1 (so every layout starts from the same
+    // weights), of which this stage takes its part
+    std::vector<float> params(tr->whole.total);
+    param_table_init(params.data(), &tr->whole, &whole, tr->init_sigma, tr->st.seed);  // with a file: a knob's own tensors
+    if (!c->load_llmc.empty()) llmc_load(c->load_llmc.c_str(), params.data(), &tr->whole, &whole);
+    if (!c->load_hf.empty()) hf_load(c->load_hf, params.data(), &tr->whole, &whole);
+    trainer_take_stage_params(tr, params);
+    if (!c->load_llmc.empty()) printf("initialised the weights from llm.c model file %s\n", c->load_llmc.c_str());
+    if (!c->load_hf.empty())
+        printf("initialised the weights from Hugging Face directory %s%s\n", c->load_hf.c_str(),
+               c->normformer ? " (--normformer's tensors, which it lacks, from their init)" : "");
+}
+
+// What the run writes and keeps beside the model: the tokenizer for samples, the token dump (test
+// hook), the metrics and TensorBoard files, the per-layer statistics, the spike autopilot's snapshot.
+template <typename A>
+static void trainer_open_outputs(Trainer<A>* tr, bool resumed) {
+    const Config* c = &tr->cfg;
+    const GPTConfig* g = &tr->gcfg;
+    int B = (int)c->micro_batch_size, T = (int)c->seq_length, stage = tr->grid.pp_rank;
+    if (c->sample_interval > 0) {
+        tokenizer_load(&tr->tok, c->vocab_file.c_str(), c->merge_file.c_str());
+        if (tokenizer_vocab_size(&tr->tok) != g->vocab_size)
+            keel_usage_error("--sample-interval decodes with the GPT-2 tokenizer (%d ids) but --vocab-size is %d",
+                             tokenizer_vocab_size(&tr->tok), g->vocab_size);
+        tr->have_tok = true;
+    }
+    if (!tr->hooks.dump_tokens.empty() && stage == 0 && tr->grid.tp_rank == 0)  // KEEL_DUMP_TOKENS; one writer per DP rank
+        tr->token_dump = fopen_check((tr->hooks.dump_tokens + ".rank" + std::to_string(tr->comm.rank)).c_str(), "ab");
+    tr->sample.resize(T + 1);
+    tr->inputs.resize((size_t)B * T);
+    tr->targets.resize((size_t)B * T);
+    std::string metrics = tr->world.rank == 0 ? c->metrics_file : "";  // rank 0 writes the files
+    if (resumed) logger_truncate_after(metrics, tr->st.iteration);
+    logger_open(&tr->log, metrics, resumed, tr->train_iters);
+    tr->log.show_loss_scale = c->fp16;
+    tr->log.show_seqlen = tr->curriculum.enabled;
+    tr->log.show_pclip = c->adam8bit_percentile_clipping < 100;
+    if (tr->world.rank == 0) logger_open_tensorboard(&tr->log, c->tensorboard_dir);
+    layer_stats_init(&tr->layer_stats, g->num_layers);
+    if (c->spike_policy != "off")
+        printf("spike autopilot: %s on %s z-score > %s over the last %lld updates%s\n", c->spike_policy.c_str(), c->spike_metric.c_str(),
+               double_repr(c->spike_zscore).c_str(), (long long)c->spike_window,
+               c->spike_policy == "rollback" ? (", in-memory snapshot every " + std::to_string(c->spike_snapshot_interval) + " iterations").c_str() : "");
+    if (c->spike_policy == "rollback") {
+        trainer_snapshot(tr);  // the loaded (or initial) state is the first good one
+        if (tr->st.iteration % c->spike_snapshot_interval != 0)
+            printf(" > note: resumed at iteration %lld, not a multiple of --spike-snapshot-interval %lld: a spike before the next "
+                   "snapshot rolls back here, where the uninterrupted run would have gone back further\n",
+                   (long long)tr->st.iteration, (long long)c->spike_snapshot_interval);
+    }
+}
+
 // The validated config → model, optimizer, data; everything before the first iteration.
 template <typename A>
 static void trainer_setup(Trainer<A>* tr) {
@@ -999,55 +1058,13 @@ static void trainer_setup(Trainer<A>* tr) {
     if (kind != RESUME_NONE && (!c->load_llmc.empty() || !c->load_hf.empty()))
         printf(" > note: weights from the checkpoint, so --load-%s %s is not used\n", c->load_hf.empty() ? "llmc" : "hf",
                (c->load_hf.empty() ? c->load_llmc : c->load_hf).c_str());
-    if (kind == RESUME_NONE) {
-        // the whole model's canonical buffer, as at P = 1 (so every layout starts from the same
-        // weights), of which this stage takes its part
-        std::vector<float> params(tr->whole.total);
-        param_table_init(params.data(), &tr->whole, &whole, tr->init_sigma, tr->st.seed);  // with a file: a knob's own tensors
-        if (!c->load_llmc.empty()) llmc_load(c->load_llmc.c_str(), params.data(), &tr->whole, &whole);
-        if (!c->load_hf.empty()) hf_load(c->load_hf, params.data(), &tr->whole, &whole);
-        trainer_take_stage_params(tr, params);
-        if (!c->load_llmc.empty()) printf("initialised the weights from llm.c model file %s\n", c->load_llmc.c_str());
-        if (!c->load_hf.empty())
-            printf("initialised the weights from Hugging Face directory %s%s\n", c->load_hf.c_str(),
-                   c->normformer ? " (--normformer's tensors, which it lacks, from their init)" : "");
-    }
+    if (kind == RESUME_NONE) trainer_init_weights(tr);
     tr->train_data.seed = tr->valid_data.seed = tr->st.seed;  // the data order's key: the checkpoint's on a resume
     printf("train data: %zu shard(s), %lld samples per epoch\n", tr->train_data.shards.size(), (long long)tr->train_data.nsamples);
     if (tr->have_valid)
         printf("valid data: %zu shard(s), %lld samples%s\n", tr->valid_data.shards.size(), (long long)tr->valid_data.nsamples,
                c->eval_interval > 0 ? "" : " (not used: --eval-interval 0)");
-    if (c->sample_interval > 0) {
-        tokenizer_load(&tr->tok, c->vocab_file.c_str(), c->merge_file.c_str());
-        if (tokenizer_vocab_size(&tr->tok) != g->vocab_size)
-            keel_usage_error("--sample-interval decodes with the GPT-2 tokenizer (%d ids) but --vocab-size is %d",
-                             tokenizer_vocab_size(&tr->tok), g->vocab_size);
-        tr->have_tok = true;
-    }
-    if (!tr->hooks.dump_tokens.empty() && stage == 0 && tr->grid.tp_rank == 0)  // KEEL_DUMP_TOKENS; one writer per DP rank
-        tr->token_dump = fopen_check((tr->hooks.dump_tokens + ".rank" + std::to_string(tr->comm.rank)).c_str(), "ab");
-    tr->sample.resize(T + 1);
-    tr->inputs.resize((size_t)B * T);
-    tr->targets.resize((size_t)B * T);
-    std::string metrics = tr->world.rank == 0 ? c->metrics_file : "";  // rank 0 writes the files
-    if (resumed) logger_truncate_after(metrics, tr->st.iteration);
-    logger_open(&tr->log, metrics, resumed, tr->train_iters);
-    tr->log.show_loss_scale = c->fp16;
-    tr->log.show_seqlen = tr->curriculum.enabled;
-    tr->log.show_pclip = c->adam8bit_percentile_clipping < 100;
-    if (tr->world.rank == 0) logger_open_tensorboard(&tr->log, c->tensorboard_dir);
-    layer_stats_init(&tr->layer_stats, g->num_layers);
-    if (c->spike_policy != "off")
-        printf("spike autopilot: %s on %s z-score > %s over the last %lld updates%s\n", c->spike_policy.c_str(), c->spike_metric.c_str(),
-               double_repr(c->spike_zscore).c_str(), (long long)c->spike_window,
-               c->spike_policy == "rollback" ? (", in-memory snapshot every " + std::to_string(c->spike_snapshot_interval) + " iterations").c_str() : "");
-    if (c->spike_policy == "rollback") {
-        trainer_snapshot(tr);  // the loaded (or initial) state is the first good one
-        if (tr->st.iteration % c->spike_snapshot_interval != 0)
-            printf(" > note: resumed at iteration %lld, not a multiple of --spike-snapshot-interval %lld: a spike before the next "
-                   "snapshot rolls back here, where the uninterrupted run would have gone back further\n",
-                   (long long)tr->st.iteration, (long long)c->spike_snapshot_interval);
-    }
+    trainer_open_outputs(tr, resumed);
 }
 
 // The run after setup: iterations with their evaluations, samples and checkpoints; then the end

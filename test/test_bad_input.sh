@@ -15,6 +15,9 @@ expect_fail 2 "--lr needs a value" $K "${TINY[@]}" --train-iters 1 --lr
 expect_fail 2 "--num-layers: '12x' is not an integer" $K "${TINY[@]}" --train-iters 1 --num-layers 12x
 expect_fail 2 "--lr: 'abc' is not a finite number" $K "${TINY[@]}" --train-iters 1 --lr abc
 expect_fail 2 "--lr: 'nan' is not a finite number" $K "${TINY[@]}" --train-iters 1 --lr nan
+expect_fail 2 "--grad-bucket-mb must be in" $K "${TINY[@]}" --train-iters 1 --grad-bucket-mb -1
+expect_fail 2 "--classifier-chunk-rows must be >= 0" $K "${TINY[@]}" --train-iters 1 --classifier-chunk-rows -1
+expect_fail 2 "--gelu-fusion: .maybe. is not one of auto.on.off" $K "${TINY[@]}" --train-iters 1 --gelu-fusion maybe
 expect_fail 2 "--seed: '99999999999999999999' is not an integer" $K "${TINY[@]}" --train-iters 1 --seed 99999999999999999999
 expect_fail 2 "--lr-decay-style: 'exp' is not one of" $K "${TINY[@]}" --train-iters 1 --lr-decay-style exp
 expect_fail 2 "--override-lr-scheduler: 'maybe' is not true or false" $K "${TINY[@]}" --train-iters 1 --override-lr-scheduler=maybe
