@@ -185,12 +185,58 @@ static void trainer_on_spike(Trainer<A>* tr, const SpikeVerdict* v, int64_t it) 
     tr->pending_spike = *v;
 }
 
-// --spike-policy rollback: keep this iteration's whole state in host memory (every rank its own).
+// The compute copy after a write to the master weights: refreshed where this rank's master weights
+// cover it, then, with a sharded master (ZeRO-1 under bf16/fp16), all-gathered over the data-parallel
+// ranks. Collective over them.
+template <typename A>
+static void trainer_params_changed(Trainer<A>* tr) {
+    gpt_params_changed(&tr->model);
+    if (gpt_master_sharded(&tr->model)) comm_allgather_shards(&tr->comm, tr->model.params_c, tr->opt.shard_lo);
+}
+
+// The stage's whole fp32 master weights on the device, for the rare readers of all of them (the
+// checkpoint, the exports, the per-layer weight norms): the master itself, or with a sharded master
+// the shards all-gathered into the gradient buffer — free from the update to the next iteration's
+// zeroing, so no memory is kept for it; 4 bytes per parameter move, at those moments only.
+// Collective over the data-parallel ranks; valid until the next iteration.
+template <typename A>
+static const float* trainer_whole_master(Trainer<A>* tr) {
+    GPT<A>* m = &tr->model;
+    if (!gpt_master_sharded(m)) return m->params;
+    backend_copy_on_device(m->grads + m->master_lo, m->params + m->master_lo, (size_t)(m->master_hi - m->master_lo) * sizeof(float));
+    comm_allgather_shards(&tr->comm, m->grads, tr->opt.shard_lo);
+    return m->grads;
+}
+
+// The checksums (param_checksum) of the stage's master weights [a, a + n) for each (a, n) of `parts`,
+// whichever data-parallel ranks keep them: with a sharded master every rank sums the terms of its
+// part and the ranks' sums are added (each term is one element at its position; u64 sums are
+// order-free). A few bytes to the host each; collective over the data-parallel ranks when sharded.
+template <typename A>
+static std::vector<uint64_t> trainer_master_checksums(Trainer<A>* tr, const std::vector<std::pair<int64_t, int64_t>>& parts) {
+    const GPT<A>* m = &tr->model;
+    std::vector<uint64_t> sums;
+    for (const auto& pt : parts) {
+        int64_t lo, hi;
+        sums.push_back(gpt_master_part(m, pt.first, pt.first + pt.second, &lo, &hi) ? param_checksum(m->params + lo, hi - lo, lo - pt.first) : 0);
+    }
+    if (!gpt_master_sharded(m) || sums.empty()) return sums;
+    std::vector<uint64_t> all(sums.size() * tr->comm.size);
+    comm_allgather(&tr->comm, sums.data(), sums.size() * sizeof(uint64_t), all.data());
+    for (size_t i = 0; i < sums.size(); i++) {
+        sums[i] = 0;
+        for (int r = 0; r < tr->comm.size; r++) sums[i] += all[r * sums.size() + i];
+    }
+    return sums;
+}
+
+// --spike-policy rollback: keep this iteration's whole state in host memory (every rank its own:
+// its master weights, all of them or its ZeRO-1 shard, and its optimizer state).
 template <typename A>
 static void trainer_snapshot(Trainer<A>* tr) {
-    int64_t n = tr->model.table.total;
-    tr->snap_params.resize(n);
-    backend_copy_to_host(tr->snap_params.data(), tr->model.params, n * sizeof(float));
+    const GPT<A>* m = &tr->model;
+    tr->snap_params.resize(m->master_hi - m->master_lo);
+    backend_copy_to_host(tr->snap_params.data(), m->params + m->master_lo, tr->snap_params.size() * sizeof(float));
     tr->snap_opt.resize(tr->opt.state_bytes);
     backend_copy_to_host(tr->snap_opt.data(), tr->opt.state, tr->opt.state_bytes);
     tr->snap_opt_step = tr->opt.step;
@@ -212,8 +258,8 @@ static void trainer_rollback(Trainer<A>* tr, int64_t k) {
                       "spike autopilot: a %s spike at iteration %lld would be rollback %lld, over --spike-max-rollbacks %lld",
                       v->metric, (long long)k, (long long)kept.rollbacks.size() + 1, (long long)c->spike_max_rollbacks);
     int64_t s = tr->snap_state.iteration;
-    backend_copy_to_device(tr->model.params, tr->snap_params.data(), tr->snap_params.size() * sizeof(float));
-    gpt_params_changed(&tr->model);
+    backend_copy_to_device(tr->model.params + tr->model.master_lo, tr->snap_params.data(), tr->snap_params.size() * sizeof(float));
+    trainer_params_changed(tr);
     backend_copy_to_device(tr->opt.state, tr->snap_opt.data(), tr->opt.state_bytes);
     tr->opt.step = tr->snap_opt_step;
     tr->st = tr->snap_state;
@@ -243,7 +289,8 @@ template <typename A>
 static void trainer_check_tied_embedding(Trainer<A>* tr, int64_t it) {
     if (tr->grid.pp == 1 || (tr->grid.pp_rank != 0 && tr->grid.pp_rank != tr->grid.pp - 1)) return;
     // computed where the weights live: 8 bytes to the host, not the V×C table (llmc/ops.h)
-    uint64_t mine = param_checksum(tr->model.params + tr->model.table.t[P_WTE].offset_canonical, tr->model.table.t[P_WTE].numel), both[2];
+    const ParamTensor* wte = &tr->model.table.t[P_WTE];
+    uint64_t mine = trainer_master_checksums(tr, {{wte->offset_canonical, wte->numel}})[0], both[2];
     comm_allgather(&tr->embed, &mine, sizeof mine, both);
     if (both[0] != both[1])
         keel_die_code(KEEL_EXIT_RUNTIME, "a bug in keel: please report it with the run's flags",
@@ -276,23 +323,28 @@ static void trainer_sync_replicated(Trainer<A>* tr, int64_t it) {
             const ParamTensor* t = &m->table.t[id];
             int64_t l = t->per_layer ? h->perturb_layer - tr->gcfg.stage_layer_first : 0;
             if (h->perturb_iteration != it || h->perturb_tensor != t->name || l < 0 || l >= (t->per_layer ? gpt_stage_layers(&tr->gcfg) : 1)) continue;
-            float* p = m->params + t->offset_canonical + l * t->rows * t->cols, v;
-            backend_copy_to_host(&v, p, sizeof v);
-            v += 1e-3f;
-            backend_copy_to_device(p, &v, sizeof v);
+            int64_t at = t->offset_canonical + l * t->rows * t->cols, lo, hi;
+            if (gpt_master_part(m, at, at + 1, &lo, &hi)) {  // (the rank keeping that element: every rank, or its shard's)
+                float v;
+                backend_copy_to_host(&v, m->params + at, sizeof v);
+                v += 1e-3f;
+                backend_copy_to_device(m->params + at, &v, sizeof v);
+            }
             changed = true;
         }
     }
     if (tr->cfg.sync_tp_duplicated_parameters && tr->grid.tp > 1) {
+        // (a sharded master: the tensor-parallel ranks of one data-parallel rank have the same shard)
         for (int id : trainer_replicated_tensors(tr)) {
             const ParamTensor* t = &m->table.t[id];
-            float* p = m->params + t->offset_canonical;
-            comm_allreduce_sum_f32_buf(&tr->tp, p, (size_t)t->numel);
-            grad_scale(p, t->numel, 1.0f / (float)tr->grid.tp);
+            int64_t lo, hi;
+            if (!gpt_master_part(m, t->offset_canonical, t->offset_canonical + t->numel, &lo, &hi)) continue;
+            comm_allreduce_sum_f32_buf(&tr->tp, m->params + lo, (size_t)(hi - lo));
+            grad_scale(m->params + lo, hi - lo, 1.0f / (float)tr->grid.tp);
         }
         changed = true;
     }
-    if (changed) gpt_params_changed(m);
+    if (changed) trainer_params_changed(tr);
 }
 
 // --check-replicated-params-interval: before the forward of every N-th iteration (after the sync, if
@@ -303,16 +355,17 @@ static void trainer_sync_replicated(Trainer<A>* tr, int64_t it) {
 template <typename A>
 static void trainer_check_replicated(Trainer<A>* tr, int64_t it) {
     GPT<A>* m = &tr->model;
-    std::vector<uint64_t> mine;
-    std::vector<std::pair<int, int>> what;  // (tensor, model layer) of each checksum
+    std::vector<std::pair<int64_t, int64_t>> parts;  // (offset, elements) of each checksum
+    std::vector<std::pair<int, int>> what;            // (tensor, model layer) of each checksum
     for (int id : trainer_replicated_tensors(tr)) {
         const ParamTensor* t = &m->table.t[id];
         int64_t layers = t->per_layer ? gpt_stage_layers(&tr->gcfg) : 1, per = t->numel / layers;
         for (int64_t l = 0; l < layers; l++) {
-            mine.push_back(param_checksum(m->params + t->offset_canonical + l * per, per));  // 8 bytes each to the host
+            parts.push_back({t->offset_canonical + l * per, per});
             what.push_back({id, t->per_layer ? tr->gcfg.stage_layer_first + (int)l : -1});
         }
     }
+    std::vector<uint64_t> mine = trainer_master_checksums(tr, parts);  // 8 bytes each to the host
     int T = tr->grid.tp;
     std::vector<uint64_t> all(mine.size() * T);
     comm_allgather(&tr->tp, mine.data(), mine.size() * sizeof(uint64_t), all.data());
@@ -393,6 +446,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     auto layer_done = [](void* r, int l) { grad_reducer_layer_done((GradReducer*)r, l); };
     auto slot_of = [&](int mb) { gpt_use_slot(model, mb % slots); };
     if (last_stage) gpt_loss_log_reserve(model, (int)accum, B, T);
+    bool grad_sent = false;  // a gradient send may still be moving (CUDA: on the communication stream)
     for (const PipeAction& a : pipeline_schedule_1f1b(stage, P, (int)accum)) {
         switch (a.op) {
             case PIPE_RECV_FORWARD:
@@ -410,7 +464,8 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 if (act_sumsq) layer_stats_acts(model, B, T, act_sumsq + a.mb * (L + 1));
                 break;
             }
-            case PIPE_SEND_FORWARD:
+            case PIPE_SEND_FORWARD:  // (no wait: the slot is written again only after mb's backward, which waits
+                                     // for mb's gradient, which the next stage sends after receiving this)
                 slot_of(a.mb);
                 comm_send_buf(&tr->pipe, gpt_stage_output(model), act_bytes, stage + 1, PIPE_TAG);
                 break;
@@ -418,13 +473,16 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 comm_recv_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage + 1, PIPE_TAG);
                 break;
             case PIPE_BACKWARD:
+                if (grad_sent) comm_sends_wait(&tr->pipe);  // this backward rewrites the gradient buffer sent
+                grad_sent = false;
                 slot_of(a.mb);
                 gpt_set_dropout(model, true, st->dropout_seed, first_sample(a.mb));
                 if (a.mb == accum - 1 && dp > 1) gpt_backward(model, B, T, dloss, layer_done, &reducer);
                 else gpt_backward(model, B, T, dloss);
                 break;
-            case PIPE_SEND_BACKWARD:
+            case PIPE_SEND_BACKWARD:  // (overlaps the next forward; the next backward waits for it)
                 comm_send_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage - 1, PIPE_TAG);
+                grad_sent = true;
                 break;
             case PIPE_SEND_FORWARD_RECV_BACKWARD:  // activation of mb up, gradient for mb2 down, at once
                 slot_of(a.mb);
@@ -442,6 +500,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     // the tied word embedding: the first stage's copy got the lookup's gradient, the last stage's the
     // LM head's; both take the sum, so the two copies step identically (DESIGN §5)
     // (test hook: KEEL_TEST_UNTIE_PIPELINE_EMBEDDING=1 leaves the copies apart, to prove the exchange matters)
+    comm_sends_wait(&tr->pipe);  // the iteration's sends are done before anything reuses their buffers
     if (P > 1 && (first_stage || last_stage) && !tr->hooks.untie_pipeline_embedding)
         comm_allreduce_sum_f32_buf(&tr->embed, model->g[P_WTE], (size_t)model->table.t[P_WTE].numel);
     if (last_stage) losses = gpt_losses_read(model, (int)accum, B, T);  // (the host waits for the backward, not the reduction)
@@ -496,13 +555,18 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
         std::string line = loss_scaler_describe(&before, &st->scaler, loss_scaler_update(&st->scaler, found_inf), it);
         if (!line.empty()) printf("%s\n", line.c_str());
     }
-    if (c->zero_stage == 0) comm_allgather_shards_f32(comm, grads, o->shard_lo);  // every rank updates everything
+    if (c->zero_stage == 0) comm_allgather_shards(comm, grads, o->shard_lo);  // every rank updates everything
     double lr = lr_schedule_get(&st->schedule) * spike_lr_factor(&st->spike, c, it);
     StepResult r = optimizer_step(o, comm, &tr->mp, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
     if (r.spike.spike) trainer_on_spike(tr, &r.spike, it);
-    if (c->zero_stage == 1 && !r.skipped) comm_allgather_shards_f32(comm, tr->model.params, o->shard_lo);
-    // the bf16/fp16 weights the next forward reads: written by the update itself unless ZeRO-1 split it
-    if (!r.skipped && !r.compute_copy_written) gpt_params_changed(&tr->model);
+    // ZeRO-1: every rank updated its shard; the weights the next forward reads are all-gathered — the
+    // bf16/fp16 compute copy the update wrote (2 bytes per parameter; the fp32 master stays sharded),
+    // or without a copy the fp32 parameters themselves
+    if (c->zero_stage == 1 && !r.skipped) {
+        if (r.compute_copy_written) comm_allgather_shards(comm, tr->model.params_c, o->shard_lo);
+        else comm_allgather_shards(comm, tr->model.params, o->shard_lo);
+    }
+    if (!r.skipped && !r.compute_copy_written) gpt_params_changed(&tr->model);  // (a no-op without a copy)
     if (!r.skipped) lr_schedule_step(&st->schedule, gbs, st->consumed_tokens);
     st->iteration = it;
     st->consumed_samples += gbs;
@@ -520,7 +584,8 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     if (stats) {
         LayerStats* ls = &tr->layer_stats;
         layer_stats_grads(ls, o, &tr->model.table);
-        if (comm->rank == 0) layer_stats_weights(ls, o, &tr->model.table, tr->model.params);
+        const float* master = trainer_whole_master(tr);  // (every data-parallel rank takes part; the gradients are spent)
+        if (comm->rank == 0) layer_stats_weights(ls, o, &tr->model.table, master);
         ls->act_sumsq = trainer_sum_global_order(comm, act_sumsq.data(), accum, L + 1);
         ls->act_count = (double)gbs * T * c->hidden_size;
         // each stage filled its own entries (llmc/layer_stats.h), each tensor rank its slices (the
@@ -551,6 +616,7 @@ static double trainer_evaluate(Trainer<A>* tr) {
         if (stage > 0) comm_recv_buf(&tr->pipe, m->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
         loss[i] = gpt_forward(m, tr->inputs.data(), stage == P - 1 ? tr->targets.data() : nullptr, B, T);
         if (stage < P - 1) comm_send_buf(&tr->pipe, gpt_stage_output(m), act_bytes, stage + 1, PIPE_TAG);
+        comm_sends_wait(&tr->pipe);  // the next batch's forward rewrites what was sent
     }
     comm_allreduce_sum_f64(&tr->comm, loss.data(), (int)batches);  // x + 0 = x: each slot is exactly one rank's value
     comm_broadcast(&tr->pipe, loss.data(), batches * sizeof(double), P - 1);
@@ -580,6 +646,7 @@ static void trainer_print_sample(Trainer<A>* tr) {
         gpt_forward(m, window, nullptr, 1, n);
         if (stage < P - 1) {
             comm_send_buf(&tr->pipe, gpt_stage_output(m), act_bytes, stage + 1, PIPE_TAG);
+            comm_sends_wait(&tr->pipe);  // the next position's forward rewrites what was sent
             int next = 0;
             comm_broadcast(&tr->pipe, &next, sizeof next, P - 1);
             if (next == TOKENIZER_EOT) break;
@@ -620,8 +687,9 @@ static void trainer_take_stage_params(Trainer<A>* tr, const std::vector<float>& 
     std::vector<float> mine(tr->model.table.total);
     for (const ParamSpan& sp : param_table_rank_spans(&tr->model.table, &tr->whole, &tr->gcfg))
         std::copy(params.begin() + sp.offset_canonical, params.begin() + sp.offset_canonical + sp.numel, mine.begin() + sp.offset_local);
-    backend_copy_to_device(tr->model.params, mine.data(), mine.size() * sizeof(float));
-    gpt_params_changed(&tr->model);
+    const GPT<A>* m = &tr->model;  // (a sharded master takes its shard)
+    backend_copy_to_device(m->params + m->master_lo, mine.data() + m->master_lo, (size_t)(m->master_hi - m->master_lo) * sizeof(float));
+    trainer_params_changed(tr);
 }
 
 // The whole model's canonical parameters on world rank 0 (empty elsewhere): at P = T = 1 its own
@@ -633,7 +701,7 @@ static std::vector<float> trainer_gather_params(Trainer<A>* tr) {
     const RankGrid* g = &tr->grid;
     bool root = tr->world.rank == 0, sender = g->dp_rank == 0;
     std::vector<float> mine(sender ? tr->model.table.total : 0), whole;
-    backend_copy_to_host(mine.data(), tr->model.params, mine.size() * sizeof(float));
+    backend_copy_to_host(mine.data(), trainer_whole_master(tr), mine.size() * sizeof(float));
     if (g->pp == 1 && g->tp == 1) return root ? mine : whole;
     enum { GATHER_TAG = 8 };
     if (sender && !root) comm_send(&tr->world, mine.data(), mine.size() * sizeof(float), 0, GATHER_TAG);
@@ -1040,9 +1108,15 @@ static void trainer_setup(Trainer<A>* tr) {
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
     int64_t load_it = trainer_open_inputs(tr, T);
     int64_t accum_max = c->global_batch_size / B / tr->comm.size;  // the ramp-up only lowers it
-    gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max));
+    ParamTable table;  // this rank's, for its share of the master weights (optimizer_master_range: a ZeRO-1 shard under bf16/fp16)
+    param_table_build(&table, g);
+    int64_t master_lo, master_hi;
+    optimizer_master_range(&table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, gpt_has_compute_copy<A>(), &master_lo, &master_hi);
+    gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), master_lo, master_hi);
     tr->model.tp = &tr->tp;
     optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
+    if (gpt_master_sharded(&tr->model) && (tr->opt.range_lo != master_lo || tr->opt.range_hi != master_hi))
+        keel_die("the sharded master weights [%lld, %lld) are not the optimizer's shard", (long long)master_lo, (long long)master_hi);
     optimizer_set_stage(&tr->opt, &tr->whole, c, &tr->model.table, g);  // the units' places in the whole model
     tr->buckets = grad_buckets(&tr->model.table, gpt_stage_layers(g), (int64_t)(c->grad_bucket_mb * 1048576.0 / sizeof(float)));
     trainer_print_layout(tr, B, T);

@@ -84,6 +84,7 @@ static inline int backend_compute_capability() {
 static inline void backend_memset_zero(void* p, size_t bytes) { device_memset_zero(p, bytes); }
 static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) { device_to_host(dst, src, bytes); }
 static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) { host_to_device(dst, src, bytes); }
+static inline void backend_copy_on_device(void* dst, const void* src, size_t bytes) { device_to_device(dst, src, bytes); }
 // The step's small uploads (ids, targets, token groups): through pinned slots, never a host wait
 // (cuda/common.cuh host_upload); backend_upload_reserve sizes the slots at set-up.
 static inline void backend_upload(void* dst, const void* src, size_t bytes) { host_upload(dst, src, bytes); }
@@ -101,6 +102,7 @@ static inline int backend_compute_capability() { return 0; }  // (no GPU: only t
 static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+static inline void backend_copy_on_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 static inline void backend_upload(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
 static inline void backend_upload_reserve(size_t) {}
 #endif

@@ -20,7 +20,7 @@
 // Buffers. The host functions (comm_send, comm_sendrecv, comm_allreduce_sum_f32, ...) always take
 // host memory and MPI. The *_device functions (KEEL_NCCL only) take device memory and NCCL. The
 // trainer calls the backend-neutral *_buf functions and comm_reduce_scatter_sum_f32 /
-// comm_allgather_shards_f32, which take the memory the op set computes in: device under KEEL_NCCL,
+// comm_allgather_shards, which take the memory the op set computes in: device under KEEL_NCCL,
 // host otherwise.
 //
 // Determinism (DESIGN §4): floating-point sums across ranks are never left to the library's
@@ -89,7 +89,7 @@ static inline void comm_nccl_init(Comm* c);
 static inline void comm_nccl_create(Comm* c);
 static inline void comm_nccl_free(Comm* c);
 static inline void nccl_reduce_scatter_sum_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo);
-static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo);
+template <typename T> static inline void nccl_allgather_shards(const Comm* c, T* buf, const std::vector<int64_t>& lo);
 static inline void nccl_reduce_ranges_f32(const Comm* c, float* buf, const std::vector<std::pair<int64_t, int64_t>>& ranges,
                                           const std::vector<int64_t>& lo);
 #endif
@@ -423,15 +423,16 @@ static inline void comm_reductions_wait(const Comm* c) {
     if (c->size > 1) keel_stream_wait(keel_stream(), keel_comm_stream());
 #endif
 }
-// Every rank's shard [lo[r], lo[r+1]) of buf (floats), gathered in place on every rank.
-static inline void comm_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo) {
+// Every rank's shard [lo[r], lo[r+1]) of buf (values of T: fp32 gradients or master weights, the
+// bf16/fp16 compute copy), gathered in place on every rank.
+template <typename T> static inline void comm_allgather_shards(const Comm* c, T* buf, const std::vector<int64_t>& lo) {
     if (c->size == 1) return;
 #ifdef KEEL_NCCL
-    nccl_allgather_shards_f32(c, buf, lo);
+    nccl_allgather_shards(c, buf, lo);
     return;
 #endif
     std::vector<size_t> counts(c->size);
-    for (int r = 0; r < c->size; r++) counts[r] = (size_t)(lo[r + 1] - lo[r]) * sizeof(float);
+    for (int r = 0; r < c->size; r++) counts[r] = (size_t)(lo[r + 1] - lo[r]) * sizeof(T);
     comm_allgatherv(c, buf + lo[c->rank], counts[c->rank], buf, counts);
 }
 
@@ -450,6 +451,11 @@ static inline void comm_allreduce_sum_f32_device(const Comm* c, float* buf, size
 // it is not CUDA-aware here). Otherwise they are host memory and MPI moves them. The tag matters to
 // MPI only: NCCL matches one peer's sends to its receives in issue order, which the 1F1B schedule
 // makes the same on both sides.
+// Streams (KEEL_NCCL): the point-to-point runs on the communication stream, after everything issued
+// on keel's stream so far (the data sent is final, the buffer received into is no longer read). A
+// receive then orders keel's stream after it (later kernels read what arrived); a send does not —
+// the kernels after it run while it moves — so the caller calls comm_sends_wait before anything
+// overwrites a buffer it sent. On MPI every call is done when it returns.
 static inline void comm_send_buf(const Comm* c, const void* buf, size_t bytes, int peer, int tag) {
 #ifdef KEEL_NCCL
     comm_send_device(c, buf, bytes, peer);
@@ -472,6 +478,16 @@ static inline void comm_sendrecv_buf(const Comm* c, const void* sendbuf, size_t 
     comm_sendrecv_device(c, sendbuf, send_bytes, dest, recvbuf, recv_bytes, source);
 #else
     comm_sendrecv(c, sendbuf, send_bytes, dest, recvbuf, recv_bytes, source, tag);
+#endif
+}
+
+// Keel's stream waits (on the GPU) for the sends issued so far (comm_send_buf): their buffers may be
+// written again after this.
+static inline void comm_sends_wait(const Comm* c) {
+#ifdef KEEL_NCCL
+    if (c->size > 1) keel_stream_wait(keel_stream(), keel_comm_stream());
+#else
+    (void)c;
 #endif
 }
 
@@ -499,8 +515,10 @@ static inline void comm_allreduce_sum_f32_buf(const Comm* c, float* buf, size_t 
 // small host reductions (losses, norm partials, flags) stay on MPI above. One process per GPU: the
 // GPU is the process's rank among the ranks of its node (MPI's shared-memory split). Every Comm of
 // size > 1 has its own NCCL communicator: its rank 0 creates the NCCL id and broadcasts it over the
-// Comm's MPI communicator. Every call is issued on keel's stream (cuda/stream.h), ordered with the
-// kernels before and after it like one more kernel, and the host does not wait for it: the step's
+// Comm's MPI communicator. Every collective is issued on keel's stream (cuda/stream.h), ordered with
+// the kernels before and after it like one more kernel; the gradient buckets' reductions
+// (comm_reduce_scatter_ranges) and the pipeline's point-to-point run on the communication stream,
+// ordered by stream waits (see those). The host does not wait for any of them: the step's
 // only host waits are the reads of values (losses, norms, flags, checksums). An error NCCL raises
 // on the GPU surfaces at the next of those waits, not at its call.
 // Reduce-scatter of unequal shards is a group of ncclReduce calls, one per owner (NCCL's own
@@ -575,10 +593,11 @@ static inline void nccl_reduce_ranges_f32(const Comm* c, float* buf, const std::
         }
     NCCL_CHECK(ncclGroupEnd());
 }
-static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo) {
+template <typename T> static inline ncclDataType_t nccl_type_of();
+template <typename T> static inline void nccl_allgather_shards(const Comm* c, T* buf, const std::vector<int64_t>& lo) {
     NCCL_CHECK(ncclGroupStart());
     for (size_t r = 0; r + 1 < lo.size(); r++)
-        NCCL_CHECK(ncclBroadcast(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), ncclFloat, (int)r, c->nccl, keel_stream()));
+        NCCL_CHECK(ncclBroadcast(buf + lo[r], buf + lo[r], (size_t)(lo[r + 1] - lo[r]), nccl_type_of<T>(), (int)r, c->nccl, keel_stream()));
     NCCL_CHECK(ncclGroupEnd());
 }
 
@@ -587,13 +606,16 @@ static inline void nccl_allgather_shards_f32(const Comm* c, float* buf, const st
 static inline void comm_send_device(const Comm* c, const void* buf, size_t bytes, int peer) {
     comm_check_peer(c, peer, "comm_send_device");
     if (c->size == 1) keel_die("comm_send_device to rank %d in a group of one: a lone send to oneself cannot complete", peer);
-    NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, peer, c->nccl, keel_stream()));
+    keel_stream_wait(keel_comm_stream(), keel_stream());  // (the data is final; see comm_send_buf: no wait back)
+    NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, peer, c->nccl, keel_comm_stream()));
 }
 
 static inline void comm_recv_device(const Comm* c, void* buf, size_t bytes, int peer) {
     comm_check_peer(c, peer, "comm_recv_device");
     if (c->size == 1) keel_die("comm_recv_device from rank %d in a group of one: a lone receive from oneself cannot complete", peer);
-    NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, peer, c->nccl, keel_stream()));
+    keel_stream_wait(keel_comm_stream(), keel_stream());  // the buffer is no longer read
+    NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, peer, c->nccl, keel_comm_stream()));
+    keel_stream_wait(keel_stream(), keel_comm_stream());  // later kernels read what arrives
 }
 
 // The 1F1B exchange (see comm_sendrecv) on device buffers: the send and the receive in one NCCL group,
@@ -608,10 +630,12 @@ static inline void comm_sendrecv_device(const Comm* c, const void* sendbuf, size
             keel_die("rank %d: the pipeline exchange with itself failed on the GPU", c->rank);
         return;
     }
+    keel_stream_wait(keel_comm_stream(), keel_stream());
     NCCL_CHECK(ncclGroupStart());
-    NCCL_CHECK(ncclSend(sendbuf, send_bytes, ncclUint8, dest, c->nccl, keel_stream()));
-    NCCL_CHECK(ncclRecv(recvbuf, recv_bytes, ncclUint8, source, c->nccl, keel_stream()));
+    NCCL_CHECK(ncclSend(sendbuf, send_bytes, ncclUint8, dest, c->nccl, keel_comm_stream()));
+    NCCL_CHECK(ncclRecv(recvbuf, recv_bytes, ncclUint8, source, c->nccl, keel_comm_stream()));
     NCCL_CHECK(ncclGroupEnd());
+    keel_stream_wait(keel_stream(), keel_comm_stream());  // (the receive's data; the send is then done too)
 }
 
 // In place: buf (n values of T, device) → the sum or max over ranks on every rank (NCCL's order).

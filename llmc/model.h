@@ -296,7 +296,11 @@ struct DropoutState {
 template <typename F> struct GPT {
     GPTConfig config;
     ParamTable table;
-    acc_t<F>* params;         // (table.total) canonical flat buffer: the master weights (fp32)
+    acc_t<F>* params;         // (table.total) canonical flat buffer: the master weights (fp32); with a
+                              // compute copy under ZeRO-1, only params[master_lo, master_hi) exists
+                              // (the rank's shard: gpt_build's master range) and params is that
+                              // allocation shifted by -master_lo, so offsets stay the table's
+    int64_t master_lo, master_hi;  // the master weights this rank keeps: all of the table, or its shard
     acc_t<F>* grads;          // same layout, fp32 (DESIGN §3: gradients accumulate in fp32)
     F* params_c;              // same layout, the weights the ops read: params itself when F is the
                               // master type, else its bf16/fp16 copy (gpt_params_changed refreshes it)
@@ -368,9 +372,24 @@ template <typename F> static constexpr bool gpt_has_compute_copy() { return !std
 
 // After every write to the master weights (initialization, load, rollback, an optimizer step that
 // did not write the copy itself: StepResult::compute_copy_written, llmc/optimizer.h): refreshes the
-// copy the ops read (a no-op when they read the master weights themselves).
+// copy the ops read (a no-op when they read the master weights themselves) — the part of it this
+// rank's master weights cover: with a sharded master (gpt_master_sharded) the caller then
+// all-gathers the copy over the data-parallel ranks.
 template <typename F> void gpt_params_changed(GPT<F>* m) {
-    if constexpr (gpt_has_compute_copy<F>()) cast_from_f32(m->params_c, m->params, (size_t)m->table.total);
+    if constexpr (gpt_has_compute_copy<F>())
+        cast_from_f32(m->params_c + m->master_lo, m->params + m->master_lo, (size_t)(m->master_hi - m->master_lo));
+}
+
+// Whether this rank keeps only a shard of the master weights (ZeRO-1 with a compute copy).
+template <typename F> static inline bool gpt_master_sharded(const GPT<F>* m) {
+    return m->master_lo != 0 || m->master_hi != m->table.total;
+}
+
+// [*lo, *hi): the part of the table's [a, b) whose master weights this rank keeps (empty: lo >= hi).
+template <typename F> static inline bool gpt_master_part(const GPT<F>* m, int64_t a, int64_t b, int64_t* lo, int64_t* hi) {
+    *lo = std::max(a, m->master_lo);
+    *hi = std::min(b, m->master_hi);
+    return *lo < *hi;
 }
 
 // Whether the model runs flash attention (cpu/flash_attention.h, cuda/flash_attention.cuh) rather than
@@ -483,13 +502,14 @@ struct GPTDeviceBytes {
 // What gpt_build and the training loop's loss log allocate on a GPU, computed without allocating
 // (the same functions as gpt_build, count_only). fsize: the storage type's bytes (2 under
 // --bf16/--fp16, 4 under --fp32); loss_slots: micro-batches per iteration on this rank.
-template <typename F> GPTDeviceBytes gpt_device_bytes(const GPTConfig* cfg, int B, int T, int slots, int loss_slots) {
+// master: the master weights the rank keeps (gpt_build's range; < 0: all of them).
+template <typename F> GPTDeviceBytes gpt_device_bytes(const GPTConfig* cfg, int B, int T, int slots, int loss_slots, int64_t master = -1) {
     ParamTable pt;
     param_table_build(&pt, cfg);
     TPDims td = gpt_tp_dims(cfg);
     size_t P = (size_t)pt.total, BT = (size_t)B * T;
     GPTDeviceBytes d;
-    d.params = P * sizeof(acc_t<F>);
+    d.params = (master < 0 ? P : (size_t)master) * sizeof(acc_t<F>);
     d.grads = P * sizeof(acc_t<F>);
     d.compute_copy = gpt_has_compute_copy<F>() ? P * sizeof(F) : 0;
     Activations<F> a;
@@ -515,12 +535,21 @@ template <typename F> void gpt_use_slot(GPT<F>* m, int k) {
 }
 
 // Allocates parameters, gradients and activations for micro-batches of up to (B, T), with `slots`
-// sets of activations (micro-batches in flight; 1 without pipeline parallelism).
-template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int T, int slots = 1) {
+// sets of activations (micro-batches in flight; 1 without pipeline parallelism). [master_lo,
+// master_hi): the master weights this rank keeps (hi < 0: all of them); a shard needs a compute copy
+// (the forward reads the whole copy; the master is only the optimizer's).
+template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int T, int slots = 1, int64_t master_lo = 0,
+                                     int64_t master_hi = -1) {
     m->config = *cfg;
     param_table_build(&m->table, cfg);
     size_t P = (size_t)m->table.total;
-    m->params = gpt_alloc<acc_t<F>>(P);
+    if (master_hi < 0) master_lo = 0, master_hi = (int64_t)P;
+    if (master_lo < 0 || master_lo > master_hi || master_hi > (int64_t)P || (!gpt_has_compute_copy<F>() && master_hi - master_lo != (int64_t)P))
+        keel_die("gpt_build: master range [%lld, %lld) of %zu parameters", (long long)master_lo, (long long)master_hi, P);
+    m->master_lo = master_lo;
+    m->master_hi = master_hi;
+    m->params = gpt_alloc<acc_t<F>>((size_t)(master_hi - master_lo));
+    if (m->params) m->params -= master_lo;  // (offsets stay the table's: params[i] for i in the range)
     m->grads = gpt_alloc<acc_t<F>>(P);
     backend_memset_zero(m->grads, P * sizeof(acc_t<F>));
     if constexpr (gpt_has_compute_copy<F>()) m->params_c = gpt_alloc<F>(P);
@@ -590,7 +619,7 @@ template <typename F> void gpt_free(GPT<F>* m) {
     }
     F* dbufs[] = {d->residual, d->branch, d->ln, d->atty, d->atty_hs, d->qkv, d->fch, d->fch_act, d->lnfc};
     for (F* b : dbufs) backend_free(b);
-    backend_free(m->params);
+    backend_free(m->params ? m->params + m->master_lo : nullptr);
     backend_free(m->grads);
     if constexpr (gpt_has_compute_copy<F>()) backend_free(m->params_c);
     backend_free(m->alibi);

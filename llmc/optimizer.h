@@ -27,11 +27,14 @@
 // of one per piece (on the GPU: 1 launch, or 2 under adam8bit, instead of ~12·L + 4); what changes per
 // step travels as arguments (lr, the bias corrections, the percentile factors of adam8bit). Under
 // --bf16/--fp16 the forward reads a bf16/fp16 copy of the master weights (GPT::params_c); the update
-// writes it in the same pass, rounded as cast_from_f32 rounds, whenever the step updates every
-// parameter the rank holds (ZeRO-0, or one data-parallel rank): StepResult::compute_copy_written, and
-// the trainer skips gpt_params_changed's second pass over the parameters. Under ZeRO-1 on several
-// ranks the rank updates its shard only; the trainer all-gathers the fp32 parameters and refreshes
-// the whole copy, as before. A skipped update writes neither copy.
+// writes it in the same pass, rounded as cast_from_f32 rounds, for every parameter it updates
+// (StepResult::compute_copy_written), and the trainer skips gpt_params_changed's second pass over the
+// parameters. Under ZeRO-1 on several ranks a rank updates its shard only and keeps only its shard of
+// the fp32 master weights (optimizer_master_range, GPT::master_lo/hi): the trainer all-gathers the
+// compute copy's shards — 2 bytes per parameter under bf16/fp16 instead of the master's 4 — and
+// every rank ends with the same copy the ZeRO-0 update writes. Without a compute copy (the CPU
+// trainer, --fp32) the fp32 parameters are the copy and are all-gathered. A skipped update writes
+// neither copy.
 //
 // Units. Optimizer state is kept per "unit": a global tensor of the table, or one layer's slice of
 // a per-layer tensor — exactly what PyTorch (and so bitsandbytes) sees as one parameter. Quantization
@@ -162,8 +165,8 @@ struct StepResult {
     int64_t pclip_units;      // units whose gradient percentile clipping scaled down this step
     SpikeVerdict spike;       // the spike autopilot fired (then skipped is set; the trainer acts on the policy)
     bool compute_copy_written;  // the update also wrote the model's bf16/fp16 copy of every parameter
-                                // (no gpt_params_changed needed); false without a copy, under ZeRO-1
-                                // on several ranks, and when skipped
+                                // it updated (no gpt_params_changed needed; under ZeRO-1 the shards
+                                // are then all-gathered); false without a copy and when skipped
 };
 
 // The state of the z-score rules: the losses and norms of the last applied updates (checkpointed).
@@ -291,6 +294,20 @@ static inline size_t optimizer_tables_bytes(const ParamTable* pt, const Config* 
     size_t pieces = 0;
     for (const OptUnit& u : units) pieces += std::min(u.offset_canonical + u.numel, hi) > std::max(u.offset_canonical, lo);
     return pieces * OPT_TABLE_BYTES_PER_PIECE;
+}
+
+// The fp32 master weights rank `rank` of dp keeps (gpt_build's range, --dry-run's count): under
+// ZeRO-1 with a compute copy (bf16/fp16) its shard, which is all its update reads and writes; else
+// every parameter (ZeRO-0 updates everything; without a copy the master is what the forward reads).
+static inline void optimizer_master_range(const ParamTable* pt, const Config* c, int rank, int dp, int zero_stage, bool compute_copy,
+                                          int64_t* lo, int64_t* hi) {
+    *lo = 0;
+    *hi = pt->total;
+    if (zero_stage != 1 || !compute_copy || dp == 1) return;
+    int64_t n32, n8, nblocks;
+    std::vector<int64_t> shards = optimizer_shards(optimizer_units(pt, c, &n32, &n8, &nblocks), pt->total, dp);
+    *lo = shards[rank];
+    *hi = shards[rank + 1];
 }
 
 // Units and chunks from the table; the shards for dp ranks; this rank's pieces (all units under
@@ -700,11 +717,8 @@ static inline void optimizer_update(Optimizer* o, GPT<F>* model, F* p_c, const C
                            o->update8_scale.data());
 }
 
-// Whether the update writes the compute copy: the model has one and this rank updates every
-// parameter it holds (so the copy ends whole; under ZeRO-1 on several ranks it holds its shard only).
-template <typename F> static inline bool optimizer_writes_compute_copy(const Optimizer* o) {
-    return gpt_has_compute_copy<F>() && o->range_lo == 0 && o->range_hi == o->n;
-}
+// Whether the update writes the compute copy (of the parameters it updates): the model has one.
+template <typename F> static inline bool optimizer_writes_compute_copy(const Optimizer*) { return gpt_has_compute_copy<F>(); }
 
 // Steps 2-5, after grad_reduce and the loss scaler. The gradients of this rank's range hold the
 // reduced values (ZeRO-0: all of them, all-gathered; ZeRO-1: the shard). found_inf: the scaler's

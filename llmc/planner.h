@@ -147,11 +147,19 @@ static inline PlanGpu plan_gpu_bytes(const Config* c, const GPTConfig* g, const 
         ParamTable pt;
         param_table_build(&pt, &s);
         size_t maps = c->optimizer == "adam8bit" ? sizeof(Adam8bitMaps) : 0;
+        bool copy = !c->fp32;  // a bf16/fp16 compute copy: under ZeRO-1 the fp32 master weights are sharded too
+        size_t best_rank = 0;
         for (int r = 0; r < l->dp; r++) {  // the rank with the most
             size_t chunks = 0, state = plan_optimizer_bytes(&pt, c, r, l->dp, l->zero_stage, &chunks);
             size_t reductions = 4 * chunks * sizeof(double) + maps  // (2, chunks) int64 table, (chunks, 2) double sums
                                 + optimizer_tables_bytes(&pt, c, r, l->dp, l->zero_stage);  // the one-launch update's piece tables
-            if (state + reductions > p.optimizer + p.reductions) p.optimizer = state, p.reductions = reductions;
+            int64_t lo, hi;
+            optimizer_master_range(&pt, c, r, l->dp, l->zero_stage, copy, &lo, &hi);
+            size_t master = (size_t)(hi - lo) * sizeof(float);
+            if (state + reductions + master > best_rank) {
+                best_rank = state + reductions + master;
+                p.optimizer = state, p.reductions = reductions, p.model.params = master;
+            }
         }
         const GPTDeviceBytes& m = p.model;
         p.total = m.params + m.grads + m.compute_copy + m.activations + m.grad_scratch + m.loss_log + m.other + m.op_scratch + p.optimizer +

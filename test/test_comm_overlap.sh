@@ -3,14 +3,19 @@
 # NCCL (2 ranks) — its step profile (KEEL_EMU_PROFILE) and event trace (KEEL_EMU_TRACE):
 #   1. data parallel, ZeRO-1, gradient buckets (--grad-bucket-mb 0.1: one bucket per layer here):
 #      - one steady-state iteration moves exactly the formula's NCCL bytes per rank: the gradients'
-#        reduce-scatter (every element once: 4·P bytes as ncclReduce pieces) + the parameters'
-#        all-gather (4·P bytes as ncclBroadcast shards), P = the model's parameters;
+#        reduce-scatter (fp32, every element once: 4·P bytes as ncclReduce pieces) + the parameters'
+#        all-gather in the compute precision (bf16: 2·P bytes as ncclBroadcast shards; the fp32 master
+#        weights stay sharded), P = the model's parameters;
 #      - the first gradient reduction of the last iteration is issued before the backward's last
 #        kernel (the word-embedding gradient), and after a stream wait; with --grad-bucket-mb 0 it
 #        comes after it (the test can tell the two apart);
 #      - buckets change no bit: bucketed = one bucket = ZeRO-0 (metrics and checkpoint bytes);
 #   2. nothing in a steady-state iteration runs on the legacy default stream, and host waits per
-#      iteration do not grow with micro-batches or layers — at DP=2, TP=2 and PP=2.
+#      iteration do not grow with micro-batches or layers — at DP=2, TP=2 and PP=2;
+#   3. the streams of the NCCL calls (the trace numbers streams by first use: 1 is keel's compute
+#      stream, whose kernels come first, 2 the communication stream): the gradient buckets' reductions
+#      and the pipeline's sends and receives on stream 2, the parameter all-gather and the
+#      tensor-parallel all-reduces on stream 1.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 CUDA=build/train_gpt_emu
@@ -50,7 +55,7 @@ for r in range(2):
     a, b = json.load(open(f"{tmp}/dp1.json.{r}")), json.load(open(f"{tmp}/dp2.json.{r}"))
     d = {k: b["nccl_by_collective"][k]["bytes"] - a["nccl_by_collective"][k]["bytes"] for k in b["nccl_by_collective"]}
     check(f"rank {r}: gradient reduce-scatter {d['reduce']} bytes = 4·P = {4 * P}", d["reduce"] == 4 * P)
-    check(f"rank {r}: parameter all-gather {d['broadcast']} bytes = 4·P = {4 * P}", d["broadcast"] == 4 * P)
+    check(f"rank {r}: parameter all-gather {d['broadcast']} bytes = 2·P = {2 * P} (bf16)", d["broadcast"] == 2 * P)
     check(f"rank {r}: nothing else over NCCL ({d['allreduce']} all-reduce, {d['send'] + d['recv']} point-to-point bytes)",
           d["allreduce"] == 0 and d["send"] == 0 and d["recv"] == 0)
     check(f"rank {r}: legacy-stream calls per iteration {b['legacy_stream_ops'] - a['legacy_stream_ops']} (0)",
@@ -102,4 +107,23 @@ for r in range(2):
 sys.exit(1 if bad else 0)
 PY
 done
+
+# ---- 3. which stream each NCCL call is on ---------------------------------------------------------------
+python3 - "$TMP" <<'PY' && ok "streams: bucket reductions and pipeline send/recv on the communication stream" || fail "NCCL calls on the wrong stream"
+import sys
+tmp = sys.argv[1]
+bad = 0
+def streams(name, op):
+    found = set()
+    for r in range(2):
+        for l in open(f"{tmp}/{name}.trace.{r}").read().splitlines():
+            if l.startswith(f"nccl {op} "): found.add(l.rsplit(" ", 1)[1])
+    return found
+for name, op, want in [("dp2", "reduce", {"2"}), ("dp2", "broadcast", {"1"}), ("pp_b2", "send", {"2"}), ("pp_b2", "recv", {"2"}),
+                       ("tp_b2", "allreduce", {"1"})]:
+    got = streams(name, op)
+    print(f"{name}: nccl {op} on stream(s) {sorted(got)} (want {sorted(want)})")
+    bad += got != want
+sys.exit(1 if bad else 0)
+PY
 finish

@@ -103,13 +103,15 @@ static inline void sumsq_zeros_chunks(double* out, const float* base, const int6
 }
 
 // The checksum of n fp32 values (llmc/ops.h param_checksum_term): the same value as the CUDA op's.
-static inline uint64_t param_checksum(const float* x, int64_t n) {
+// first: the position of x[0] in the tensor checksummed (the terms of a tensor's parts add up to the
+// tensor's checksum).
+static inline uint64_t param_checksum(const float* x, int64_t n, int64_t first = 0) {
     uint64_t sum = 0;
 #pragma omp parallel for reduction(+ : sum)
     for (int64_t i = 0; i < n; i++) {
         uint32_t bits;
         memcpy(&bits, &x[i], sizeof bits);
-        sum += param_checksum_term(bits, (uint64_t)i);
+        sum += param_checksum_term(bits, (uint64_t)(first + i));
     }
     return sum;
 }

@@ -400,18 +400,18 @@ static inline void grad_round_fp16(float* g, size_t n) {
 // param_checksum (llmc/ops.h): every thread sums its elements' terms mod 2⁶⁴, the block's threads
 // add theirs into one word with integer atomics — integer sums, so the order cannot change the value
 // — and 8 bytes come back to the host.
-static __global__ void param_checksum_kernel(unsigned long long* out, const float* x, int64_t n) {
+static __global__ void param_checksum_kernel(unsigned long long* out, const float* x, int64_t n, int64_t first) {
     unsigned long long acc = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        acc += param_checksum_term(__float_as_uint(x[i]), (uint64_t)i);
+        acc += param_checksum_term(__float_as_uint(x[i]), (uint64_t)(first + i));
     atomicAdd(out, acc);
 }
-static inline uint64_t param_checksum(const float* x, int64_t n) {
+static inline uint64_t param_checksum(const float* x, int64_t n, int64_t first = 0) {
     static DeviceScratch scratch;  // (1) the sum
     unsigned long long* out = (unsigned long long*)scratch_reserve(&scratch, sizeof(unsigned long long));
     device_memset_zero(out, sizeof *out);
     if (n > 0) {
-        KEEL_LAUNCH(param_checksum_kernel, reduce_blocks(n), REDUCE_THREADS, 0, MAIN_STREAM)(out, x, n);
+        KEEL_LAUNCH(param_checksum_kernel, reduce_blocks(n), REDUCE_THREADS, 0, MAIN_STREAM)(out, x, n, first);
         CUDA_CHECK_LAUNCH();
     }
     unsigned long long sum = 0;

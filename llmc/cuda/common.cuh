@@ -69,6 +69,9 @@ static inline void host_to_device(void* dst, const void* src, size_t bytes) {
 static inline void device_memset_zero(void* p, size_t bytes) {
     if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, MAIN_STREAM));
 }
+static inline void device_to_device(void* dst, const void* src, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, MAIN_STREAM));
+}
 
 // The step's uploads (token ids, targets, the word-embedding gradient's token groups) go through a
 // ring of UPLOAD_SLOTS pinned host buffers: the host copies its data into the next slot and queues an

@@ -296,7 +296,9 @@ inline unsigned warp_ballot(unsigned mask, bool pred) {
 //                                  on the legacy default stream (a null stream, or cudaMemcpy/cudaMemset)
 // KEEL_EMU_TRACE=FILE (with or without the profile) writes the order of events, one line each, to FILE
 // (FILE.r on rank r), at exit: "launch <kernel>", "gemm", "nccl <collective> <bytes>", "sync",
-// "wait" (a stream waiting for another: cudaStreamWaitEvent). For tests of what overlaps what.
+// "wait" (a stream waiting for another: cudaStreamWaitEvent). For tests of what overlaps what. An NCCL
+// line ends with "stream K": the stream it was issued on, numbered from 1 in the order streams are
+// first used (0: the legacy default stream).
 // The counters assume one host thread issues the CUDA calls (keel's trainers do).
 enum ProfileCollective { NCCL_ALLREDUCE, NCCL_REDUCE, NCCL_BROADCAST, NCCL_SEND, NCCL_RECV, NCCL_COLLECTIVES };
 static const char* const profile_collective_names[NCCL_COLLECTIVES] = {"allreduce", "reduce", "broadcast", "send", "recv"};
@@ -314,6 +316,8 @@ struct Profile {
     uint64_t h2d_copies = 0, h2d_bytes = 0, d2h_bytes = 0, d2d_copies = 0, d2d_bytes = 0;
     uint64_t nccl_calls[NCCL_COLLECTIVES] = {}, nccl_bytes[NCCL_COLLECTIVES] = {};
     uint64_t legacy_stream_ops = 0;
+    std::map<const void*, int> stream_numbers;  // streams by first use, from 1
+    int last_stream = 0;                        // the number of the stream of the last call
     std::string trace_path;           // KEEL_EMU_TRACE (before a rank suffix); empty: no trace
     std::vector<std::string> trace;
 };
@@ -369,7 +373,9 @@ inline void profile_sync() {
 }
 // A call issued on the legacy default stream (stream: the call's stream handle; null is the legacy one).
 inline void profile_stream(const void* stream) {
-    if (!stream) profile().legacy_stream_ops++;
+    Profile& p = profile();
+    if (!stream) p.legacy_stream_ops++;
+    p.last_stream = stream ? p.stream_numbers.emplace(stream, (int)p.stream_numbers.size() + 1).first->second : 0;
 }
 // A copy between memories: direction from where the pointers live; a blocking device→host copy is
 // a host wait (the host cannot go on before the GPU has finished everything queued before it).
@@ -403,7 +409,8 @@ inline void profile_live(int64_t delta) {
 }
 inline void profile_nccl(ProfileCollective c, size_t bytes) {
     profile().nccl_calls[c]++;
-    profile_trace(std::string("nccl ") + profile_collective_names[c] + " " + std::to_string(bytes));
+    profile_trace(std::string("nccl ") + profile_collective_names[c] + " " + std::to_string(bytes) + " stream " +
+                  std::to_string(profile().last_stream));
     profile().nccl_bytes[c] += bytes;
 }
 inline void profile_mpi_world(int rank, int size) {

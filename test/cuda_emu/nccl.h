@@ -110,6 +110,8 @@ inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
 
 inline MPI_Datatype emu_nccl_type(ncclDataType_t t) { return t == ncclFloat ? MPI_FLOAT : MPI_BYTE; }
 inline size_t emu_nccl_size(ncclDataType_t t);  // bytes per element (below)
+// The MPI count of `count` elements of t moved as emu_nccl_type(t): floats, or bytes for every other type.
+inline int emu_nccl_mpi_count(size_t count, ncclDataType_t t) { return (int)(t == ncclFloat ? count : count * emu_nccl_size(t)); }
 inline bool emu_nccl_device(const void* p) {
     if (emu::is_device_ptr(p)) return true;
     fprintf(stderr, "NCCL emulation: a host pointer handed to NCCL (NCCL takes device buffers)\n");
@@ -167,10 +169,10 @@ inline bool emu_nccl_collective_ok() {
 }
 
 inline ncclResult_t emu_nccl_p2p_post(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c) {
-    if (!emu_nccl_device(buf) || !emu_nccl_count(count)) return ncclInvalidArgument;
+    if (!emu_nccl_device(buf) || !emu_nccl_count(count * emu_nccl_size(t))) return ncclInvalidArgument;
     if (peer < 0 || peer >= c->size) return emu_nccl_fail(ncclInvalidArgument, "send/recv: the peer is outside the communicator");
     emu::profile_nccl(send ? emu::NCCL_SEND : emu::NCCL_RECV, count * emu_nccl_size(t));
-    emu_nccl_group().queued.push_back({send, (void*)buf, (int)count, emu_nccl_type(t), peer, c->mpi});
+    emu_nccl_group().queued.push_back({send, (void*)buf, emu_nccl_mpi_count(count, t), emu_nccl_type(t), peer, c->mpi});
     ncclGroupStart();  // a lone op is a group of one
     return ncclGroupEnd();
 }
@@ -197,10 +199,10 @@ inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclD
 inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
-    if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    if (!emu_nccl_count(count * emu_nccl_size(t)) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
     emu::profile_nccl(emu::NCCL_BROADCAST, count * emu_nccl_size(t));
     emu::DeviceScope open;
-    return MPI_Bcast(recv, (int)count, emu_nccl_type(t), root, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    return MPI_Bcast(recv, emu_nccl_mpi_count(count, t), emu_nccl_type(t), root, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
 // Every type and op keel uses: the ranks' buffers are gathered and combined in rank order in double
 // (exact for max; for a sum the order is fixed, as a fixed NCCL topology's is), then rounded once.
