@@ -980,6 +980,11 @@ static void trainer_print_layout(Trainer<A>* tr, int B, int T) {
                double_repr(c->grad_bucket_mb).c_str(),
                tr->buckets.size() > 1 ? ", each issued as the last micro-batch's backward completes it, overlapping the rest of it"
                                       : ", after the last micro-batch's backward");
+    if (gpt_master_sharded(&tr->model))
+        printf("ZeRO-1 master weights: this rank keeps parameters %lld..%lld of %lld in fp32 (%.1f MiB); the %s copy is all-gathered "
+               "after each update
+", (long long)tr->model.master_lo, (long long)tr->model.master_hi, (long long)tr->model.table.total,
+               (double)(tr->model.master_hi - tr->model.master_lo) * 4 / 1048576.0, c->fp16 ? "fp16" : "bf16");
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
            g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->whole, &whole), (long long)tr->whole.total);
