@@ -8,8 +8,10 @@
 #   --log-num-zeros-in-grad the gradient's exact zeros = the rows that can get no gradient:
 #                           (padded vocabulary - vocabulary) x C word-embedding rows and
 #                           (max positions - T) x C position rows (2016 here), also at TP=2 x PP=2
-#                           (a double count there gives 3520 or more). Iteration 1 is left out: its
-#                           key biases' gradients (zero in exact arithmetic) may round to an exact 0;
+#                           (a double count there gives 2528 or more, a missed part 1504 or less),
+#                           plus at most L x C: the key biases' gradients are zero in exact arithmetic
+#                           (softmax ignores a shift shared by a query's scores) and some round to an
+#                           exact 0, depending on the backend's summation order;
 #   --log-{timers,batch-size,validation-ppl}-to-tensorboard and the two above: their TensorBoard tags
 #                           (Megatron's names) with the JSONL's values, read back by the independent
 #                           reader of test_tensorboard.cpp; none of them in a run without the flags.
@@ -22,7 +24,7 @@ FLAGS=(--log-params-norm --log-num-zeros-in-grad --log-timers-to-tensorboard --l
 
 $KEEL "${RUN[@]}" "${FLAGS[@]}" --save "$TMP/S" --metrics-file "$TMP/s.jsonl" --tensorboard-dir "$TMP/tb" >"$TMP/s.log" 2>&1 \
   || { fail "single rank: $(tail -2 "$TMP/s.log")"; finish; }
-grep -q "num zeros: 2016.0 | params norm: [0-9.]* |" "$TMP/s.log" && ok "log line: num zeros, params norm" || fail "log line lacks num zeros / params norm"
+grep -qE "num zeros: 20[0-9]{2}\.0 \| params norm: [0-9.]+ \|" "$TMP/s.log" && ok "log line: num zeros, params norm" || fail "log line lacks num zeros / params norm"
 grep -q "note: --tensorboard-queue-size 5 has no effect" "$TMP/s.log" && ok "--tensorboard-queue-size: its note" || fail "no queue-size note"
 
 # zeros: every iteration from 2 on, on one rank and on TP=2 x PP=2; params norm: model.bin and TP x PP
@@ -35,10 +37,11 @@ V, Vp = map(int, re.search(r"V=(\d+) \(padded (\d+)\)", open(sys.argv[4]).read()
 C, T, maxT = 32, 16, 32
 want = (Vp - V) * C + (maxT - T) * C
 assert len(one) == len(four) == 4, (len(one), len(four))
+key_biases = 2 * C  # L x C
 for a, b in zip(one, four):
     assert "params_norm" in a and "params_norm" in b, a
-    if a["iteration"] >= 2:
-        assert a["num_zeros"] == want and b["num_zeros"] == want, (a["iteration"], a["num_zeros"], b["num_zeros"], want)
+    for z in (a["num_zeros"], b["num_zeros"]):
+        assert want <= z <= want + key_biases, (a["iteration"], a["num_zeros"], b["num_zeros"], want)
     assert abs(a["params_norm"] - b["params_norm"]) <= 1e-6 * a["params_norm"], (a["iteration"], a["params_norm"], b["params_norm"])
 raw = open(sys.argv[3], "rb").read()
 assert raw[:8] == b"KEELCKPT"
