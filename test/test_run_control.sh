@@ -41,6 +41,8 @@ got=$(grep -o '"iteration": 3, "val_loss": [^,]*' "$TMP/E.jsonl" 2>/dev/null)
 expect_fail 2 "eval-only false.*any non-empty value as true" $KEEL "${RUN[@]}" --eval-only false --load "$TMP/B"
 expect_fail 2 "eval-only.*--load" $KEEL "${RUN[@]}" --eval-only true
 expect_fail 2 "eval-only: no checkpoint in --load" $KEEL "${RUN[@]}" --eval-only true --load "$TMP/empty"
+expect_fail 2 "exit-duration-in-mins must be >= 0" $KEEL "${RUN[@]}" --exit-duration-in-mins -1
+expect_fail 2 "exit-duration-in-mins: '1.5' is not an integer" $KEEL "${RUN[@]}" --exit-duration-in-mins 1.5
 
 # ---- the resume from the kill switch's checkpoint is the uninterrupted run ------------------------
 rm -f "$KS"
