@@ -89,6 +89,11 @@ struct Trainer {
     TrainState snap_state;
     bool rollback_pending = false;             // the last iteration's spike asks for a rollback
     SpikeVerdict pending_spike;
+    // --exit-duration-in-mins: the run's start (wall clock, seconds: the earliest rank's) and the
+    // iterations this process ran; --log-timers-to-tensorboard: this iteration's timers (ms)
+    double start_wall = 0;
+    int64_t iterations_run = 0;
+    double timer_forward_ms = 0, timer_backward_ms = 0;
 };
 
 static double now_ms() {
@@ -102,6 +107,88 @@ static int num_threads() {
 #else
     return 1;
 #endif
+}
+
+// ---- Megatron-DeepSpeed's run control and timers ----------------------------------------------
+
+static double wall_seconds() {  // comparable across nodes, as Python's time.time()
+    using namespace std::chrono;
+    return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+// The run's start for --exit-duration-in-mins: the earliest rank's, as Megatron's all-reduce MIN of
+// its start times (the scheduler's clock started before the first rank did).
+static double trainer_start_clock(const Comm* world) {
+    double mine = wall_seconds();
+    std::vector<double> all(world->size);
+    comm_allgather(world, &mine, sizeof mine, all.data());
+    return *std::min_element(all.begin(), all.end());
+}
+
+// BigScience's kill switch (--kill-switch-path): whether the file exists, agreed over the world, so
+// a rank whose file system has not seen it yet stops with the others at the same iteration.
+template <typename A>
+static bool trainer_kill_switch(const Trainer<A>* tr) {
+    return !tr->cfg.kill_switch_path.empty() && comm_any(&tr->world, file_exists(tr->cfg.kill_switch_path.c_str()));
+}
+
+// Minutes since the run's start; test hook KEEL_TEST_FAKE_CLOCK makes them iterations x M on the
+// hooked ranks (llmc/test_hooks.h).
+template <typename A>
+static double trainer_elapsed_minutes(const Trainer<A>* tr) {
+    const TestHooks* h = &tr->hooks;
+    if (h->fake_clock_minutes >= 0 && (h->fake_clock_rank < 0 || h->fake_clock_rank == tr->world.rank))
+        return h->fake_clock_minutes * (double)tr->iterations_run;
+    return (wall_seconds() - tr->start_wall) / 60.0;
+}
+
+// --log-timers-to-tensorboard: a timer reads the clock after the device has finished the work
+// queued so far (as Megatron's timers synchronize CUDA), which costs overlap, so only under the flag.
+// The 4-byte read-back is the host's wait for keel's stream (no-op on the CPU).
+template <typename A>
+static double trainer_timer_now(Trainer<A>* tr) {
+    if (!tr->cfg.log_timers_to_tensorboard) return 0;
+    float x;
+    backend_copy_to_host(&x, tr->model.grads, sizeof x);  // (a wait for the GPU; the gradients always exist whole)
+    return now_ms();
+}
+template <typename A>
+static void trainer_timer_add(Trainer<A>* tr, double start, double* total_ms) {
+    if (tr->cfg.log_timers_to_tensorboard) *total_ms += trainer_timer_now(tr) - start;
+}
+
+// --log-params-norm: the L2 norm of the fp32 master weights after the update, Megatron's
+// calc_params_l2_norm: every parameter counted once (not the last stage's copy of the tied embedding,
+// not a replicated tensor's copies on tensor ranks > 0), Σθ² of each rank's part added over the
+// model-parallel group in its rank order. Megatron reads the model's own copy (bf16/fp16 on a GPU
+// run); keel the fp32 master weights (the CPU trainer's only copy).
+template <typename A>
+static double trainer_params_norm(Trainer<A>* tr) {
+    const Optimizer* o = &tr->opt;
+    const GPT<A>* m = &tr->model;
+    size_t nc = o->chunks.size();
+    std::vector<int64_t> offsets, numels;
+    std::vector<size_t> which;  // the chunks this rank's master weights hold (all, or its ZeRO-1 shard's)
+    for (size_t c = 0; c < nc; c++) {
+        int64_t lo, hi, at = o->chunks[c].offset_canonical;
+        if (!gpt_master_part(m, at, at + o->chunks[c].numel, &lo, &hi)) continue;
+        offsets.push_back(at);
+        numels.push_back(o->chunks[c].numel);
+        which.push_back(c);
+    }
+    std::vector<double> held(2 * which.size()), part(2 * nc, 0.0);  // (Σ θ², zeros) per chunk: the gradient norm's op, on the weights
+    sumsq_zeros_chunks(held.data(), m->params, offsets.data(), numels.data(), which.size());
+    for (size_t k = 0; k < which.size(); k++) part[2 * which[k]] = held[2 * k];
+    // a sharded master: each chunk has one owner, the others add 0 (exact), then the sum below in chunk order
+    if (gpt_master_sharded(m)) comm_allreduce_sum_f64(&tr->comm, part.data(), (int)part.size());
+    double mine = 0;
+    for (size_t c = 0; c < nc; c++)
+        if (!o->units[o->chunks[c].unit].mirror) mine += part[2 * c];
+    std::vector<double> all(tr->mp.size);
+    comm_allgather(&tr->mp, &mine, sizeof mine, all.data());
+    double total = 0;
+    for (double x : all) total += x;
+    return std::sqrt(total);
 }
 
 // Fills inputs/targets (B,T) from the loader's sample numbers first .. first+B-1.
@@ -417,6 +504,8 @@ static void trainer_fill_record(const Trainer<A>* tr, IterationRecord* rec, int6
     rec->samples_per_second = gbs / (ms / 1000.0);
     rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, dp);
     rec->layers = nullptr;
+    rec->params_norm = NAN;
+    rec->forward_s = rec->backward_s = rec->optimizer_s = -1;
 }
 
 // The gradients of one iteration's micro-batches through this stage, accumulated in the model's
@@ -454,6 +543,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 comm_recv_buf(&tr->pipe, model->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
                 break;
             case PIPE_FORWARD: {
+                double t0 = trainer_timer_now(tr);
                 slot_of(a.mb);
                 int64_t first = first_sample(a.mb);
                 if (first_stage || last_stage) trainer_read_batch(tr, &tr->train_data, first, B, T);
@@ -462,6 +552,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 // the losses stay on the device until the iteration's end (one read-back, not one per micro-batch)
                 gpt_forward(model, tr->inputs.data(), last_stage ? tr->targets.data() : nullptr, B, T, dloss, (int)a.mb);
                 if (act_sumsq) layer_stats_acts(model, B, T, act_sumsq + a.mb * (L + 1));
+                trainer_timer_add(tr, t0, &tr->timer_forward_ms);
                 break;
             }
             case PIPE_SEND_FORWARD:  // (no wait: the slot is written again only after mb's backward, which waits
@@ -472,14 +563,17 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
             case PIPE_RECV_BACKWARD:
                 comm_recv_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage + 1, PIPE_TAG);
                 break;
-            case PIPE_BACKWARD:
+            case PIPE_BACKWARD: {
                 if (grad_sent) comm_sends_wait(&tr->pipe);  // this backward rewrites the gradient buffer sent
                 grad_sent = false;
+                double t0 = trainer_timer_now(tr);
                 slot_of(a.mb);
                 gpt_set_dropout(model, true, st->dropout_seed, first_sample(a.mb));
                 if (a.mb == accum - 1 && dp > 1) gpt_backward(model, B, T, dloss, layer_done, &reducer);
                 else gpt_backward(model, B, T, dloss);
+                trainer_timer_add(tr, t0, &tr->timer_backward_ms);
                 break;
+            }
             case PIPE_SEND_BACKWARD:  // (overlaps the next forward; the next backward waits for it)
                 comm_send_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage - 1, PIPE_TAG);
                 grad_sent = true;
@@ -535,7 +629,9 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     bool stats = c->log_layer_norms_interval > 0 && it % c->log_layer_norms_interval == 0;
     std::vector<double> act_sumsq(stats ? accum * (L + 1) : 0, 0.0);  // per micro-batch step, (L+1) each
     double scale = st->scaler.scale;  // this iteration's (the scaler may change it below)
+    tr->timer_forward_ms = tr->timer_backward_ms = 0;
     std::vector<double> losses = trainer_accumulate(tr, it, gbs, B, T, accum, stats ? act_sumsq.data() : nullptr);
+    double t_opt = trainer_timer_now(tr);
     int P = tr->grid.pp;
     double loss = trainer_sum_global_order(comm, losses.data(), accum, 1)[0] / (double)(accum * dp);
     comm_broadcast(&tr->pipe, &loss, sizeof loss, P - 1);  // the last stage computed it
@@ -568,6 +664,8 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     }
     if (!r.skipped && !r.compute_copy_written) gpt_params_changed(&tr->model);  // (a no-op without a copy)
     if (!r.skipped) lr_schedule_step(&st->schedule, gbs, st->consumed_tokens);
+    double optimizer_ms = 0;
+    trainer_timer_add(tr, t_opt, &optimizer_ms);
     st->iteration = it;
     st->consumed_samples += gbs;
     st->consumed_tokens += gbs * T;
@@ -581,6 +679,12 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     }
     double ms = now_ms() - t0;
     trainer_fill_record(tr, rec, it, gbs, T, lr, loss, &r, ms);
+    if (c->log_params_norm) rec->params_norm = trainer_params_norm(tr);
+    if (c->log_timers_to_tensorboard) {
+        rec->forward_s = tr->timer_forward_ms / 1000.0;
+        rec->backward_s = tr->timer_backward_ms / 1000.0;
+        rec->optimizer_s = optimizer_ms / 1000.0;
+    }
     if (stats) {
         LayerStats* ls = &tr->layer_stats;
         layer_stats_grads(ls, o, &tr->model.table);
@@ -942,7 +1046,9 @@ template <typename A>
 static int64_t trainer_open_inputs(Trainer<A>* tr, int T) {
     const Config* c = &tr->cfg;
     int64_t load_it = c->load.empty() ? -1 : ckpt_latest(c->load);
-    if (!c->save.empty()) ckpt_check_save_dir(c->save);
+    if (!c->eval_only.empty() && load_it < 0)
+        keel_usage_error("--eval-only: no checkpoint in --load %s (no latest_checkpointed_iteration.txt)", c->load.c_str());
+    if (!c->save.empty() && c->eval_only.empty()) ckpt_check_save_dir(c->save);  // --eval-only never writes there
     dataloader_init(&tr->train_data, c->train_data_path.c_str(), T, tr->gcfg.vocab_size, (uint64_t)c->seed, true);
     if (!c->valid_data_path.empty()) {
         dataloader_init(&tr->valid_data, c->valid_data_path.c_str(), T, tr->gcfg.vocab_size, (uint64_t)c->seed, false);
@@ -1039,6 +1145,25 @@ static void trainer_init_weights(Trainer<A>* tr) {
                c->normformer ? " (--normformer's tensors, which it lacks, from their init)" : "");
 }
 
+// Megatron-DeepSpeed's logging flags → what the logger writes; the notes on what keel does differently.
+template <typename A>
+static void trainer_logger_flags(Trainer<A>* tr) {
+    const Config* c = &tr->cfg;
+    Logger* lg = &tr->log;
+    lg->show_num_zeros = c->log_num_zeros_in_grad;
+    lg->show_params_norm = c->log_params_norm;
+    lg->tb_timers = c->log_timers_to_tensorboard;
+    lg->tb_batch_size = c->log_batch_size_to_tensorboard;
+    lg->tb_validation_ppl = c->log_validation_ppl_to_tensorboard;
+    bool tb_flag = c->log_timers_to_tensorboard || c->log_batch_size_to_tensorboard || c->log_validation_ppl_to_tensorboard;
+    if (tb_flag && c->tensorboard_dir.empty()) printf(" > note: the --log-*-to-tensorboard flags write nothing without --tensorboard-dir\n");
+    if (c->tensorboard_queue_size != Config().tensorboard_queue_size)
+        printf(" > note: --tensorboard-queue-size %lld has no effect: keel's TensorBoard writer has no queue, it hands the events "
+               "to the file at every log line\n", (long long)c->tensorboard_queue_size);
+    if (!c->eval_only.empty())
+        printf(" > note: --eval-only evaluates the validation set (--valid-data-path); keel has no test set to evaluate\n");
+}
+
 // What the run writes and keeps beside the model: the tokenizer for samples, the token dump (test
 // hook), the metrics and TensorBoard files, the per-layer statistics, the spike autopilot's snapshot.
 template <typename A>
@@ -1059,11 +1184,12 @@ static void trainer_open_outputs(Trainer<A>* tr, bool resumed) {
     tr->inputs.resize((size_t)B * T);
     tr->targets.resize((size_t)B * T);
     std::string metrics = tr->world.rank == 0 ? c->metrics_file : "";  // rank 0 writes the files
-    if (resumed) logger_truncate_after(metrics, tr->st.iteration);
+    if (resumed && c->eval_only.empty()) logger_truncate_after(metrics, tr->st.iteration);  // --eval-only appends only
     logger_open(&tr->log, metrics, resumed, tr->train_iters);
     tr->log.show_loss_scale = c->fp16;
     tr->log.show_seqlen = tr->curriculum.enabled;
     tr->log.show_pclip = c->adam8bit_percentile_clipping < 100;
+    trainer_logger_flags(tr);
     if (tr->world.rank == 0) logger_open_tensorboard(&tr->log, c->tensorboard_dir);
     layer_stats_init(&tr->layer_stats, g->num_layers);
     if (c->spike_policy != "off")
@@ -1146,12 +1272,64 @@ static void trainer_setup(Trainer<A>* tr) {
     trainer_open_outputs(tr, resumed);
 }
 
+// Stops the run after iteration st.iteration, for the kill switch or --exit-duration-in-mins, as
+// Megatron-DeepSpeed does: a checkpoint first (with --save, unless this iteration's is written
+// already), then exit 0 without the end of run's validation and exports.
+template <typename A>
+static int trainer_stop_early(Trainer<A>* tr, bool saved_now, const std::string& why) {
+    if (!tr->cfg.save.empty() && !saved_now) trainer_save(tr);
+    printf("%s\n", why.c_str());
+    logger_close(&tr->log);
+    trainer_free_groups(tr);
+    return 0;
+}
+
+// --eval-only (BigScience's Megatron-DeepSpeed): the loaded checkpoint's validation loss, printed and
+// recorded at its iteration as a training run's evaluation would be (the same batches: the first
+// --eval-iters of the validation set); nothing trains, no file beside the metrics is written.
+template <typename A>
+static int trainer_eval_only(Trainer<A>* tr) {
+    printf("eval-only: iteration %lld of %s on %lld validation batch(es); nothing trains, nothing is saved\n",
+           (long long)tr->st.iteration, tr->cfg.load.c_str(), (long long)tr->cfg.eval_iters);
+    log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
+    logger_close(&tr->log);
+    trainer_free_groups(tr);
+    return 0;
+}
+
+// --exit-duration-in-mins, checked after iteration `it` (after its save, before --exit-interval, as
+// Megatron): the wall time over the limit on any rank stops all of them (Megatron's all-reduce MAX).
+// Returns the line to stop with, or "" to go on (also at the last iteration: the run ends anyway).
+template <typename A>
+static std::string trainer_exit_duration(Trainer<A>* tr, int64_t it) {
+    const Config* c = &tr->cfg;
+    if (c->exit_duration_in_mins <= 0 || it >= tr->train_iters) return "";
+    double mine = trainer_elapsed_minutes(tr);
+    std::vector<double> all(tr->world.size);
+    comm_allgather(&tr->world, &mine, sizeof mine, all.data());
+    double minutes = *std::max_element(all.begin(), all.end());
+    if (minutes <= (double)c->exit_duration_in_mins) return "";
+    char buf[200];
+    snprintf(buf, sizeof buf, "exiting program after %.2f minutes at iteration %lld (--exit-duration-in-mins %lld)", minutes,
+             (long long)it, (long long)c->exit_duration_in_mins);
+    return buf;
+}
+
+// Test hook KEEL_TEST_KILL_SWITCH_AT: rank 0 creates the kill switch once iteration `it` is done.
+template <typename A>
+static void trainer_test_touch_kill_switch(const Trainer<A>* tr, int64_t it) {
+    if (tr->hooks.kill_switch_at != it || tr->world.rank != 0 || tr->cfg.kill_switch_path.empty()) return;
+    FILE* f = fopen_check(tr->cfg.kill_switch_path.c_str(), "wb");
+    fclose(f);
+}
+
 // The run after setup: iterations with their evaluations, samples and checkpoints; then the end
 // of run's validation, save and export. Returns the process's exit status.
 template <typename A>
 static int trainer_run(Trainer<A>* tr) {
     trainer_setup(tr);
     const Config* c = &tr->cfg;
+    if (!c->eval_only.empty()) return trainer_eval_only(tr);
     // Nothing to train (a finished run started again): no extra validation record, no re-save.
     bool nothing = tr->st.iteration >= tr->train_iters || (c->train_tokens > 0 && tr->st.consumed_tokens >= c->train_tokens);
     // ... unless --save names another directory than --load: then the loaded state is written there
@@ -1162,12 +1340,16 @@ static int trainer_run(Trainer<A>* tr) {
         printf("nothing to train: iteration %lld of %lld, %lld tokens consumed%s\n", (long long)tr->st.iteration,
                (long long)tr->train_iters, (long long)tr->st.consumed_tokens, convert ? "; writing the loaded state to --save" : "");
     while (tr->st.iteration < tr->train_iters) {
+        if (trainer_kill_switch(tr))  // before each iteration, as BigScience's loop
+            return trainer_stop_early(tr, saved_now, "detected kill switch at " + c->kill_switch_path + ": exiting at iteration " +
+                                                         std::to_string(tr->st.iteration) + " (--kill-switch-path)");
         if (c->train_tokens > 0 && tr->st.consumed_tokens >= c->train_tokens) {
             printf("stopping: %lld tokens consumed, --train-tokens %lld reached\n", (long long)tr->st.consumed_tokens,
                    (long long)c->train_tokens);
             break;
         }
         IterationRecord rec;
+        tr->iterations_run++;
         if (trainer_iteration(tr, &rec)) {
             log_iteration(&tr->log, &rec, c->log_interval);
             if (rec.iteration % c->log_interval == 0) trainer_check_tied_embedding(tr, rec.iteration);
@@ -1188,6 +1370,9 @@ static int trainer_run(Trainer<A>* tr) {
             saved_now = true;
         }
         if (c->spike_policy == "rollback" && it % c->spike_snapshot_interval == 0) trainer_snapshot(tr);
+        std::string stop = trainer_exit_duration(tr, it);
+        if (!stop.empty()) return trainer_stop_early(tr, saved_now, stop);
+        trainer_test_touch_kill_switch(tr, it);
         if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < tr->train_iters) {
             if (!c->save.empty() && !saved_now) trainer_save(tr);
             printf("exiting program at iteration %lld (--exit-interval %lld)\n", (long long)it, (long long)c->exit_interval);
@@ -1230,6 +1415,13 @@ template <typename A> static int trainer_main(const Comm* comm, const Config* c)
     tr->world = *comm;
     tr->cfg = *c;
     tr->hooks = test_hooks_read();
+    tr->start_wall = trainer_start_clock(&tr->world);
+    if (trainer_kill_switch(tr)) {  // BigScience: a queued job finding the switch exits at once, before loading anything
+        printf("detected kill switch at %s: exiting before training (--kill-switch-path)\n", c->kill_switch_path.c_str());
+        comm_finalize(&tr->world);
+        delete tr;
+        return 0;
+    }
     return trainer_run(tr);
 }
 

@@ -87,6 +87,13 @@ struct Config {
     int64_t log_interval = 1, eval_interval = 0, eval_iters = 10, sample_interval = 0, sample_length = 64;
     std::string metrics_file, tensorboard_dir;
     int64_t log_layer_norms_interval = 0;
+    // Megatron-DeepSpeed's run control and extra logging (README "Coming from Megatron-DeepSpeed")
+    int64_t exit_duration_in_mins = 0;             // 0: off (Megatron: None)
+    std::string kill_switch_path;                  // BigScience's kill switch ("": off)
+    std::string eval_only;                         // Megatron's type=bool value: "" off, any other true ("false" refused)
+    bool log_params_norm = false, log_num_zeros_in_grad = false;
+    int64_t tensorboard_queue_size = 1000;
+    bool log_timers_to_tensorboard = false, log_batch_size_to_tensorboard = false, log_validation_ppl_to_tensorboard = false;
     int64_t check_replicated_params_interval = 0;  // tensor parallelism: compare replicated tensors every N iterations
     bool sync_tp_duplicated_parameters = false;    // ... or average them over the TP group before every forward
     // layout and planning (DESIGN §5): --dry-run plans any layout; training runs TP x PP x DP over the launched ranks
@@ -293,6 +300,32 @@ static const Flag FLAGS[] = {
               "write TensorBoard event files here (Megatron tag names, with vs samples / vs tokens)"),
     KEEL_FLAG("log-layer-norms-interval", 0, NO_MAX, FT_INT, log_layer_norms_interval, FK_RUN, nullptr,
               "every N iterations: per-layer gradient norm, weight norm and activation RMS into the metrics; 0: off"),
+    // Megatron-DeepSpeed's run control and extra logging
+    KEEL_FLAG("exit-duration-in-mins", 0, NO_MAX, FT_INT, exit_duration_in_mins, FK_RUN, nullptr,
+              "stop once the run's wall time (from the earliest rank's start) exceeds this many minutes, agreed over ranks "
+              "after an iteration; save first (with --save); exit 0. 0: off"),
+    KEEL_FLAG("kill-switch-path", NO_MIN, NO_MAX, FT_STR, kill_switch_path, FK_RUN, nullptr,
+              "BigScience's kill switch: if this file exists at start-up, exit at once; if it appears during training, "
+              "save (with --save) before the next iteration and exit 0"),
+    KEEL_FLAG("eval-only", NO_MIN, NO_MAX, FT_STR, eval_only, FK_RUN, nullptr,
+              "takes a value, as Megatron-DeepSpeed's type=bool (any non-empty value is true; 'false' is refused): load "
+              "--load, evaluate --eval-iters batches of --valid-data-path, record the loss, exit; nothing trains or is saved"),
+    KEEL_FLAG("log-params-norm", NO_MIN, NO_MAX, FT_BOOL, log_params_norm, FK_RUN, nullptr,
+              "the L2 norm of the fp32 master weights after each update (every parameter once) in the log line, the "
+              "metrics (params_norm) and TensorBoard (params-norm)"),
+    KEEL_FLAG("log-num-zeros-in-grad", NO_MIN, NO_MAX, FT_BOOL, log_num_zeros_in_grad, FK_RUN, nullptr,
+              "the count of exact zeros in the reduced gradient (every parameter once) in the log line and TensorBoard "
+              "(num-zeros); the metrics file always has num_zeros"),
+    KEEL_FLAG("tensorboard-queue-size", 1, NO_MAX, FT_INT, tensorboard_queue_size, FK_RUN, nullptr,
+              "accepted for Megatron-DeepSpeed scripts; keel's writer has no queue: it hands the events to the file at "
+              "every log line"),
+    KEEL_FLAG("log-timers-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_timers_to_tensorboard, FK_RUN, nullptr,
+              "TensorBoard: iteration-time/* at each log line and the forward-compute-time, backward-compute-time and "
+              "optimizer-time of every iteration (seconds)"),
+    KEEL_FLAG("log-batch-size-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_batch_size_to_tensorboard, FK_RUN, nullptr,
+              "TensorBoard: batch-size/batch-size and batch-size/batch-size vs samples"),
+    KEEL_FLAG("log-validation-ppl-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_validation_ppl_to_tensorboard, FK_RUN, nullptr,
+              "TensorBoard: lm-loss-validation/lm loss validation ppl (vs samples, vs tokens)"),
     // layout and the memory planner
     KEEL_FLAG("tensor-model-parallel-size", 1, INT32_MAX, FT_INT, tensor_model_parallel_size, FK_RUN, nullptr,
               "tensor-parallel ranks T (Megatron split: heads, MLP columns, vocabulary; launch TP x P x DP ranks)"),
@@ -624,6 +657,19 @@ static inline void config_validate_sizes(const Config* c, int dp_size) {
                           {{"eval-iters", c->eval_iters}, {"global-batch-size", gbs}});
 }
 
+// The run-control flags of Megatron-DeepSpeed scripts (--eval-only, --kill-switch-path): what they
+// need, and --eval-only's value read as Megatron's argparse type=bool reads it.
+static inline void config_validate_run_control(Config* c) {
+    const std::string& v = c->eval_only;
+    if (v == "false" || v == "False" || v == "0" || v == "no")
+        keel_usage_error("--eval-only %s: Megatron-DeepSpeed reads any non-empty value as true (type=bool), so this would "
+                         "evaluate only there; leave the flag out to train, or give --eval-only true", v.c_str());
+    if (!v.empty() && c->load.empty()) keel_usage_error("--eval-only evaluates a checkpoint: give --load DIR");
+    if (!v.empty() && c->valid_data_path.empty()) keel_usage_error("--eval-only evaluates on --valid-data-path: give it");
+    if (c->kill_switch_path == "") return;
+    if (c->kill_switch_path.back() == '/') keel_usage_error("--kill-switch-path %s names a directory; give a file path", c->kill_switch_path.c_str());
+}
+
 // Rejects contradictory or impossible combinations (exit 2, one line naming the flags). world: the
 // launched ranks (TP x PP x DP).
 static inline void config_validate(Config* c, int world) {
@@ -689,6 +735,7 @@ static inline void config_validate(Config* c, int world) {
     if (c->eval_interval > 0 && c->valid_data_path.empty())
         keel_usage_error("--eval-interval needs --valid-data-path");
     if (c->save_interval > 0 && c->save.empty()) keel_usage_error("--save-interval needs --save DIR");
+    config_validate_run_control(c);
 }
 
 // Rank 0's start-up printout: every effective value, Megatron style.

@@ -15,14 +15,19 @@
 // TensorBoard (--tensorboard-dir, rank 0): the Megatron-DeepSpeed tags (KNOBS.md §13.1), each
 // against iterations and, as "<tag> vs samples" / "<tag> vs tokens", against consumed samples and
 // tokens — the axes that stay comparable across batch-size ramp-up and curriculum runs:
-//   lm-loss-training/lm loss, learning-rate/learning-rate, batch-size/batch-size,
-//   loss-scale/loss-scale (--fp16), grad-norm/grad-norm, num-zeros/num-zeros, curriculum_seqlen (CL),
-//   iteration-time/{iteration-time, samples per second, tokens per second, TFLOPs per gpu (estimated)},
-//   steps-vs-samples/{y=steps,x=samples, y=samples,x=steps}, steps-vs-tokens/{y=steps,x=tokens, y=tokens,x=steps},
-//   lm-loss-validation/{lm loss validation, lm loss validation ppl}
+//   always: lm-loss-training/lm loss, learning-rate/learning-rate, loss-scale/loss-scale (--fp16),
+//   grad-norm/grad-norm, curriculum_seqlen (CL), steps-vs-samples/{y=steps,x=samples, y=samples,x=steps},
+//   steps-vs-tokens/{y=steps,x=tokens, y=tokens,x=steps}, lm-loss-validation/lm loss validation;
+//   with Megatron's flags, as Megatron: num-zeros/num-zeros (--log-num-zeros-in-grad), params-norm/params-norm
+//   (--log-params-norm), batch-size/batch-size and "batch-size/batch-size vs samples" only
+//   (--log-batch-size-to-tensorboard), lm-loss-validation/lm loss validation ppl
+//   (--log-validation-ppl-to-tensorboard), and under --log-timers-to-tensorboard the timers of every
+//   iteration as "<timer>-time" (forward-compute, backward-compute, optimizer; seconds) and at each log
+//   line iteration-time/iteration-time (the interval's mean, seconds, with vs samples / vs tokens)
+//   plus keel's iteration-time/{samples per second, tokens per second, TFLOPs per gpu (estimated)};
 // and keel's own: skipped-updates/skipped, spike/rollback (value: the restored iteration),
 // layer-grad-norm/layer NN, layer-weight-norm/layer NN, layer-act-rms/layer NN.
-// Not written: Megatron's "vs gigaflos (without embeddings)" and params-norm (no --log-params-norm).
+// Not written: Megatron's "vs gigaflos (without embeddings)".
 #pragma once
 #include <cmath>
 #include <cstdio>
@@ -42,6 +47,8 @@ struct IterationRecord {
     bool skipped, nan;
     double samples_per_second, tflops;
     const LayerStats* layers;  // this iteration's per-layer statistics, or nullptr
+    double params_norm;        // --log-params-norm: after the update (NaN: not computed)
+    double forward_s, backward_s, optimizer_s;  // --log-timers-to-tensorboard: this iteration's timers (< 0: not measured)
 };
 
 struct Logger {
@@ -53,6 +60,9 @@ struct Logger {
     bool show_loss_scale;  // --fp16: "loss scale" in the line, as Megatron
     bool show_seqlen;      // curriculum learning: "curriculum seqlen"
     bool show_pclip;       // --adam8bit-percentile-clipping: "percentile-clipped tensors"
+    bool show_num_zeros;   // --log-num-zeros-in-grad: "num zeros" in the line, num-zeros in TensorBoard
+    bool show_params_norm; // --log-params-norm: "params norm", params_norm, params-norm
+    bool tb_timers, tb_batch_size, tb_validation_ppl;  // the --log-*-to-tensorboard flags
     TbWriter tb;           // not open: no --tensorboard-dir (or not rank 0)
 };
 
@@ -65,6 +75,8 @@ static inline void logger_open(Logger* lg, const std::string& path, bool append,
     lg->loss_sum = lg->time_ms = 0;
     lg->advanced = lg->skipped = lg->nan = 0;
     lg->show_loss_scale = lg->show_seqlen = lg->show_pclip = false;
+    lg->show_num_zeros = lg->show_params_norm = false;
+    lg->tb_timers = lg->tb_batch_size = lg->tb_validation_ppl = false;
 }
 
 // Opens the TensorBoard writer; an unusable directory is a usage error before any training.
@@ -151,15 +163,20 @@ static inline void log_tensorboard(Logger* lg, const IterationRecord* r) {
     tb_scalar(w, "steps-vs-tokens/y=tokens,x=steps", it, (double)tk);
     log_tb_three(lg, "lm-loss-training/lm loss", r->lm_loss, it, sm, tk);  // a skipped spike shows too
     log_tb_three(lg, "learning-rate/learning-rate", r->lr, it, sm, tk);
-    log_tb_three(lg, "batch-size/batch-size", (double)r->global_batch_size, it, sm, tk);
+    if (lg->tb_batch_size) {  // Megatron writes these two, not a "vs tokens"
+        tb_scalar(w, "batch-size/batch-size", it, (double)r->global_batch_size);
+        tb_scalar(w, "batch-size/batch-size vs samples", sm, (double)r->global_batch_size);
+    }
     if (lg->show_loss_scale) log_tb_three(lg, "loss-scale/loss-scale", r->loss_scale, it, sm, tk);
     log_tb_three(lg, "grad-norm/grad-norm", r->grad_norm, it, sm, tk);
-    log_tb_three(lg, "num-zeros/num-zeros", (double)r->num_zeros, it, sm, tk);
+    if (lg->show_num_zeros) log_tb_three(lg, "num-zeros/num-zeros", (double)r->num_zeros, it, sm, tk);
+    if (lg->show_params_norm) log_tb_three(lg, "params-norm/params-norm", r->params_norm, it, sm, tk);
     if (lg->show_seqlen) tb_scalar(w, "curriculum_seqlen", it, (double)r->seqlen);
-    log_tb_three(lg, "iteration-time/iteration-time", r->elapsed_ms / 1000.0, it, sm, tk);
-    tb_scalar(w, "iteration-time/samples per second", it, r->samples_per_second);
-    tb_scalar(w, "iteration-time/tokens per second", it, r->samples_per_second * r->seqlen);
-    tb_scalar(w, "iteration-time/TFLOPs per gpu (estimated)", it, r->tflops);
+    if (lg->tb_timers && r->forward_s >= 0) {  // Megatron's timers.write: "<timer name>-time", seconds per iteration
+        tb_scalar(w, "forward-compute-time", it, r->forward_s);
+        tb_scalar(w, "backward-compute-time", it, r->backward_s);
+        tb_scalar(w, "optimizer-time", it, r->optimizer_s);
+    }
     tb_scalar(w, "skipped-updates/skipped", it, r->skipped ? 1.0 : 0.0);
     if (const LayerStats* s = r->layers) {
         char tag[64];
@@ -174,10 +191,23 @@ static inline void log_tensorboard(Logger* lg, const IterationRecord* r) {
     }
 }
 
+// --log-timers-to-tensorboard, at a log line (as Megatron): the interval's mean iteration time in
+// seconds, and the rates keel derives from it.
+static inline void log_tb_iteration_time(Logger* lg, const IterationRecord* r, double elapsed_s) {
+    if (!lg->tb.f || elapsed_s <= 0) return;
+    int64_t it = r->iteration;
+    log_tb_three(lg, "iteration-time/iteration-time", elapsed_s, it, r->consumed_samples, r->consumed_tokens);
+    double scale = r->elapsed_ms > 0 ? r->elapsed_ms / 1000.0 / elapsed_s : 0;  // the record's rates at the interval's mean time
+    tb_scalar(&lg->tb, "iteration-time/samples per second", it, r->global_batch_size / elapsed_s);
+    tb_scalar(&lg->tb, "iteration-time/tokens per second", it, r->global_batch_size * r->seqlen / elapsed_s);
+    tb_scalar(&lg->tb, "iteration-time/TFLOPs per gpu (estimated)", it, r->tflops * scale);
+}
+
 static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t log_interval) {
     log_tensorboard(lg, r);
     if (lg->jsonl) {
         std::string layers = r->layers ? log_layer_stats_json(r->layers) : "";
+        if (lg->show_params_norm) layers = ", \"params_norm\": " + json_num(r->params_norm) + layers;
         fprintf(lg->jsonl,
                 "{\"iteration\": %lld, \"consumed_samples\": %lld, \"consumed_tokens\": %lld, \"lr\": %s, "
                 "\"global_batch_size\": %lld, \"lm_loss\": %s, \"loss_scale\": %s, \"grad_norm\": %s, \"num_zeros\": %lld, "
@@ -212,8 +242,16 @@ static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t l
         snprintf(buf, sizeof buf, " loss scale: %.1f |", r->loss_scale);
         line += buf;
     }
-    snprintf(buf, sizeof buf, " grad norm: %.3f | num zeros: %.1f |", r->grad_norm, (double)r->num_zeros);
+    snprintf(buf, sizeof buf, " grad norm: %.3f |", r->grad_norm);
     line += buf;
+    if (lg->show_num_zeros) {
+        snprintf(buf, sizeof buf, " num zeros: %.1f |", (double)r->num_zeros);
+        line += buf;
+    }
+    if (lg->show_params_norm) {
+        snprintf(buf, sizeof buf, " params norm: %.3f |", r->params_norm);
+        line += buf;
+    }
     if (lg->show_seqlen) {
         snprintf(buf, sizeof buf, " curriculum seqlen: %5lld |", (long long)r->seqlen);
         line += buf;
@@ -232,6 +270,7 @@ static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t l
     line += buf;
     printf("%s\n", line.c_str());
     fflush(stdout);
+    if (lg->tb_timers) log_tb_iteration_time(lg, r, elapsed_s);
     tb_flush(&lg->tb);
     lg->loss_sum = lg->time_ms = 0;
     lg->advanced = lg->skipped = lg->nan = 0;
@@ -262,6 +301,6 @@ static inline void log_validation(Logger* lg, int64_t iteration, double loss, in
         fflush(lg->jsonl);
     }
     log_tb_three(lg, "lm-loss-validation/lm loss validation", loss, iteration, samples, tokens);
-    log_tb_three(lg, "lm-loss-validation/lm loss validation ppl", ppl, iteration, samples, tokens);
+    if (lg->tb_validation_ppl) log_tb_three(lg, "lm-loss-validation/lm loss validation ppl", ppl, iteration, samples, tokens);
     tb_flush(&lg->tb);
 }

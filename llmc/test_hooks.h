@@ -18,6 +18,13 @@
 //                                first and the last pipeline stage: test_pipeline_parallel
 //   KEEL_DUMP_TOKENS=PREFIX      rank r appends every sample row it trains on to PREFIX.rank<r>
 //                                (what dev/batch_lookup --tokens prints): test_batch_lookup, test_hf_roundtrip
+//   KEEL_TEST_KILL_SWITCH_AT=K   world rank 0 creates the --kill-switch-path file once iteration K is done,
+//                                as an operator's `touch` would (the check before iteration K+1 finds it):
+//                                test_run_control
+//   KEEL_TEST_FAKE_CLOCK=M[@R]   --exit-duration-in-mins reads the run's wall time as M minutes per
+//                                iteration this process ran, on every rank or only on world rank R (the
+//                                others keep the real clock: only the agreement over ranks stops them):
+//                                test_run_control
 #pragma once
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +40,9 @@ struct TestHooks {
     int64_t perturb_layer = 0, perturb_iteration = 0;  // ... its layer and iteration
     bool untie_pipeline_embedding = false;  // KEEL_TEST_UNTIE_PIPELINE_EMBEDDING is set
     std::string dump_tokens;              // KEEL_DUMP_TOKENS's PREFIX ("": off)
+    int64_t kill_switch_at = -1;          // KEEL_TEST_KILL_SWITCH_AT (-1: off)
+    double fake_clock_minutes = -1;       // KEEL_TEST_FAKE_CLOCK's minutes per iteration (< 0: off) ...
+    int fake_clock_rank = -1;             // ... and its world rank (-1: every rank)
 };
 
 static inline TestHooks test_hooks_read() {
@@ -57,6 +67,17 @@ static inline TestHooks test_hooks_read() {
     }
     h.untie_pipeline_embedding = getenv("KEEL_TEST_UNTIE_PIPELINE_EMBEDDING") != nullptr;
     if (const char* s = getenv("KEEL_DUMP_TOKENS")) h.dump_tokens = s;
+    if (const char* s = getenv("KEEL_TEST_KILL_SWITCH_AT")) {
+        char* end;
+        h.kill_switch_at = strtoll(s, &end, 10);
+        if (end == s || *end || h.kill_switch_at < 0) keel_die("KEEL_TEST_KILL_SWITCH_AT: expected an iteration >= 0");
+    }
+    if (const char* s = getenv("KEEL_TEST_FAKE_CLOCK")) {
+        char* end;
+        h.fake_clock_minutes = strtod(s, &end);
+        if (*end == '@') h.fake_clock_rank = (int)strtol(end + 1, &end, 10);
+        if (end == s || *end || !(h.fake_clock_minutes >= 0)) keel_die("KEEL_TEST_FAKE_CLOCK: expected MINUTES[@RANK]");
+    }
     return h;
 }
 

@@ -3,7 +3,7 @@
 # NCCL: under bf16 a rank keeps only its shard of the master weights, so every reader of the whole
 # fp32 master goes through trainer_whole_master / trainer_master_checksums. Each is held to ZeRO-0
 # (where every rank keeps the whole master) bit for bit, and the replica checks must still fire:
-#   1. per-layer weight norms, checkpoints at 3 and 6, a stop at 3 and a resume (the load takes each
+#   1. per-layer weight norms, --log-params-norm, checkpoints at 3 and 6, a stop at 3 and a resume (the load takes each
 #      rank's shard): ZeRO-1 = ZeRO-0 — records and checkpoint bytes;
 #   2. the spike autopilot's rollbacks (snapshots of each rank's shard, restored, the compute copy
 #      re-gathered): ZeRO-1 = ZeRO-0, and rollbacks happened;
@@ -25,7 +25,7 @@ run() {
 same_records() { cmp -s <(strip_timing "$TMP/$1.jsonl") <(strip_timing "$TMP/$2.jsonl"); }
 
 # ---- 1. layer norms, checkpoints, resume -----------------------------------------------------------------
-ONE=(--train-iters 6 --global-batch-size 4 --log-layer-norms-interval 2 --save-interval 3)
+ONE=(--train-iters 6 --global-batch-size 4 --log-layer-norms-interval 2 --log-params-norm --save-interval 3)
 run z0 2 "${ONE[@]}" --zero-stage 0 --save "$TMP/z0" || fail "ZeRO-0 run: $(tail -2 "$TMP/z0.log")"
 run z1a 2 "${ONE[@]}" --zero-stage 1 --save "$TMP/z1" --exit-interval 3 || fail "ZeRO-1 first part: $(tail -2 "$TMP/z1a.log")"
 run z1b 2 "${ONE[@]}" --zero-stage 1 --save "$TMP/z1" --load "$TMP/z1" || fail "ZeRO-1 resume: $(tail -2 "$TMP/z1b.log")"

@@ -5,7 +5,9 @@
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 READER=build/test_tensorboard
+# (the tags Megatron writes only under its flags: num-zeros, iteration-time, batch-size, validation ppl)
 $KEEL "${TINY[@]}" --train-iters 6 --fp16 --initial-loss-scale 256 --metrics-file "$TMP/m.jsonl" --tensorboard-dir "$TMP/tb" --log-layer-norms-interval 3 \
+  --log-num-zeros-in-grad --log-timers-to-tensorboard --log-batch-size-to-tensorboard --log-validation-ppl-to-tensorboard \
   >"$TMP/log" 2>&1 || { fail "training: $(tail -3 "$TMP/log")"; finish; }
 files=("$TMP"/tb/events.out.tfevents.*)
 [ ${#files[@]} -eq 1 ] && [ -s "${files[0]}" ] && ok "one event file ${files[0]##*/}" || fail "event files: ${files[*]}"
