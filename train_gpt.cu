@@ -875,9 +875,8 @@ static int64_t trainer_open_inputs(Trainer<A>* tr, int T) {
     const Config* c = &tr->cfg;
     int64_t load_it = c->load.empty() ? -1 : ckpt_latest(c->load);
     if (!c->save.empty()) ckpt_check_save_dir(c->save);
-    dataloader_init(&tr->train_data, c->train_data_path.c_str(), T, tr->gcfg.vocab_size, (uint64_t)c->seed, true);
-    if (!c->valid_data_path.empty()) {
-        dataloader_init(&tr->valid_data, c->valid_data_path.c_str(), T, tr->gcfg.vocab_size, (uint64_t)c->seed, false);
+    dataloader_open(&tr->train_data, c, true, T, tr->gcfg.vocab_size, (uint64_t)c->seed);
+    if (dataloader_open(&tr->valid_data, c, false, T, tr->gcfg.vocab_size, (uint64_t)c->seed)) {
         tr->have_valid = true;
         int64_t want = c->eval_iters * c->global_batch_size;  // (fits: config_validate_sizes)
         if (c->eval_interval > 0 && want > tr->valid_data.nsamples)  // only a run that validates reads them
@@ -1060,10 +1059,9 @@ static void trainer_setup(Trainer<A>* tr) {
                (c->load_hf.empty() ? c->load_llmc : c->load_hf).c_str());
     if (kind == RESUME_NONE) trainer_init_weights(tr);
     tr->train_data.seed = tr->valid_data.seed = tr->st.seed;  // the data order's key: the checkpoint's on a resume
-    printf("train data: %zu shard(s), %lld samples per epoch\n", tr->train_data.shards.size(), (long long)tr->train_data.nsamples);
+    printf("train data: %s per epoch\n", dataloader_describe(&tr->train_data).c_str());
     if (tr->have_valid)
-        printf("valid data: %zu shard(s), %lld samples%s\n", tr->valid_data.shards.size(), (long long)tr->valid_data.nsamples,
-               c->eval_interval > 0 ? "" : " (not used: --eval-interval 0)");
+        printf("valid data: %s%s\n", dataloader_describe(&tr->valid_data).c_str(), c->eval_interval > 0 ? "" : " (not used: --eval-interval 0)");
     trainer_open_outputs(tr, resumed);
 }
 
