@@ -162,6 +162,12 @@ static inline void dataset_add_range(DataSet* set, Shard s, int seq_len) {
     set->shards.push_back(s);
 }
 
+static inline void dataloader_free(DataLoader* dl) {
+    for (DataSet& set : dl->sets)
+        for (Shard& s : set.shards) fclose(s.file);
+    dl->sets.clear();
+}
+
 // A Megatron prefix "P", "P.idx" or "P.bin" names a prefix when both files exist; else "".
 static inline std::string dataloader_megatron_prefix(const std::string& path) {
     if (megatron_is_prefix(path)) return path;
@@ -189,7 +195,9 @@ static inline void dataloader_source_range(const DataSourceSpec* src, const Mega
 }
 
 // One dataset of the loader from a source: llm.c shards (a glob), or a Megatron prefix's sequences.
-static inline void dataloader_add_source(DataLoader* dl, const DataSourceSpec* src, const std::string& split, int vocab_size) {
+// A dataset without a sample is an error, or (empty_ok) reported by returning false.
+static inline bool dataloader_add_source(DataLoader* dl, const DataSourceSpec* src, const std::string& split, int vocab_size,
+                                         bool empty_ok) {
     static const char* part_names[] = {"train", "valid", "test"};
     DataSet set;
     std::string prefix = dataloader_megatron_prefix(src->path);
@@ -219,22 +227,31 @@ static inline void dataloader_add_source(DataLoader* dl, const DataSourceSpec* s
         set.name += ": sequences " + std::to_string(begin) + "-" + std::to_string(end);
         dataset_add_range(&set, s, dl->seq_len);
     }
+    if (set.nsamples == 0 && empty_ok) {
+        for (Shard& s : set.shards) fclose(s.file);
+        return false;
+    }
     if (set.nsamples == 0)
         keel_die("data '%s': holds no sample of %d tokens (seq_length+1)", set.name.c_str(), dl->seq_len + 1);
     dl->sets.push_back(std::move(set));
+    return true;
 }
 
 // The loader over `sources` (one: no blend; several: Megatron's blend by weight). `split` is
-// --split, for sources that take a part of it.
-static inline void dataloader_init_sources(DataLoader* dl, const std::vector<DataSourceSpec>& sources, const std::string& split,
-                                           int seq_len, int vocab_size, uint64_t seed, bool shuffle) {
+// --split, for sources that take a part of it. With empty_ok, a dataset without a sample makes it
+// return false (nothing left open) instead of failing.
+static inline bool dataloader_init_sources(DataLoader* dl, const std::vector<DataSourceSpec>& sources, const std::string& split,
+                                           int seq_len, int vocab_size, uint64_t seed, bool shuffle, bool empty_ok = false) {
     dl->seq_len = seq_len;
     dl->seed = seed;
     dl->shuffle = shuffle;
     dl->sets.clear();
     std::vector<double> w;
     for (const DataSourceSpec& src : sources) {
-        dataloader_add_source(dl, &src, split, vocab_size);
+        if (!dataloader_add_source(dl, &src, split, vocab_size, empty_ok)) {
+            dataloader_free(dl);
+            return false;
+        }
         w.push_back(src.weight);
     }
     dl->nsamples = 0;
@@ -243,6 +260,7 @@ static inline void dataloader_init_sources(DataLoader* dl, const std::vector<Dat
     if (sources.size() > 1) dl->weights = megatron_blend_weights(w);
     dl->blend_pos = 0;
     dl->blend_count.assign(dl->sets.size(), 0);
+    return true;
 }
 
 // `pattern` is a path or a glob ("data/fineweb_train_*.bin"); several may be given separated by
@@ -280,12 +298,18 @@ static inline std::vector<DataSourceSpec> dataloader_sources(const Config* c, bo
     return out;
 }
 
-// The run's training or validation loader from the flags (false: no validation data named).
+// The run's training or validation loader from the flags (false: no validation data). --data-path's
+// validation part may be empty (--split 100,0,0): then the run has no validation data, which is an
+// error only for a run that validates (Megatron likewise builds no dataset for an empty part).
 static inline bool dataloader_open(DataLoader* dl, const Config* c, bool train, int seq_len, int vocab_size, uint64_t seed) {
     std::vector<DataSourceSpec> src = dataloader_sources(c, train);
     if (src.empty()) return false;
-    dataloader_init_sources(dl, src, c->split, seq_len, vocab_size, seed, train);
-    return true;
+    bool from_split = !train && c->valid_data_path.empty() && src[0].part == 1;
+    if (dataloader_init_sources(dl, src, c->split, seq_len, vocab_size, seed, train, from_split)) return true;
+    if (c->eval_interval > 0)
+        keel_usage_error("--eval-interval: a dataset's validation part of --split '%s' holds no sample of %d tokens", c->split.c_str(),
+                         seq_len + 1);
+    return false;
 }
 
 // The start-up line's description: "3 shard(s), 1234 samples" for llm.c shards; a Megatron prefix
@@ -308,11 +332,6 @@ static inline std::string dataloader_describe(const DataLoader* dl) {
     return out;
 }
 
-static inline void dataloader_free(DataLoader* dl) {
-    for (DataSet& set : dl->sets)
-        for (Shard& s : set.shards) fclose(s.file);
-    dl->sets.clear();
-}
 
 // The permutation of epoch e of dataset d: Fisher-Yates where swap i's partner is
 // rng_below(i+1, seed, DATA, e, i, d) (d = 0 is the unblended loader's stream).
