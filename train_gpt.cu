@@ -1060,6 +1060,10 @@ static void trainer_setup(Trainer<A>* tr) {
     if (kind == RESUME_NONE) trainer_init_weights(tr);
     tr->train_data.seed = tr->valid_data.seed = tr->st.seed;  // the data order's key: the checkpoint's on a resume
     printf("train data: %s per epoch\n", dataloader_describe(&tr->train_data).c_str());
+    if (dataloader_has_megatron(&tr->train_data))
+        printf(" > note: Megatron data is sampled keel's way: each part's sequences in .bin order cut into samples of T+1 tokens, "
+               "shuffled by keel's seeded permutation (not GPTDataset's numpy document shuffle); --split and blends follow "
+               "Megatron's rules (README: Megatron indexed data)\n");
     if (tr->have_valid)
         printf("valid data: %s%s\n", dataloader_describe(&tr->valid_data).c_str(), c->eval_interval > 0 ? "" : " (not used: --eval-interval 0)");
     trainer_open_outputs(tr, resumed);

@@ -162,6 +162,13 @@ static inline void dataset_add_range(DataSet* set, Shard s, int seq_len) {
     set->shards.push_back(s);
 }
 
+// Whether any dataset is a Megatron prefix (the start-up note on how keel samples it).
+static inline bool dataloader_has_megatron(const DataLoader* dl) {
+    for (const DataSet& set : dl->sets)
+        if (set.shards[0].data_offset == 0) return true;
+    return false;
+}
+
 static inline void dataloader_free(DataLoader* dl) {
     for (DataSet& set : dl->sets)
         for (Shard& s : set.shards) fclose(s.file);
