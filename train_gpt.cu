@@ -608,7 +608,7 @@ static void trainer_print_sample(Trainer<A>* tr) {
     }
     if (tr->world.rank != 0) return;
     std::string text;
-    tokenizer_decode(&tr->tok, toks.data() + 1, toks.size() - 1, text);
+    tokenizer_decode_lenient(&tr->tok, toks.data() + 1, toks.size() - 1, text);  // ids past the tokenizer (int32 data) as <|id N|>
     printf("---------------- sample at iteration %lld ----------------\n%s\n", (long long)tr->st.iteration, text.c_str());
     printf("----------------------------------------------------------\n");
     fflush(stdout);
@@ -974,9 +974,12 @@ static void trainer_open_outputs(Trainer<A>* tr, bool resumed) {
     int B = (int)c->micro_batch_size, T = (int)c->seq_length, stage = tr->grid.pp_rank;
     if (c->sample_interval > 0) {
         tokenizer_load(&tr->tok, c->vocab_file.c_str(), c->merge_file.c_str());
-        if (tokenizer_vocab_size(&tr->tok) != g->vocab_size)
+        if (tokenizer_vocab_size(&tr->tok) > g->vocab_size)
             keel_usage_error("--sample-interval decodes with the GPT-2 tokenizer (%d ids) but --vocab-size is %d",
                              tokenizer_vocab_size(&tr->tok), g->vocab_size);
+        if (tokenizer_vocab_size(&tr->tok) < g->vocab_size)
+            printf(" > note: --sample-interval: ids from %d up to the vocabulary's %d are printed as <|id N|> (the GPT-2 tokenizer lacks them)\n",
+                   tokenizer_vocab_size(&tr->tok), g->vocab_size);
         tr->have_tok = true;
     }
     if (!tr->hooks.dump_tokens.empty() && stage == 0 && tr->grid.tp_rank == 0)  // KEEL_DUMP_TOKENS; one writer per DP rank

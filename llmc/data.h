@@ -238,8 +238,9 @@ static inline bool dataloader_add_source(DataLoader* dl, const DataSourceSpec* s
         for (Shard& s : set.shards) fclose(s.file);
         return false;
     }
-    if (set.nsamples == 0)
-        keel_die("data '%s': holds no sample of %d tokens (seq_length+1)", set.name.c_str(), dl->seq_len + 1);
+    if (set.nsamples == 0 && prefix.empty())
+        keel_die("data path '%s': the shards hold no sample of %d tokens (seq_length+1)", src->path.c_str(), dl->seq_len + 1);
+    if (set.nsamples == 0) keel_die("data '%s': holds no sample of %d tokens (seq_length+1)", set.name.c_str(), dl->seq_len + 1);
     dl->sets.push_back(std::move(set));
     return true;
 }

@@ -13,9 +13,10 @@
 #   5. bad .idx/.bin and contradictory flags: one error line each.
 #   6. determinism and resume on a blend: 6 iterations straight == 3, stop, --load, 3 more (bytes).
 source "$(dirname "$0")/lib.sh"
+export OMP_NUM_THREADS=1  # tiny models: threads only contend on a shared machine
 TOOL=./megatron_data
 REF="python3 test/megatron_ref.py"
-for b in $KEEL $TOOL; do [ -x $b ] || { fail "$b missing (make $b)"; finish; }; done
+for b in $KEEL $TOOL ./batch_lookup; do [ -x $b ] || { fail "$b missing (make $b)"; finish; }; done
 D=$TMP/d
 mkdir -p $D
 # a tiny GPT without data flags (TINY names llm.c shards); vocabulary 3000
@@ -96,6 +97,9 @@ counts = [sum(1 for d, _ in want if d == i) for i in range(3)]
 assert all(abs(c - w * len(rows)) < 1 for c, w in zip(counts, (0.5, 0.3, 0.2))), counts  # the rule tracks the weights
 PY
 grep -q "blend of 3 datasets" $D/blend.log && ok "start-up line names the blend" || fail "no blend line"
+./batch_lookup "${MG[@]}" --train-iters 12 --data-path 5 $D/a 3 $D/b 2 $D/c --split 100,0,0 --iterations 1-12 --tokens >$D/blend.lookup 2>&1
+cmp -s <(sort -n -k1,1 -k2,2 -k3,3 -k4,4 $D/blend.rank0) $D/blend.lookup && ok "batch_lookup --tokens gives the blend's rows exactly" \
+  || fail "batch_lookup differs from the blend's dump: $(head -c 300 $D/blend.lookup)"
 
 # ---- 3. --split and weighted split paths -----------------------------------------------------------
 $REF labeled $D/L 50
@@ -123,7 +127,8 @@ grep -q "^valid data: $D/a (0.6:1): sequences $v0-$v1 " $D/wsp.log \
 $REF docs $D/big int32 4 30 60000 70000 20 60   # most ids above 65,535
 $REF clamp $D/big $D/low
 for p in big low; do
-  $KEEL "${MG[@]}" --vocab-size 70000 --train-iters 2 --data-path $D/$p --split 1 --metrics-file $D/$p.jsonl >$D/$p.log 2>&1 \
+  extra=(); [ $p = big ] && extra=(--sample-interval 2 --sample-length 16)
+  $KEEL "${MG[@]}" --vocab-size 70000 --train-iters 2 --data-path $D/$p --split 1 --metrics-file $D/$p.jsonl "${extra[@]}" >$D/$p.log 2>&1 \
     || fail "vocabulary 70000 on $p: $(grep error $D/$p.log)"
 done
 python3 - $D/big.jsonl $D/low.jsonl <<'PY' && ok "vocabulary 70,000 trains on int32 ids; ids > 65,535 reach the embedding (loss differs from the mod-65,536 run)" || fail "int32 ids"
@@ -134,6 +139,8 @@ assert len(a) == 2 and all(math.isfinite(x) for x in a + b), (a, b)
 assert abs(a[0] - b[0]) > 1e-6, f"same loss {a[0]} with ids mod 65536: the high ids never reached the model"
 PY
 grep -q "\[int32 ids\]" $D/big.log || fail "start-up line lacks the int32 dtype"
+text_samples $D/big.log | grep -qE "<\|id [0-9]{5}\|>" && ok "a text sample of the 70,000-id model shows ids past GPT-2's as <|id N|>" \
+  || fail "no text sample with ids past the tokenizer: $(text_samples $D/big.log | head -3)"
 
 # ---- 5. bad inputs: one error line each ------------------------------------------------------------
 bad() {  # name python-edit: a copy of $D/a corrupted by the python statement (b: the .idx bytes, t: the .bin bytes)
