@@ -208,6 +208,10 @@ static inline bool dataloader_add_source(DataLoader* dl, const DataSourceSpec* s
     static const char* part_names[] = {"train", "valid", "test"};
     DataSet set;
     std::string prefix = dataloader_megatron_prefix(src->path);
+    if (prefix.empty() && src->part != -1)  // --split and START:END carve a prefix's sequences; shards have none
+        keel_usage_error("'%s' is not a Megatron prefix (no %s.idx and %s.bin): --data-path and weighted split paths name "
+                         "prefixes; llm.c shards go in --train-data-path/--valid-data-path", src->path.c_str(), src->path.c_str(),
+                         src->path.c_str());
     if (prefix.empty()) {
         set.name = src->path;
         for (const std::string& p : dataloader_glob(src->path)) {

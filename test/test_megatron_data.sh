@@ -171,6 +171,7 @@ expect_fail 2 "split '1,x': 'x' is not a non-negative number" $KEEL "${MG[@]}" -
 expect_fail 2 "data-path: give PREFIX, or WEIGHT PREFIX pairs" $KEEL "${MG[@]}" --train-iters 1 --data-path 0.5 $D/a 0.5
 expect_fail 2 "one source of training data" $KEEL "${MG[@]}" --train-iters 1 --data-path $D/a --train-data-path data/brown/brown_val.bin
 expect_fail 2 "validation part of --split '100,0,0' holds no sample" $KEEL "${MG[@]}" --train-iters 1 --data-path $D/a --split 100,0,0 --eval-interval 1
+expect_fail 2 "brown_val.bin' is not a Megatron prefix" $KEEL "${MG[@]}" --train-iters 1 --data-path data/brown/brown_val.bin
 echo '"T1: 1 0:1 x" "T2: 1 0:1 y"' >$D/two_groups.txt
 expect_fail 2 "more than one dataset group" $KEEL "${MG[@]}" --train-iters 1 --train-weighted-split-paths-path $D/two_groups.txt
 
