@@ -103,7 +103,7 @@ endif
 GPU_ARCH_STAMP := build/gpu_arch_flags
 
 HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh)
-TARGETS := train_gpt_cpu tokenize_gpt2 batch_lookup layer_norms
+TARGETS := train_gpt_cpu tokenize_gpt2 batch_lookup layer_norms megatron_data
 ifneq ($(NVCC),)
   ifneq ($(MPI_LIBS),)
     TARGETS += train_gpt
@@ -140,6 +140,10 @@ tokenize_gpt2: dev/tokenize_gpt2.cpp $(HEADERS)
 
 # The bad-batch lookup: which samples iterations A..B consumed, from the run's flags or checkpoint.
 batch_lookup: dev/batch_lookup.cpp $(HEADERS)
+	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# Megatron's indexed data (.bin/.idx): written from text or llm.c shards, read back and validated.
+megatron_data: dev/megatron_data.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
 
 # Per-layer weight/gradient norms and activation RMS of a checkpoint (the --log-layer-norms-interval oracle).
@@ -256,4 +260,4 @@ gpu-profile:
 	@bash scripts/gpu_profile.sh
 
 clean:
-	rm -rf build train_gpt_cpu train_gpt tokenize_gpt2 batch_lookup layer_norms
+	rm -rf build train_gpt_cpu train_gpt tokenize_gpt2 batch_lookup layer_norms megatron_data

@@ -779,7 +779,7 @@ static void trainer_print_sample(Trainer<A>* tr) {
     }
     if (tr->world.rank != 0) return;
     std::string text;
-    tokenizer_decode(&tr->tok, toks.data() + 1, toks.size() - 1, text);
+    tokenizer_decode_lenient(&tr->tok, toks.data() + 1, toks.size() - 1, text);  // ids past the tokenizer (int32 data) as <|id N|>
     printf("---------------- sample at iteration %lld ----------------\n%s\n", (long long)tr->st.iteration, text.c_str());
     printf("----------------------------------------------------------\n");
     fflush(stdout);
@@ -1049,12 +1049,11 @@ static int64_t trainer_open_inputs(Trainer<A>* tr, int T) {
     if (!c->eval_only.empty() && load_it < 0)
         keel_usage_error("--eval-only: no checkpoint in --load %s (no latest_checkpointed_iteration.txt)", c->load.c_str());
     if (!c->save.empty() && c->eval_only.empty()) ckpt_check_save_dir(c->save);  // --eval-only never writes there
-    dataloader_init(&tr->train_data, c->train_data_path.c_str(), T, tr->gcfg.vocab_size, (uint64_t)c->seed, true);
-    if (!c->valid_data_path.empty()) {
-        dataloader_init(&tr->valid_data, c->valid_data_path.c_str(), T, tr->gcfg.vocab_size, (uint64_t)c->seed, false);
+    dataloader_open(&tr->train_data, c, true, T, tr->gcfg.vocab_size, (uint64_t)c->seed);
+    if (dataloader_open(&tr->valid_data, c, false, T, tr->gcfg.vocab_size, (uint64_t)c->seed)) {
         tr->have_valid = true;
         int64_t want = c->eval_iters * c->global_batch_size;  // (fits: config_validate_sizes)
-        if (c->eval_interval > 0 && want > tr->valid_data.nsamples)  // only a run that validates reads them
+        if ((c->eval_interval > 0 || !c->eval_only.empty()) && want > tr->valid_data.nsamples)  // only a run that validates reads them
             keel_usage_error("--eval-iters %lld x global batch %lld = %lld validation samples, but the validation set holds %lld",
                              (long long)c->eval_iters, (long long)c->global_batch_size, (long long)want,
                              (long long)tr->valid_data.nsamples);
@@ -1088,8 +1087,7 @@ static void trainer_print_layout(Trainer<A>* tr, int B, int T) {
                                       : ", after the last micro-batch's backward");
     if (gpt_master_sharded(&tr->model))
         printf("ZeRO-1 master weights: this rank keeps parameters %lld..%lld of %lld in fp32 (%.1f MiB); the %s copy is all-gathered "
-               "after each update
-", (long long)tr->model.master_lo, (long long)tr->model.master_hi, (long long)tr->model.table.total,
+               "after each update\n", (long long)tr->model.master_lo, (long long)tr->model.master_hi, (long long)tr->model.table.total,
                (double)(tr->model.master_hi - tr->model.master_lo) * 4 / 1048576.0, c->fp16 ? "fp16" : "bf16");
     printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
            g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
@@ -1173,9 +1171,12 @@ static void trainer_open_outputs(Trainer<A>* tr, bool resumed) {
     int B = (int)c->micro_batch_size, T = (int)c->seq_length, stage = tr->grid.pp_rank;
     if (c->sample_interval > 0) {
         tokenizer_load(&tr->tok, c->vocab_file.c_str(), c->merge_file.c_str());
-        if (tokenizer_vocab_size(&tr->tok) != g->vocab_size)
+        if (tokenizer_vocab_size(&tr->tok) > g->vocab_size)
             keel_usage_error("--sample-interval decodes with the GPT-2 tokenizer (%d ids) but --vocab-size is %d",
                              tokenizer_vocab_size(&tr->tok), g->vocab_size);
+        if (tokenizer_vocab_size(&tr->tok) < g->vocab_size)
+            printf(" > note: --sample-interval: ids from %d up to the vocabulary's %d are printed as <|id N|> (the GPT-2 tokenizer lacks them)\n",
+                   tokenizer_vocab_size(&tr->tok), g->vocab_size);
         tr->have_tok = true;
     }
     if (!tr->hooks.dump_tokens.empty() && stage == 0 && tr->grid.tp_rank == 0)  // KEEL_DUMP_TOKENS; one writer per DP rank
@@ -1265,10 +1266,13 @@ static void trainer_setup(Trainer<A>* tr) {
                (c->load_hf.empty() ? c->load_llmc : c->load_hf).c_str());
     if (kind == RESUME_NONE) trainer_init_weights(tr);
     tr->train_data.seed = tr->valid_data.seed = tr->st.seed;  // the data order's key: the checkpoint's on a resume
-    printf("train data: %zu shard(s), %lld samples per epoch\n", tr->train_data.shards.size(), (long long)tr->train_data.nsamples);
+    printf("train data: %s per epoch\n", dataloader_describe(&tr->train_data).c_str());
+    if (dataloader_has_megatron(&tr->train_data))
+        printf(" > note: Megatron data is sampled keel's way: each part's sequences in .bin order cut into samples of T+1 tokens, "
+               "shuffled by keel's seeded permutation (not GPTDataset's numpy document shuffle); --split and blends follow "
+               "Megatron's rules (README: Megatron indexed data)\n");
     if (tr->have_valid)
-        printf("valid data: %zu shard(s), %lld samples%s\n", tr->valid_data.shards.size(), (long long)tr->valid_data.nsamples,
-               c->eval_interval > 0 ? "" : " (not used: --eval-interval 0)");
+        printf("valid data: %s%s\n", dataloader_describe(&tr->valid_data).c_str(), c->eval_interval > 0 ? "" : " (not used: --eval-interval 0)");
     trainer_open_outputs(tr, resumed);
 }
 

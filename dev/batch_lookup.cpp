@@ -207,8 +207,9 @@ static void lookup_load_checkpoint(Run* run, int64_t want) {
 // "--lr is required", which reads oddly for a lookup).
 static void lookup_check_required(const Config* c) {
     const char* hint = "pass the run's own flags (e.g. @run.args), or --load DIR of its checkpoint";
-    if (c->train_data_path.empty())
-        keel_die_code(KEEL_EXIT_USAGE, "give the run's training shards: --train-data-path PATH|GLOB",
+    if (c->train_data_path.empty() && c->data_path.empty() && c->train_weighted_split_paths.empty() &&
+        c->train_weighted_split_paths_path.empty())
+        keel_die_code(KEEL_EXIT_USAGE, "give the run's training data: --train-data-path PATH|GLOB, or its --data-path and --split",
                       "--train-data-path is required (the samples are read from the run's shards)");
     if (c->train_iters == 0 && c->train_samples == 0)
         keel_die_code(KEEL_EXIT_USAGE, hint, "the run's length is missing: --train-iters or --train-samples");
@@ -307,7 +308,9 @@ struct Row {
     int rank;
     int64_t step, b;      // micro-batch step m, row b
     int64_t sample;       // the run's sample number
-    int64_t index;        // the shuffled sample index in [0, N)
+    int64_t index;        // the shuffled sample index in its dataset's [0, N)
+    int64_t epoch;        // of its dataset
+    int set;              // which dataset of a blend (0 without one)
     const Shard* shard;
     int64_t offset;       // the sample's first token in the shard
     std::vector<int> tokens;  // (T+1) the row: inputs tokens[0..T-1], targets tokens[1..T]
@@ -337,8 +340,12 @@ static std::vector<Row> lookup_rows(const Run* run, DataLoader* dl, const Step* 
     std::vector<int> sample(run->c.seq_length + 1);
     for (size_t i : order) {
         Row* row = &rows[i];
-        row->index = dataloader_sample_index(dl, row->sample);
-        row->shard = dataloader_locate(dl, row->index, &row->offset);
+        DataLoc loc = dataloader_resolve(dl, row->sample);
+        row->index = loc.index;
+        row->epoch = loc.epoch;
+        row->set = loc.set;
+        row->shard = loc.shard;
+        row->offset = loc.offset;
         dataloader_read(dl, row->sample, sample.data());  // the trainer's read: the whole sample, of which a row is a prefix
         row->tokens.assign(sample.begin(), sample.begin() + s->T + 1);
     }
@@ -400,7 +407,7 @@ static void lookup_print_rows(const DataLoader* dl, const Tokenizer* tok, const 
     for (const Row& r : rows) {
         int T = (int)r.tokens.size() - 1;
         printf("  rank %d step %lld row %lld | sample %lld | index %lld epoch %lld | shard %s tokens %lld-%lld | ", r.rank,
-               (long long)r.step, (long long)r.b, (long long)r.sample, (long long)r.index, (long long)(r.sample / dl->nsamples),
+               (long long)r.step, (long long)r.b, (long long)r.sample, (long long)r.index, (long long)r.epoch,
                r.shard->path.c_str(), (long long)r.offset, (long long)(r.offset + T));
         if (tok) {
             std::string text;
@@ -436,8 +443,8 @@ static void lookup_print_preamble(const Run* run, const DataLoader* dl, const Lo
     printf("# batch_lookup: iterations %lld-%lld of a run of %lld | %d data-parallel rank(s) | micro-batch %lld | "
            "data order seed %llu\n", (long long)o->first, (long long)o->last, (long long)run->train_iters, run->dp,
            (long long)run->c.micro_batch_size, (unsigned long long)run->seed);
-    printf("# trajectory flags from the %s | train data: %zu shard(s), %lld samples of %lld tokens per epoch\n",
-           run->source.c_str(), dl->shards.size(), (long long)dl->nsamples, (long long)run->c.seq_length + 1);
+    printf("# trajectory flags from the %s | train data: %s of %lld tokens per epoch\n", run->source.c_str(),
+           dataloader_describe(dl).c_str(), (long long)run->c.seq_length + 1);
     printf("# row: rank, micro-batch step, row | the run's sample number | shuffled index, epoch | shard and token span (T+1 "
            "tokens) | text (\\n \\r \\t \\\\ \\xNN escaped)\n");
     if (run->c.spike_policy == "rollback" && run->ckpt_iteration < 0)
@@ -452,7 +459,7 @@ int main(int argc, char** argv) {
     lookup_check_checkpoint(run);
     const Config* c = &run->c;
     DataLoader dl;
-    dataloader_init(&dl, c->train_data_path.c_str(), (int)c->seq_length, (int)c->vocab_size, run->seed, true);
+    dataloader_open(&dl, c, true, (int)c->seq_length, (int)c->vocab_size, run->seed);
     Tokenizer tok;
     bool text = false;
     if (!o.tokens) {

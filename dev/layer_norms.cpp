@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
            (long long)it, json_array(w, 0, L, 1, false).c_str(), json_num(std::sqrt(w[L])).c_str(), json_num(std::sqrt(w[L + 1])).c_str());
     if (next_batch) {
         DataLoader dl;
-        dataloader_init(&dl, c->train_data_path.c_str(), T, g.vocab_size, st.seed, true);
+        dataloader_open(&dl, c, true, T, g.vocab_size, st.seed);
         int64_t gbs = c->global_batch_size;
         std::vector<int> sample(T + 1), inputs((size_t)B * T), targets((size_t)B * T);
         std::vector<double> acts(L + 1, 0.0);

@@ -3,6 +3,9 @@
 // Shard format (llm.c's, so llm.c / FineWeb shards work unchanged):
 //   header: 256 × int32 — [0] magic 20240520, [1] version 1, [2] number of tokens; rest zero
 //   body:   ntok × uint16 token ids
+// Megatron's indexed data (llmc/megatron_data.h) is read the same way: the sequences of a prefix's
+// part (--split, or a weighted split path's START:END) are one token range of its .bin, cut into
+// samples exactly as a shard is; ids of any integer dtype (int32 for vocabularies over 65,536).
 // Samples: a sample is seq_length+1 consecutive tokens of one shard; sample k of a shard starts at
 // token k·seq_length, so consecutive samples share one token and every token after the first is a
 // target exactly once. A shard with ntok tokens holds (ntok-1)/seq_length samples; the samples of
@@ -11,6 +14,10 @@
 // shuffle driven by the counter RNG, so it is a pure function of (seed, epoch). Sample number s
 // (the s-th sample the run ever consumed, counted from 0) is perm(seed, s / N)[s % N]: resuming
 // needs nothing but the consumed-sample count. Without shuffling (validation) s maps to s % N.
+// Blends (--data-path W1 P1 W2 P2 ..., weighted split paths): each dataset is its own index space
+// with its own permutations (stream d of the data RNG); sample number s goes to the dataset that
+// Megatron's build_blending_indices picks for it (greedy by weight error, a pure function of s) and
+// is that dataset's k-th sample, read as above. Resuming still needs only the consumed-sample count.
 #pragma once
 #include <algorithm>
 #include <glob.h>
@@ -18,6 +25,8 @@
 #include <vector>
 
 #include "llmc/common.h"
+#include "llmc/flags.h"
+#include "llmc/megatron_data.h"
 #include "llmc/rand.h"
 
 enum { SHARD_MAGIC = 20240520, SHARD_VERSION = 1, SHARD_HEADER_INTS = 256 };
@@ -38,11 +47,17 @@ static inline void shard_write(const char* path, const uint16_t* tokens, size_t 
     FILE_CHECK(rename(tmp.c_str(), path) == 0, "rename", tmp.c_str());
 }
 
+// One contiguous token range of one file, cut into samples of seq_len+1 tokens: a whole llm.c shard,
+// or the sequences of one Megatron prefix's split (llmc/megatron_data.h) read from its .bin.
 struct Shard {
     std::string path;
     FILE* file;
-    int64_t ntok;
-    int64_t first_sample;  // index of this shard's first sample in the global index space
+    int dtype = MD_UINT16;       // how ids are stored (a Megatron dtype code; llm.c shards: uint16)
+    int width = 2;               // bytes per id
+    int64_t data_offset = SHARD_HEADER_INTS * 4;  // bytes before token 0 of the file (a .bin: 0)
+    int64_t token_first = 0;     // the range's first token in the file (a Megatron split starts mid-file)
+    int64_t ntok;                // tokens in the range
+    int64_t first_sample;        // index of this range's first sample in its dataset's index space
     int64_t nsamples;
 };
 
@@ -50,6 +65,9 @@ struct Shard {
 // magic, version, a token count >= 0, exact file size, every token id < vocab_size.
 static inline void shard_open(Shard* s, const char* path, int vocab_size) {
     s->path = path;
+    if (vocab_size > 65536)  // an id >= 65536 could never be trained: say so rather than run with the rows unused
+        keel_die_code(KEEL_EXIT_USAGE, "write the data as Megatron int32 .bin/.idx (./megatron_data write --dtype int32)",
+                      "shard '%s': llm.c shards store uint16 token ids, which cannot reach --vocab-size %d", path, vocab_size);
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         keel_die("shard '%s': %s, not a token shard", path, S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
@@ -85,22 +103,40 @@ static inline void shard_open(Shard* s, const char* path, int vocab_size) {
     }
 }
 
-struct DataLoader {
+// One index space [0, nsamples): the samples of its ranges in order, visited epoch by epoch in the
+// permutation perm(seed, epoch) (with shuffling). A run reads one DataSet, or a blend of several.
+struct DataSet {
+    std::string name;          // the glob or the Megatron prefix (and its part), for messages
     std::vector<Shard> shards;
-    int seq_len;            // T: a sample is T+1 tokens
-    int64_t nsamples;       // N: samples in one epoch, over all shards
-    uint64_t seed;
-    bool shuffle;
-    int64_t perm_epoch;     // the epoch `perm` holds, -1 if none
+    int64_t nsamples = 0;
+    int64_t perm_epoch = -1;   // the epoch `perm` holds, -1 if none
     std::vector<int64_t> perm;
 };
 
-// `pattern` is a path or a glob ("data/fineweb_train_*.bin"); several may be given separated by
-// commas. Matches are taken in sorted order so the index space does not depend on the file system.
-static inline void dataloader_init(DataLoader* dl, const char* pattern, int seq_len, int vocab_size, uint64_t seed,
-                                   bool shuffle) {
+struct DataLoader {
+    std::vector<DataSet> sets;     // one, or the datasets of a blend
+    std::vector<double> weights;   // the blend's normalized weights (Megatron's), empty without a blend
+    int seq_len;                   // T: a sample is T+1 tokens
+    int64_t nsamples;              // N: the samples of all sets (one epoch of a single set)
+    uint64_t seed;
+    bool shuffle;
+    // the blend's cursor: the per-dataset counts after the first blend_pos samples
+    int64_t blend_pos = 0;
+    std::vector<int64_t> blend_count;
+};
+
+// Where the run's sample number s lives: dataset `set`, that dataset's sample number k (epoch
+// k / its N), the shuffled index in its index space, the range and the first token in the file.
+struct DataLoc {
+    int set;
+    int64_t k, epoch, index;
+    const Shard* shard;
+    int64_t offset;  // the sample's first token, counted from the file's token 0
+};
+
+// The shard paths of a glob or comma list, each glob's matches in sorted order.
+static inline std::vector<std::string> dataloader_glob(const std::string& all) {
     std::vector<std::string> paths;
-    std::string all(pattern);
     for (size_t pos = 0; pos <= all.size();) {
         size_t comma = all.find(',', pos);
         if (comma == std::string::npos) comma = all.size();
@@ -115,59 +151,250 @@ static inline void dataloader_init(DataLoader* dl, const char* pattern, int seq_
         std::sort(found.begin(), found.end());
         paths.insert(paths.end(), found.begin(), found.end());
     }
-    if (paths.empty()) keel_die("data path '%s': no file matches", pattern);
-    dl->seq_len = seq_len;
-    dl->seed = seed;
-    dl->shuffle = shuffle;
-    dl->perm_epoch = -1;
-    dl->nsamples = 0;
-    dl->shards.resize(paths.size());
-    for (size_t i = 0; i < paths.size(); i++) {
-        Shard* s = &dl->shards[i];
-        shard_open(s, paths[i].c_str(), vocab_size);
-        s->first_sample = dl->nsamples;
-        s->nsamples = s->ntok > 0 ? (s->ntok - 1) / seq_len : 0;
-        dl->nsamples += s->nsamples;
-    }
-    if (dl->nsamples == 0)
-        keel_die("data path '%s': the shards hold no sample of %d tokens (seq_length+1)", pattern, seq_len + 1);
+    if (paths.empty()) keel_die("data path '%s': no file matches", all.c_str());
+    return paths;
+}
+
+static inline void dataset_add_range(DataSet* set, Shard s, int seq_len) {
+    s.first_sample = set->nsamples;
+    s.nsamples = s.ntok > 0 ? (s.ntok - 1) / seq_len : 0;
+    set->nsamples += s.nsamples;
+    set->shards.push_back(s);
+}
+
+// Whether any dataset is a Megatron prefix (the start-up note on how keel samples it).
+static inline bool dataloader_has_megatron(const DataLoader* dl) {
+    for (const DataSet& set : dl->sets)
+        if (set.shards[0].data_offset == 0) return true;
+    return false;
 }
 
 static inline void dataloader_free(DataLoader* dl) {
-    for (Shard& s : dl->shards) fclose(s.file);
-    dl->shards.clear();
+    for (DataSet& set : dl->sets)
+        for (Shard& s : set.shards) fclose(s.file);
+    dl->sets.clear();
 }
 
-// The permutation of epoch e: Fisher-Yates where swap i's partner is rng_below(i+1, seed, DATA, e, i).
-static inline void dataloader_make_perm(DataLoader* dl, int64_t epoch) {
-    dl->perm.resize(dl->nsamples);
-    for (int64_t i = 0; i < dl->nsamples; i++) dl->perm[i] = i;
-    for (int64_t i = dl->nsamples - 1; i > 0; i--) {
-        int64_t j = (int64_t)rng_below((uint64_t)i + 1, dl->seed, RNG_DATA, (uint64_t)epoch, (uint64_t)i);
-        std::swap(dl->perm[i], dl->perm[j]);
+// A Megatron prefix "P", "P.idx" or "P.bin" names a prefix when both files exist; else "".
+static inline std::string dataloader_megatron_prefix(const std::string& path) {
+    if (megatron_is_prefix(path)) return path;
+    for (const char* ext : {".idx", ".bin"}) {
+        size_t n = path.size();
+        if (n > 4 && path.compare(n - 4, 4, ext) == 0 && megatron_is_prefix(path.substr(0, n - 4))) return path.substr(0, n - 4);
     }
-    dl->perm_epoch = epoch;
+    return "";
 }
 
-// Which sample (index in [0, N)) the run's sample number s is.
-static inline int64_t dataloader_sample_index(DataLoader* dl, int64_t s) {
-    int64_t epoch = s / dl->nsamples, pos = s % dl->nsamples;
-    if (!dl->shuffle) return pos;
-    if (dl->perm_epoch != epoch) dataloader_make_perm(dl, epoch);
-    return dl->perm[pos];
+// The sequences [begin, end) of a source: all, a --split part, or a START:END range.
+static inline void dataloader_source_range(const DataSourceSpec* src, const MegatronData* md, const std::string& split,
+                                           int64_t* begin, int64_t* end) {
+    int64_t N = (int64_t)md->ix.sizes.size();
+    *begin = 0, *end = N;
+    if (src->part >= 0) {
+        int64_t b[4];
+        std::string why = megatron_split_bounds(split, N, b);
+        if (!why.empty()) keel_usage_error("--split '%s': %s", split.c_str(), why.c_str());
+        *begin = b[src->part], *end = b[src->part + 1];
+    } else if (src->part == -2) {
+        std::string why = megatron_range_bounds(src->range, N, begin, end);
+        if (!why.empty()) keel_usage_error("weighted split paths, dataset '%s': %s", src->path.c_str(), why.c_str());
+    }
 }
 
-// Where a sample lives: its shard and first token (for the bad-batch tools too).
-static inline const Shard* dataloader_locate(const DataLoader* dl, int64_t index, int64_t* token_offset) {
-    // shards are few; a binary search keeps FineWeb-sized sets quick
-    size_t lo = 0, hi = dl->shards.size() - 1;
+// One dataset of the loader from a source: llm.c shards (a glob), or a Megatron prefix's sequences.
+// A dataset without a sample is an error, or (empty_ok) reported by returning false.
+static inline bool dataloader_add_source(DataLoader* dl, const DataSourceSpec* src, const std::string& split, int vocab_size,
+                                         bool empty_ok) {
+    static const char* part_names[] = {"train", "valid", "test"};
+    DataSet set;
+    std::string prefix = dataloader_megatron_prefix(src->path);
+    if (prefix.empty() && src->part != -1)  // --split and START:END carve a prefix's sequences; shards have none
+        keel_usage_error("'%s' is not a Megatron prefix (no %s.idx and %s.bin): --data-path and weighted split paths name "
+                         "prefixes; llm.c shards go in --train-data-path/--valid-data-path", src->path.c_str(), src->path.c_str(),
+                         src->path.c_str());
+    if (prefix.empty()) {
+        set.name = src->path;
+        for (const std::string& p : dataloader_glob(src->path)) {
+            Shard s;
+            shard_open(&s, p.c_str(), vocab_size);
+            dataset_add_range(&set, s, dl->seq_len);
+        }
+    } else {
+        MegatronData md;
+        megatron_open(&md, prefix, vocab_size);
+        int64_t begin, end;
+        dataloader_source_range(src, &md, split, &begin, &end);
+        Shard s;
+        s.path = md.bin_path;
+        s.file = fopen_check(md.bin_path.c_str(), "rb");
+        s.dtype = md.ix.dtype;
+        s.width = md.ix.width;
+        s.data_offset = 0;
+        int64_t N = (int64_t)md.ix.sizes.size();
+        s.token_first = begin < N ? md.ix.pointers[begin] / md.ix.width : md.ix.ntok;
+        s.ntok = (end < N ? md.ix.pointers[end] / md.ix.width : md.ix.ntok) - s.token_first;
+        set.name = prefix + (src->part >= 0 ? std::string(" (") + part_names[src->part] + " part of --split " + split + ")"
+                             : src->part == -2 ? " (" + src->range + ")" : "");
+        set.name += ": sequences " + std::to_string(begin) + "-" + std::to_string(end);
+        dataset_add_range(&set, s, dl->seq_len);
+    }
+    if (set.nsamples == 0 && empty_ok) {
+        for (Shard& s : set.shards) fclose(s.file);
+        return false;
+    }
+    if (set.nsamples == 0 && prefix.empty())
+        keel_die("data path '%s': the shards hold no sample of %d tokens (seq_length+1)", src->path.c_str(), dl->seq_len + 1);
+    if (set.nsamples == 0) keel_die("data '%s': holds no sample of %d tokens (seq_length+1)", set.name.c_str(), dl->seq_len + 1);
+    dl->sets.push_back(std::move(set));
+    return true;
+}
+
+// The loader over `sources` (one: no blend; several: Megatron's blend by weight). `split` is
+// --split, for sources that take a part of it. With empty_ok, a dataset without a sample makes it
+// return false (nothing left open) instead of failing.
+static inline bool dataloader_init_sources(DataLoader* dl, const std::vector<DataSourceSpec>& sources, const std::string& split,
+                                           int seq_len, int vocab_size, uint64_t seed, bool shuffle, bool empty_ok = false) {
+    dl->seq_len = seq_len;
+    dl->seed = seed;
+    dl->shuffle = shuffle;
+    dl->sets.clear();
+    std::vector<double> w;
+    for (const DataSourceSpec& src : sources) {
+        if (!dataloader_add_source(dl, &src, split, vocab_size, empty_ok)) {
+            dataloader_free(dl);
+            return false;
+        }
+        w.push_back(src.weight);
+    }
+    dl->nsamples = 0;
+    for (const DataSet& s : dl->sets) dl->nsamples += s.nsamples;
+    dl->weights.clear();
+    if (sources.size() > 1) dl->weights = megatron_blend_weights(w);
+    dl->blend_pos = 0;
+    dl->blend_count.assign(dl->sets.size(), 0);
+    return true;
+}
+
+// `pattern` is a path or a glob ("data/fineweb_train_*.bin"); several may be given separated by
+// commas. Matches are taken in sorted order so the index space does not depend on the file system.
+// A path that names a Megatron prefix (P with P.idx and P.bin, or P.idx / P.bin) reads all of its
+// sequences instead.
+static inline void dataloader_init(DataLoader* dl, const char* pattern, int seq_len, int vocab_size, uint64_t seed,
+                                   bool shuffle) {
+    dataloader_init_sources(dl, {DataSourceSpec{pattern, 1.0, -1, ""}}, "", seq_len, vocab_size, seed, shuffle);
+}
+
+// The sources of the run's training (train = true) or validation data, from the flags:
+// --train-data-path/--valid-data-path, --data-path with --split, or the weighted split paths.
+// Returns an empty list for validation when the run names none.
+static inline std::vector<DataSourceSpec> dataloader_sources(const Config* c, bool train) {
+    std::vector<DataSourceSpec> out;
+    const std::string& direct = train ? c->train_data_path : c->valid_data_path;
+    const std::string& inline_group = train ? c->train_weighted_split_paths : c->valid_weighted_split_paths;
+    const std::string& file_group = train ? c->train_weighted_split_paths_path : c->valid_weighted_split_paths_path;
+    const char* which = train ? "train" : "valid";
+    if (!direct.empty()) {
+        out.push_back({direct, 1.0, -1, ""});
+    } else if (!inline_group.empty() || !file_group.empty()) {
+        std::string group = inline_group, name;
+        if (group.empty()) {
+            std::string why = megatron_read_weighted_split_file(file_group, &group);
+            if (!why.empty()) keel_usage_error("--%s-weighted-split-paths-path: %s", which, why.c_str());
+        }
+        std::string why = megatron_parse_weighted_split(group, &name, &out);
+        if (!why.empty()) keel_usage_error("--%s-weighted-split-paths: %s", which, why.c_str());
+    } else if (!c->data_path.empty()) {
+        std::string why = megatron_parse_data_path(c->data_path, train ? 0 : 1, &out);
+        if (!why.empty()) keel_usage_error("--data-path: %s", why.c_str());
+    }
+    return out;
+}
+
+// The run's training or validation loader from the flags (false: no validation data). --data-path's
+// validation part may be empty (--split 100,0,0): then the run has no validation data, which is an
+// error only for a run that validates (Megatron likewise builds no dataset for an empty part).
+static inline bool dataloader_open(DataLoader* dl, const Config* c, bool train, int seq_len, int vocab_size, uint64_t seed) {
+    std::vector<DataSourceSpec> src = dataloader_sources(c, train);
+    if (src.empty()) return false;
+    bool from_split = !train && c->valid_data_path.empty() && src[0].part == 1;
+    if (dataloader_init_sources(dl, src, c->split, seq_len, vocab_size, seed, train, from_split)) return true;
+    if (c->eval_interval > 0)
+        keel_usage_error("--eval-interval: a dataset's validation part of --split '%s' holds no sample of %d tokens", c->split.c_str(),
+                         seq_len + 1);
+    return false;
+}
+
+// The start-up line's description: "3 shard(s), 1234 samples" for llm.c shards; a Megatron prefix
+// or a blend names each dataset, its sequences, weight and samples.
+static inline std::string dataloader_describe(const DataLoader* dl) {
+    char buf[256];
+    if (dl->sets.size() == 1 && dl->sets[0].shards[0].data_offset != 0) {
+        snprintf(buf, sizeof buf, "%zu shard(s), %lld samples", dl->sets[0].shards.size(), (long long)dl->nsamples);
+        return buf;
+    }
+    std::string out;
+    if (dl->sets.size() > 1) out = "blend of " + std::to_string(dl->sets.size()) + " datasets by weight (Megatron's rule): ";
+    for (size_t d = 0; d < dl->sets.size(); d++) {
+        const Shard* s = &dl->sets[d].shards[0];
+        snprintf(buf, sizeof buf, " [%s ids%s%s] %lld samples", megatron_dtype_name(s->dtype),
+                 dl->weights.empty() ? "" : ", weight ", dl->weights.empty() ? "" : double_repr(dl->weights[d]).c_str(),
+                 (long long)dl->sets[d].nsamples);
+        out += (d ? "; " : "") + dl->sets[d].name + buf;
+    }
+    return out;
+}
+
+
+// The permutation of epoch e of dataset d: Fisher-Yates where swap i's partner is
+// rng_below(i+1, seed, DATA, e, i, d) (d = 0 is the unblended loader's stream).
+static inline void dataset_make_perm(DataSet* set, uint64_t seed, int d, int64_t epoch) {
+    set->perm.resize(set->nsamples);
+    for (int64_t i = 0; i < set->nsamples; i++) set->perm[i] = i;
+    for (int64_t i = set->nsamples - 1; i > 0; i--) {
+        int64_t j = (int64_t)rng_below((uint64_t)i + 1, seed, RNG_DATA, (uint64_t)epoch, (uint64_t)i, (uint64_t)d);
+        std::swap(set->perm[i], set->perm[j]);
+    }
+    set->perm_epoch = epoch;
+}
+
+// Which dataset the run's sample number s comes from and its number k there: the identity without a
+// blend; with one, Megatron's greedy assignment walked from the cursor (from 0 when s lies behind it).
+static inline int dataloader_blend(DataLoader* dl, int64_t s, int64_t* k) {
+    if (dl->sets.size() == 1) { *k = s; return 0; }
+    if (s < dl->blend_pos) {
+        dl->blend_pos = 0;
+        dl->blend_count.assign(dl->sets.size(), 0);
+    }
+    while (dl->blend_pos < s) megatron_blend_next(dl->weights, dl->blend_pos++, dl->blend_count);
+    std::vector<int64_t> before = dl->blend_count;
+    int d = megatron_blend_next(dl->weights, s, dl->blend_count);
+    *k = before[d];
+    dl->blend_pos = s + 1;
+    return d;
+}
+
+// Where the run's sample number s lives (the trainer's read and the bad-batch tools).
+static inline DataLoc dataloader_resolve(DataLoader* dl, int64_t s) {
+    DataLoc loc;
+    loc.set = dataloader_blend(dl, s, &loc.k);
+    DataSet* set = &dl->sets[loc.set];
+    loc.epoch = loc.k / set->nsamples;
+    int64_t pos = loc.k % set->nsamples;
+    if (dl->shuffle) {
+        if (set->perm_epoch != loc.epoch) dataset_make_perm(set, dl->seed, loc.set, loc.epoch);
+        loc.index = set->perm[pos];
+    } else {
+        loc.index = pos;
+    }
+    // ranges are few; a binary search keeps FineWeb-sized sets quick
+    size_t lo = 0, hi = set->shards.size() - 1;
     while (lo < hi) {
         size_t mid = (lo + hi + 1) / 2;
-        if (dl->shards[mid].first_sample <= index) lo = mid; else hi = mid - 1;
+        if (set->shards[mid].first_sample <= loc.index) lo = mid; else hi = mid - 1;
     }
-    const Shard* s = &dl->shards[lo];
-    *token_offset = (index - s->first_sample) * dl->seq_len;
-    return s;
+    loc.shard = &set->shards[lo];
+    loc.offset = loc.shard->token_first + (loc.index - loc.shard->first_sample) * dl->seq_len;
+    return loc;
 }
 
 // The run's sample number of row 0 of micro-batch step m on data-parallel rank `rank`, in an
@@ -177,18 +404,23 @@ static inline int64_t batch_first_sample(int64_t consumed, int64_t m, int dp, in
     return consumed + (m * dp + rank) * (int64_t)B;
 }
 
+// The shuffled index of the run's sample number s in its dataset's index space.
+static inline int64_t dataloader_sample_index(DataLoader* dl, int64_t s) { return dataloader_resolve(dl, s).index; }
+
 // Reads the run's sample number s: seq_len+1 token ids into out.
 static inline void dataloader_read(DataLoader* dl, int64_t s, int* out) {
-    int64_t off;
-    const Shard* sh = dataloader_locate(dl, dataloader_sample_index(dl, s), &off);
-    uint16_t buf[8192 + 1];
+    DataLoc loc = dataloader_resolve(dl, s);
+    const Shard* sh = loc.shard;
     int n = dl->seq_len + 1;
-    std::vector<uint16_t> big;
-    uint16_t* b = buf;
-    if (n > 8193) { big.resize(n); b = big.data(); }
-    if (fseek(sh->file, (long)(SHARD_HEADER_INTS * 4 + off * 2), SEEK_SET) != 0 ||
-        fread(b, 2, n, sh->file) != (size_t)n)
-        keel_die("shard '%s': read of %d tokens at %lld failed (file changed while training?)", sh->path.c_str(), n,
-                 (long long)off);
-    for (int i = 0; i < n; i++) out[i] = b[i];
+    std::vector<uint8_t> buf((size_t)n * sh->width);
+    if (fseeko(sh->file, (off_t)(sh->data_offset + loc.offset * sh->width), SEEK_SET) != 0 ||
+        fread(buf.data(), sh->width, n, sh->file) != (size_t)n)
+        keel_die("data '%s': read of %d tokens at %lld failed (file changed while training?)", sh->path.c_str(), n,
+                 (long long)loc.offset);
+    if (sh->dtype == MD_UINT16) {  // llm.c shards and small-vocabulary Megatron data
+        const uint16_t* b = (const uint16_t*)buf.data();
+        for (int i = 0; i < n; i++) out[i] = b[i];
+    } else {
+        for (int i = 0; i < n; i++) out[i] = (int)megatron_token(&buf[(size_t)i * sh->width], sh->dtype);  // ids checked < V at open
+    }
 }

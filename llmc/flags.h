@@ -77,6 +77,11 @@ struct Config {
     int64_t loss_scale_window = 1000, hysteresis = 2;
     // data
     std::string train_data_path, valid_data_path;
+    // Megatron's indexed data (llmc/megatron_data.h): a prefix or a weighted blend, split by --split,
+    // or BigScience's weighted split paths (one group each, inline or in a file)
+    std::string data_path, split = "969, 30, 1", data_impl = "infer";
+    std::string train_weighted_split_paths, valid_weighted_split_paths;
+    std::string train_weighted_split_paths_path, valid_weighted_split_paths_path;
     std::string vocab_file = "data/gpt2/encoder.json", merge_file = "data/gpt2/vocab.bpe";
     // checkpoints
     std::string save, load, load_llmc, export_llmc;
@@ -267,6 +272,21 @@ static const Flag FLAGS[] = {
     // data
     KEEL_FLAG("train-data-path", NO_MIN, NO_MAX, FT_STR, train_data_path, FK_RUN, nullptr, "training shards: path, glob or comma list (required)"),
     KEEL_FLAG("valid-data-path", NO_MIN, NO_MAX, FT_STR, valid_data_path, FK_RUN, nullptr, "validation shards (needed for --eval-interval)"),
+    KEEL_FLAGN("data-path", NARGS_MANY, data_path, FK_RUN,
+               "Megatron indexed data (.idx/.bin): PREFIX, or WEIGHT PREFIX pairs blended by weight; train and validation "
+               "sequences carved by --split"),
+    KEEL_FLAG("split", NO_MIN, NO_MAX, FT_STR, split, FK_RUN, nullptr,
+              "--data-path's train, validation, test proportions of each prefix's sequences (Megatron's rounding)"),
+    KEEL_FLAG("data-impl", NO_MIN, NO_MAX, FT_STR, data_impl, FK_RUN, "mmap|infer|lazy|cached",
+              "Megatron indexed-dataset format; keel reads mmap (MMIDIDX) only, lazy/cached are refused"),
+    KEEL_FLAGN("train-weighted-split-paths", NARGS_MANY, train_weighted_split_paths, FK_RUN,
+               "BigScience's training group \"NAME: WEIGHT START:END PREFIX, ...\" (blended by weight)"),
+    KEEL_FLAGN("valid-weighted-split-paths", NARGS_MANY, valid_weighted_split_paths, FK_RUN,
+               "BigScience's validation group, same form (keel validates on one group)"),
+    KEEL_FLAG("train-weighted-split-paths-path", NO_MIN, NO_MAX, FT_STR, train_weighted_split_paths_path, FK_RUN, nullptr,
+              "a file holding the training group on one line, in double quotes"),
+    KEEL_FLAG("valid-weighted-split-paths-path", NO_MIN, NO_MAX, FT_STR, valid_weighted_split_paths_path, FK_RUN, nullptr,
+              "a file holding the validation group on one line, in double quotes"),
     KEEL_FLAG("vocab-file", NO_MIN, NO_MAX, FT_STR, vocab_file, FK_RUN, nullptr, "GPT-2 encoder.json (text samples; --export-hf copies it as vocab.json)"),
     KEEL_FLAG("merge-file", NO_MIN, NO_MAX, FT_STR, merge_file, FK_RUN, nullptr, "GPT-2 vocab.bpe merges (text samples; --export-hf copies it as merges.txt)"),
     // checkpoints
@@ -657,6 +677,38 @@ static inline void config_validate_sizes(const Config* c, int dp_size) {
                           {{"eval-iters", c->eval_iters}, {"global-batch-size", gbs}});
 }
 
+// Whether the run has validation data: llm.c shards or a prefix (--valid-data-path), a weighted split
+// group, or --data-path's --split.
+static inline bool config_has_valid_data(const Config* c) {
+    return !c->valid_data_path.empty() || !c->valid_weighted_split_paths.empty() || !c->valid_weighted_split_paths_path.empty() ||
+           !c->data_path.empty();
+}
+
+// The data flags: exactly one source of training data (llm.c shards or a Megatron prefix by
+// --train-data-path, --data-path, or a weighted split group), at most one of validation data. (The
+// vocabulary's bound is the data's: llm.c shards refuse --vocab-size > 65536 at open, naming the file.)
+static inline void config_validate_data(const Config* c) {
+    if (c->data_impl == "lazy" || c->data_impl == "cached")
+        keel_usage_error("--data-impl %s: keel reads Megatron's mmap format (MMIDIDX) only; convert with preprocess_data.py --dataset-impl mmap",
+                         c->data_impl.c_str());
+    bool group = !c->train_weighted_split_paths.empty() || !c->train_weighted_split_paths_path.empty();
+    int train = !c->train_data_path.empty() + !c->data_path.empty() + group;
+    if (!c->train_weighted_split_paths.empty() && !c->train_weighted_split_paths_path.empty())
+        keel_usage_error("give one of --train-weighted-split-paths and --train-weighted-split-paths-path");
+    if (!c->valid_weighted_split_paths.empty() && !c->valid_weighted_split_paths_path.empty())
+        keel_usage_error("give one of --valid-weighted-split-paths and --valid-weighted-split-paths-path");
+    if (train == 0) keel_usage_error("--train-data-path is required (or Megatron's --data-path, or --train-weighted-split-paths)");
+    if (train > 1)
+        keel_usage_error("give one source of training data: --train-data-path, --data-path or --train-weighted-split-paths(-path)");
+    bool valid_group = !c->valid_weighted_split_paths.empty() || !c->valid_weighted_split_paths_path.empty();
+    if (!c->data_path.empty() && (!c->valid_data_path.empty() || valid_group))
+        keel_usage_error("--data-path takes its validation data from --split: drop --valid-data-path/--valid-weighted-split-paths");
+    if (!c->valid_data_path.empty() && valid_group)
+        keel_usage_error("give one of --valid-data-path and --valid-weighted-split-paths(-path)");
+    if (c->eval_interval > 0 && c->valid_data_path.empty() && !valid_group && c->data_path.empty())
+        keel_usage_error("--eval-interval needs --valid-data-path (or --data-path's --split, or --valid-weighted-split-paths)");
+}
+
 // The run-control flags of Megatron-DeepSpeed scripts (--eval-only, --kill-switch-path): what they
 // need, and --eval-only's value read as Megatron's argparse type=bool reads it.
 static inline void config_validate_run_control(Config* c) {
@@ -665,7 +717,8 @@ static inline void config_validate_run_control(Config* c) {
         keel_usage_error("--eval-only %s: Megatron-DeepSpeed reads any non-empty value as true (type=bool), so this would "
                          "evaluate only there; leave the flag out to train, or give --eval-only true", v.c_str());
     if (!v.empty() && c->load.empty()) keel_usage_error("--eval-only evaluates a checkpoint: give --load DIR");
-    if (!v.empty() && c->valid_data_path.empty()) keel_usage_error("--eval-only evaluates on --valid-data-path: give it");
+    if (!v.empty() && !config_has_valid_data(c))
+        keel_usage_error("--eval-only evaluates on the validation data: give --valid-data-path (or --data-path's --split, or --valid-weighted-split-paths)");
     if (c->kill_switch_path == "") return;
     if (c->kill_switch_path.back() == '/') keel_usage_error("--kill-switch-path %s names a directory; give a file path", c->kill_switch_path.c_str());
 }
@@ -683,7 +736,6 @@ static inline void config_validate(Config* c, int world) {
     if (c->seq_length > c->max_position_embeddings)
         keel_usage_error("--seq-length %lld exceeds --max-position-embeddings %lld", (long long)c->seq_length,
                          (long long)c->max_position_embeddings);
-    if (c->vocab_size > 65536) keel_usage_error("--vocab-size %lld: shards store uint16 token ids (max 65536)", (long long)c->vocab_size);
     if (c->global_batch_size % (c->micro_batch_size * dp_size) != 0)
         keel_usage_error("--global-batch-size %lld is not divisible by --micro-batch-size %lld x data-parallel size %d",
                          (long long)c->global_batch_size, (long long)c->micro_batch_size, dp_size);
@@ -731,9 +783,7 @@ static inline void config_validate(Config* c, int world) {
     if (c->data_parallel_size != 0 && c->data_parallel_size != dp_size)
         keel_usage_error("--data-parallel-size %lld: training uses the launched ranks (%d); the flag is for --dry-run",
                          (long long)c->data_parallel_size, dp_size);
-    if (c->train_data_path.empty()) keel_usage_error("--train-data-path is required");
-    if (c->eval_interval > 0 && c->valid_data_path.empty())
-        keel_usage_error("--eval-interval needs --valid-data-path");
+    config_validate_data(c);
     if (c->save_interval > 0 && c->save.empty()) keel_usage_error("--save-interval needs --save DIR");
     config_validate_run_control(c);
 }

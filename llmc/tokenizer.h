@@ -473,6 +473,15 @@ static inline void tokenizer_encode(const Tokenizer* tok, const char* text, size
     }
 }
 
+// For a model whose vocabulary extends past the tokenizer's (int32 Megatron data, e.g. BLOOM's
+// 250,880): ids the tokenizer lacks are shown as "<|id N|>" instead of refused.
+static inline void tokenizer_decode_lenient(const Tokenizer* tok, const int* ids, size_t n, std::string& out) {
+    for (size_t k = 0; k < n; k++) {
+        if (ids[k] >= 0 && ids[k] < tok->vocab_size) out += tok->token_bytes[ids[k]];
+        else out += "<|id " + std::to_string(ids[k]) + "|>";
+    }
+}
+
 static inline void tokenizer_decode(const Tokenizer* tok, const int* ids, size_t n, std::string& out) {
     for (size_t k = 0; k < n; k++) {
         if (ids[k] < 0 || ids[k] >= tok->vocab_size)

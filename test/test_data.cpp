@@ -11,6 +11,10 @@
 //      exactly once, and a fresh loader reading from any consumed count s continues the sequence.
 //   4. Several shards, by glob and by comma list: the index space is the shards' samples in order, and
 //      no sample straddles two shards.
+//   5. Megatron's index (llmc/megatron_data.h): megatron_write's .idx parses back to its sizes; every
+//      truncation and 4000 random byte corruptions of it are either refused with a reason or parse to
+//      an index whose arrays fit the bytes (no crash, no out-of-bounds read: run under ASan to see);
+//      the Megatron prefix read as a dataset gives the same samples as the llm.c shard of its tokens.
 // Exit status 0 = pass; the first failed check prints its line and exits 1.
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -229,6 +233,49 @@ static void test_multi_shard(const std::string& dir) {
     printf("ok  several shards by glob and by comma list\n");
 }
 
+static void test_megatron_index(const std::string& dir) {
+    std::vector<int64_t> tokens, sizes = {5, 0, 17, 3, 40};
+    for (int64_t i = 0; i < 65; i++) tokens.push_back(token_at(1, i));
+    std::string prefix = dir + "/meg";
+    megatron_write(prefix, tokens, sizes, MD_INT32);
+    std::string img = file_read_all((prefix + ".idx").c_str());
+    MegatronIndex ix;
+    CHECK(megatron_index_parse((const uint8_t*)img.data(), img.size(), &ix).empty(), "a written index parses");
+    CHECK(ix.dtype == MD_INT32 && ix.ntok == 65 && ix.sizes.size() == 5 && ix.sizes[2] == 17 && ix.pointers[3] == 4 * 22 &&
+              ix.doc_idx.size() == 6 && ix.doc_idx[5] == 5, "the index holds the written sizes");
+    for (size_t n = 0; n < img.size(); n++) {
+        MegatronIndex t;
+        CHECK(!megatron_index_parse((const uint8_t*)img.data(), n, &t).empty(), "a truncation to %zu bytes is refused", n);
+    }
+    uint64_t state = 12345;
+    for (int trial = 0; trial < 4000; trial++) {
+        std::string bad = img;
+        for (int k = 0; k < 1 + trial % 4; k++) {
+            state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+            bad[(state >> 33) % bad.size()] = (char)(state >> 20);
+        }
+        MegatronIndex t;
+        if (megatron_index_parse((const uint8_t*)bad.data(), bad.size(), &t).empty())
+            CHECK(t.sizes.size() * 12 + t.doc_idx.size() * 8 + MEGATRON_HEADER_BYTES == bad.size(), "an accepted index fits its bytes");
+    }
+    // the prefix as a dataset: the samples of the llm.c shard holding the same tokens
+    std::vector<uint16_t> u16(tokens.begin(), tokens.end());
+    shard_write((dir + "/meg_shard.bin").c_str(), u16.data(), u16.size());
+    DataLoader a, b;
+    dataloader_init(&a, (prefix + ".idx").c_str(), 8, VOCAB, 3, true);
+    dataloader_init(&b, (dir + "/meg_shard.bin").c_str(), 8, VOCAB, 3, true);
+    CHECK(a.nsamples == b.nsamples && a.nsamples == 8, "%lld samples", (long long)a.nsamples);
+    std::vector<int> x(9), y(9);
+    for (int64_t s = 0; s < 20; s++) {
+        dataloader_read(&a, s, x.data());
+        dataloader_read(&b, s, y.data());
+        CHECK(x == y, "sample %lld of the prefix equals the shard's", (long long)s);
+    }
+    dataloader_free(&a);
+    dataloader_free(&b);
+    printf("ok  Megatron index: round trip, truncations and corruptions, read as a dataset\n");
+}
+
 int main(int argc, char** argv) {
     if (argc == 3 && strcmp(argv[1], "--open") == 0) {  // child mode for test_rejection
         DataLoader dl;
@@ -243,6 +290,7 @@ int main(int argc, char** argv) {
     test_rejection(dir);
     test_sampler(dir);
     test_multi_shard(dir);
+    test_megatron_index(dir);
     std::string rm = "rm -rf '" + dir + "'";
     CHECK(system(rm.c_str()) == 0, "could not remove %s", dir.c_str());
     printf("PASS test_data (%d checks)\n", checks_passed);
