@@ -111,7 +111,7 @@ static inline void ds_agree_int(DsReader* r, Config* c, const std::vector<FlagVa
 // A flag that DeepSpeed's engine replaces: given on the command line, it is ignored, and said so.
 static inline void ds_override(DsReader* r, const std::vector<FlagValue>* given, const char* flag, const char* governs) {
     if (const std::string* v = ds_flag_given(given, flag))
-        r->notes.push_back(std::string("--deepspeed: ignoring --") + flag + " " + *v + ": the DeepSpeed config's " + governs +
+        r->notes.push_back(std::string("note: --deepspeed: ignoring --") + flag + " " + *v + ": the DeepSpeed config's " + governs +
                            " governs, as in Megatron-DeepSpeed");
 }
 

@@ -443,7 +443,9 @@ struct ArgLexer {
 };
 
 [[noreturn]] static inline void arglex_error(const ArgLexer* lx, const char* what, const std::string& word) {
-    keel_usage_error("@%s: line %d: %s%s%s", lx->path, lx->line, what, word.empty() ? "" : " in ", word.c_str());
+    std::string shown = word.substr(0, word.find('\n'));  // the error stays one line
+    if (shown.size() < word.size()) shown += "...";
+    keel_usage_error("@%s: line %d: %s%s%s", lx->path, lx->line, what, shown.empty() ? "" : " in ", shown.c_str());
 }
 
 // Reads one quoted span after its opening quote q into *word (the quotes removed).
