@@ -7,10 +7,10 @@
 //   - without --deepspeed the config file is not read (Megatron-DeepSpeed reads it only under
 //     --deepspeed); a start-up line says so. --deepspeed without a config file is refused.
 //   - keys mapped (DeepSpeed name → keel flag):
-//       fp16.enabled → --fp16; fp16.loss_scale (0: dynamic) → --loss-scale;
+//       fp16.enabled → --fp16; bf16.enabled → --bf16; neither → --fp32 (DeepSpeed's full precision); fp16.loss_scale (0: dynamic) → --loss-scale;
 //       fp16.initial_scale_power p → --initial-loss-scale 2^p (DeepSpeed's default p: 16);
 //       fp16.loss_scale_window, fp16.hysteresis, fp16.min_loss_scale → the flags of those names;
-//       bf16.enabled → --bf16; zero_optimization.stage 0|1 → --zero-stage;
+//       zero_optimization.stage 0|1 → --zero-stage;
 //       gradient_clipping (absent: 0, no clipping) → --clip-grad;
 //       train_micro_batch_size_per_gpu → --micro-batch-size; train_batch_size → --global-batch-size;
 //       gradient_accumulation_steps: checked against global / (micro x data-parallel size);
@@ -127,8 +127,11 @@ static inline void ds_apply_precision(DsReader* r, const Json* root, Config* c, 
     if ((c->fp16 && !half) || (c->bf16 && !brain))
         keel_usage_error("--deepspeed_config %s: --%s, but the config does not enable %s (DeepSpeed would train fp32)", r->path,
                          c->fp16 ? "fp16" : "bf16", c->fp16 ? "fp16.enabled" : "bf16.enabled");
+    if (c->fp32 && (half || brain))
+        keel_usage_error("--deepspeed_config %s: %s.enabled contradicts --fp32", r->path, half ? "fp16" : "bf16");
     c->fp16 = half;
     c->bf16 = brain;
+    c->fp32 = !half && !brain;  // DeepSpeed without either trains fp32 (the CUDA trainer would default to bf16)
     for (const char* f : {"loss-scale", "initial-loss-scale", "min-loss-scale", "loss-scale-window", "hysteresis"})
         ds_override(r, given, f, half ? "fp16 section" : "precision (no fp16: no loss scaling)");
     Config defaults;

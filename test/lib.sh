@@ -53,7 +53,8 @@ PY
 # ---- multi-rank runs (mpirun --oversubscribe; the callers export OMPI_ALLOW_RUN_AS_ROOT...) --------
 
 # mpi_refused NP PATTERN ARGS...: $KEEL on NP ranks must fail, every rank's error line matching
-# PATTERN, before any iteration ran. (expect_fail's one-error-line rule cannot hold: every rank prints.)
+# PATTERN, before any iteration ran. (A flag error is printed by rank 0 only; other errors by every rank
+# that meets them, so expect_fail's one-error-line rule is not asked for here.)
 mpi_refused() {
   local np=$1 pattern=$2; shift 2
   local out rc
