@@ -586,7 +586,14 @@ struct FlagValue { const Flag* flag; std::string value; };
 static inline void flags_split(const std::vector<std::string>& args, std::vector<FlagValue>* out, std::vector<std::string>* unknown) {
     for (size_t i = 0; i < args.size(); i++) {
         const std::string& a = args[i];
-        if (a.size() < 3 || a[0] != '-' || a[1] != '-') keel_usage_error("unexpected argument '%s' (flags start with --)", a.c_str());
+        if (a.size() < 3 || a[0] != '-' || a[1] != '-') {
+            std::string shown = a.substr(0, std::min(a.find('\n'), (size_t)60));  // one line, however long the word
+            size_t eq = a.find('=');
+            if (eq != std::string::npos && eq > 0 && a.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789") == eq)
+                keel_usage_error("unexpected argument '%s...': a shell assignment; an @file holds only the arguments (the inside of %s\"...\")",
+                                 shown.c_str(), a.substr(0, eq + 1).c_str());
+            keel_usage_error("unexpected argument '%s%s' (flags start with --)", shown.c_str(), shown.size() < a.size() ? "..." : "");
+        }
         std::string name = a.substr(2), value;
         size_t eq = name.find('=');
         bool has_value = eq != std::string::npos;
@@ -878,7 +885,12 @@ static inline void config_validate(Config* c, int world) {
     if (c->eval_interval > 0 && c->eval_interval != Config().eval_interval && c->valid_data_path.empty())
         keel_usage_error("--eval-interval needs --valid-data-path");
     int64_t gas = c->global_batch_size / (c->micro_batch_size * dp_size);
-    if (c->deepspeed_gradient_accumulation_steps > 0 && c->deepspeed_gradient_accumulation_steps != gas)
+    // under a batch ramp-up Megatron-DeepSpeed resets DeepSpeed's batch as it grows (set_train_batch_size),
+    // so the config's accumulation steps are replaced, not checked (BigScience's 13B config holds such a value)
+    if (c->deepspeed_gradient_accumulation_steps > 0 && !c->rampup_batch_size.empty())
+        printf("note: --deepspeed_config: gradient_accumulation_steps %lld is replaced by the ramp-up's batch (as in Megatron-DeepSpeed)\n",
+               (long long)c->deepspeed_gradient_accumulation_steps);
+    else if (c->deepspeed_gradient_accumulation_steps > 0 && c->deepspeed_gradient_accumulation_steps != gas)
         keel_usage_error("--deepspeed_config %s: gradient_accumulation_steps %lld contradicts --global-batch-size %lld / (--micro-batch-size "
                          "%lld x data-parallel size %d) = %lld", c->deepspeed_config.c_str(), (long long)c->deepspeed_gradient_accumulation_steps,
                          (long long)c->global_batch_size, (long long)c->micro_batch_size, dp_size, (long long)gas);

@@ -65,6 +65,8 @@ printf -- '--num-layers 2 \\\n  --save $SAVE_DIR/ck\n' >"$TMP/var.args"
 expect_fail 2 "var.args: line 2: a shell expansion .*in \\\$SAVE_DIR/ck" $K @"$TMP/var.args"
 printf -- '--save "$(date)"\n' >"$TMP/sub.args"
 expect_fail 2 "sub.args: line 1: a shell expansion" $K @"$TMP/sub.args"
+printf 'GPT_ARGS=" \\\n  --num-layers 2 \\\n"\n' >"$TMP/assign.args"
+expect_fail 2 "a shell assignment; an @file holds only the arguments \(the inside of GPT_ARGS=" $K @"$TMP/assign.args"
 printf -- "--num-layers 2\n--save 'open\n\n" >"$TMP/open.args"
 expect_fail 2 "open.args: line 2: unterminated single quote in 'open...$" $K @"$TMP/open.args"
 
