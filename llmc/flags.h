@@ -3,11 +3,14 @@
 // The table `FLAGS` below is the single source for: the parser, `-h` usage text, the start-up
 // printout of effective values, which flags a checkpoint records, and the names tests use.
 // Contract:
-//   - long flags with Megatron-DeepSpeed names: `--name value` or `--name=value`; booleans are
-//     `--name` (store_true); `@file` reads more arguments from a file (whitespace separated, `#`
-//     starts a comment), so a run's arguments can be kept as data.
-//   - strict: unknown flags, missing values, malformed numbers (trailing junk, out of range, NaN)
-//     and values outside a flag's choices exit with status 2 and one line naming the flag.
+//   - long flags with Megatron-DeepSpeed names and defaults: `--name value` or `--name=value`;
+//     booleans are `--name` (store_true); numbers may group digits as Python does (`126_953_125`);
+//     `@file` reads more arguments from a file written as a shell passes them (a pasted slurm
+//     block: continuations, quotes, `#` comments; no `$` expansion), so a run's arguments are data.
+//   - strict: unknown flags (all named in one line), missing values, malformed numbers (trailing
+//     junk, out of range, NaN, misplaced `_`) and values outside a flag's choices exit with status 2
+//     and one line naming the flag; under a launcher only rank 0 prints it (common.h keel_flag_error).
+//   - `--deepspeed --deepspeed_config FILE` maps DeepSpeed's JSON onto the flags (llmc/deepspeed.h).
 //   - contradictory combinations are rejected by config_validate(), also with status 2.
 // Each flag has a `kind`: FK_STATE flags define the training trajectory and are recorded in every
 // checkpoint (a resume reports what changed); FK_RUN flags only steer this process (paths, logs).
