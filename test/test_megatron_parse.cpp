@@ -22,8 +22,11 @@ static void check(const std::string& what, bool ok, const std::string& detail = 
     failures += !ok;
 }
 
+static std::vector<std::string> tmp_files;  // removed at the end
+
 static std::string write_tmp(const std::string& name, const std::string& text) {
     std::string path = "/tmp/keel_test_megatron_parse_" + std::to_string(getpid()) + "_" + name;
+    tmp_files.push_back(path);
     FILE* f = fopen(path.c_str(), "wb");
     fwrite(text.data(), 1, text.size(), f);
     fclose(f);
@@ -96,6 +99,7 @@ int main() {
     check("fp16.loss_scale 128 → a static scale", s.loss_scale == 128.0);
     Config off = with("cloff.json", R"({"curriculum_learning": {"enabled": false, "min_difficulty": 8}})");
     check("curriculum_learning.enabled false → no curriculum", !off.curriculum_learning && off.cl_min_seqlen == 0);
+    for (const std::string& p : tmp_files) unlink(p.c_str());
     printf(failures ? "FAIL (%d)\n" : "PASS\n", failures);
     return failures ? 1 : 0;
 }
