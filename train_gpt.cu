@@ -923,7 +923,7 @@ static void trainer_check_same_flags(const Comm* comm, const Config* c) {
     comm_allgather(comm, &mine, sizeof mine, sums.data());
     for (int r = 0; r < comm->size; r++)
         if (sums[r] != sums[0])
-            keel_die_code(KEEL_EXIT_USAGE, "launch every rank with the same arguments",
+            keel_flag_error("launch every rank with the same arguments",
                           "rank %d was started with other flag values than rank 0", r);
 }
 

@@ -18,19 +18,46 @@
 
 enum { KEEL_EXIT_RUNTIME = 1, KEEL_EXIT_USAGE = 2 };
 
-[[noreturn]] static inline void keel_die_code(int code, const char* hint, const char* fmt, ...) {
+// The rank a launcher gave this process, from its environment (-1: not launched by one). Read from
+// the environment because a flag error can come before MPI is initialised (and in tools without it).
+static inline int keel_launcher_rank() {
+    static const char* const vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK", "SLURM_PROCID"};
+    for (const char* v : vars)
+        if (const char* s = getenv(v)) return atoi(s);
+    return -1;
+}
+
+static inline void keel_vprint_error(const char* hint, const char* fmt, va_list ap) {
     fflush(stdout);
-    va_list ap;
-    va_start(ap, fmt);
     fprintf(stderr, "error: ");
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
-    va_end(ap);
     if (hint) fprintf(stderr, "hint: %s\n", hint);
+}
+
+[[noreturn]] static inline void keel_die_code(int code, const char* hint, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    keel_vprint_error(hint, fmt, ap);
+    va_end(ap);
     exit(code);
 }
+
+// A flag error (exit 2) comes from the command line, which every rank shares (the trainer checks
+// that they agree), so under a launcher only rank 0 prints it: the others exit with the same code
+// silently instead of interleaving N copies. Errors that can differ between ranks (a directory, a
+// file, a device) use keel_die_code and stay per rank.
+[[noreturn]] static inline void keel_flag_error(const char* hint, const char* fmt, ...) {
+    fflush(stdout);
+    if (keel_launcher_rank() > 0) exit(KEEL_EXIT_USAGE);
+    va_list ap;
+    va_start(ap, fmt);
+    keel_vprint_error(hint, fmt, ap);
+    va_end(ap);
+    exit(KEEL_EXIT_USAGE);
+}
 #define keel_die(...) keel_die_code(KEEL_EXIT_RUNTIME, nullptr, __VA_ARGS__)
-#define keel_usage_error(...) keel_die_code(KEEL_EXIT_USAGE, "run with -h for the list of flags", __VA_ARGS__)
+#define keel_usage_error(...) keel_flag_error("run with -h for the list of flags", __VA_ARGS__)
 
 // FILE_CHECK(cond, path): a failed file operation, with the system's reason.
 #define FILE_CHECK(cond, what, path)                                                          \

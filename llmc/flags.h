@@ -3,11 +3,14 @@
 // The table `FLAGS` below is the single source for: the parser, `-h` usage text, the start-up
 // printout of effective values, which flags a checkpoint records, and the names tests use.
 // Contract:
-//   - long flags with Megatron-DeepSpeed names: `--name value` or `--name=value`; booleans are
-//     `--name` (store_true); `@file` reads more arguments from a file (whitespace separated, `#`
-//     starts a comment), so a run's arguments can be kept as data.
-//   - strict: unknown flags, missing values, malformed numbers (trailing junk, out of range, NaN)
-//     and values outside a flag's choices exit with status 2 and one line naming the flag.
+//   - long flags with Megatron-DeepSpeed names and defaults: `--name value` or `--name=value`;
+//     booleans are `--name` (store_true); numbers may group digits as Python does (`126_953_125`);
+//     `@file` reads more arguments from a file written as a shell passes them (a pasted slurm
+//     block: continuations, quotes, `#` comments; no `$` expansion), so a run's arguments are data.
+//   - strict: unknown flags (all named in one line), missing values, malformed numbers (trailing
+//     junk, out of range, NaN, misplaced `_`) and values outside a flag's choices exit with status 2
+//     and one line naming the flag; under a launcher only rank 0 prints it (common.h keel_flag_error).
+//   - `--deepspeed --deepspeed_config FILE` maps DeepSpeed's JSON onto the flags (llmc/deepspeed.h).
 //   - contradictory combinations are rejected by config_validate(), also with status 2.
 // Each flag has a `kind`: FK_STATE flags define the training trajectory and are recorded in every
 // checkpoint (a resume reports what changed); FK_RUN flags only steer this process (paths, logs).
@@ -40,7 +43,7 @@ struct Config {
     std::string gelu_fusion = "auto";
     int64_t classifier_chunk_rows = 0;  // 0: auto (model.h gpt_head_rows)
     bool apply_query_key_layer_scaling = false, normformer = false;
-    double hidden_dropout = 0.0, attention_dropout = 0.0, embed_dropout = NAN;  // NaN: = hidden dropout
+    double hidden_dropout = 0.1, attention_dropout = 0.1, embed_dropout = NAN;  // Megatron's 0.1; NaN: = hidden dropout
     // batch and duration
     int64_t micro_batch_size = 4, global_batch_size = 0;  // 0: micro-batch × data-parallel size
     int64_t train_iters = 0, train_samples = 0, train_tokens = 0, exit_interval = 0;
@@ -89,7 +92,8 @@ struct Config {
     int64_t save_interval = 0;
     bool no_load_optim = false, no_load_rng = false, finetune = false;  // recovery recipes (KNOBS §3.5)
     // logging and evaluation
-    int64_t log_interval = 1, eval_interval = 0, eval_iters = 10, sample_interval = 0, sample_length = 64;
+    int64_t log_interval = 100, eval_interval = 1000, eval_iters = 100;  // Megatron's defaults; no validation data: no evaluation
+    int64_t sample_interval = 0, sample_length = 64;
     std::string metrics_file, tensorboard_dir;
     int64_t log_layer_norms_interval = 0;
     // Megatron-DeepSpeed's run control and extra logging (README "Coming from Megatron-DeepSpeed")
@@ -105,6 +109,15 @@ struct Config {
     int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1, data_parallel_size = 0;
     bool checkpoint_activations = false, dry_run = false;
     double gpu_memory_gb = 80;
+    // Megatron-DeepSpeed's launcher-level flags (llmc/deepspeed.h): the DeepSpeed JSON, and flags keel
+    // accepts with a start-up note (its computation does not change) or refuses with a reason
+    bool deepspeed = false;
+    std::string deepspeed_config;
+    int64_t deepspeed_gradient_accumulation_steps = 0;  // not a flag: the JSON's, checked by config_validate (0: absent)
+    bool deepspeed_activation_checkpointing = false, partition_activations = false;
+    bool abort_on_unmet_fused_kernel_constraints = false, no_masked_softmax_fusion = false;
+    std::string distributed_backend = "nccl", tokenizer_type = "GPT2BPETokenizer", tokenizer_name_or_path, codecarbon_dir;
+    int64_t num_workers = 2, valid_num_workers = 2;
 };
 
 enum FlagType { FT_INT, FT_FLOAT, FT_STR, FT_BOOL };
@@ -364,6 +377,31 @@ static const Flag FLAGS[] = {
               "print parameters, bytes/parameter and per-rank memory of the GPU layout, then exit (no data, no allocation)"),
     KEEL_FLAG("gpu-memory-gb", NO_MIN, NO_MAX, FT_FLOAT, gpu_memory_gb, FK_RUN, nullptr,
               "--dry-run: memory per GPU (GiB) for the fits / does-not-fit verdict (exit 0 / 1)"),
+    // Megatron-DeepSpeed's launcher level (llmc/deepspeed.h; README "Coming from Megatron-DeepSpeed")
+    KEEL_FLAG("deepspeed", NO_MIN, NO_MAX, FT_BOOL, deepspeed, FK_RUN, nullptr,
+              "read --deepspeed_config: its fp16/bf16 and loss scaler, ZeRO stage, clipping, batch sizes and curriculum "
+              "govern, as in Megatron-DeepSpeed"),
+    KEEL_FLAG("deepspeed_config", NO_MIN, NO_MAX, FT_STR, deepspeed_config, FK_RUN, nullptr,
+              "the DeepSpeed JSON (also --deepspeed-config); read only under --deepspeed"),
+    KEEL_FLAG("deepspeed-activation-checkpointing", NO_MIN, NO_MAX, FT_BOOL, deepspeed_activation_checkpointing, FK_RUN, nullptr,
+              "with --checkpoint-activations: the same recomputation (keel has one implementation)"),
+    KEEL_FLAG("partition-activations", NO_MIN, NO_MAX, FT_BOOL, partition_activations, FK_RUN, nullptr,
+              "accepted: keel keeps layer checkpoints whole on each tensor-parallel rank (said at start-up)"),
+    KEEL_FLAG("abort-on-unmet-fused-kernel-constraints", NO_MIN, NO_MAX, FT_BOOL, abort_on_unmet_fused_kernel_constraints, FK_RUN,
+              nullptr, "accepted: keel has no silent unfused fallback (said at start-up)"),
+    KEEL_FLAG("no-masked-softmax-fusion", NO_MIN, NO_MAX, FT_BOOL, no_masked_softmax_fusion, FK_RUN, nullptr,
+              "accepted: keel's softmax values do not depend on fusion (said at start-up)"),
+    KEEL_FLAG("distributed-backend", NO_MIN, NO_MAX, FT_STR, distributed_backend, FK_RUN, "nccl|gloo",
+              "nccl: keel's own (NCCL on GPUs, MPI in the CPU trainer); gloo is refused"),
+    KEEL_FLAG("tokenizer-type", NO_MIN, NO_MAX, FT_STR, tokenizer_type, FK_RUN, "GPT2BPETokenizer|PretrainedFromHF",
+              "GPT2BPETokenizer (--vocab-file/--merge-file); PretrainedFromHF is refused with a reason"),
+    KEEL_FLAG("tokenizer-name-or-path", NO_MIN, NO_MAX, FT_STR, tokenizer_name_or_path, FK_RUN, nullptr,
+              "PretrainedFromHF's tokenizer: refused (keel's tokenizer is GPT-2 BPE)"),
+    KEEL_FLAG("num-workers", 0, NO_MAX, FT_INT, num_workers, FK_RUN, nullptr,
+              "accepted: keel's loader reads in the training process, the same batches (said at start-up)"),
+    KEEL_FLAG("valid-num-workers", 0, NO_MAX, FT_INT, valid_num_workers, FK_RUN, nullptr, "accepted, as --num-workers"),
+    KEEL_FLAG("codecarbon-dir", NO_MIN, NO_MAX, FT_STR, codecarbon_dir, FK_RUN, nullptr,
+              "accepted: keel does not measure energy, nothing is written there (said at start-up)"),
 };
 #undef KEEL_FLAG
 #undef KEEL_FLAGN
@@ -403,19 +441,34 @@ static inline bool flag_in_choices(const char* choices, const std::string& v) {
     return false;
 }
 
+// Python's digit grouping, as argparse's int()/float() accept it (`126_953_125`, `1_000.5`): an
+// underscore stands between two digits, so `_1`, `1_`, `1__0` and `1_.5` are malformed. Returns
+// the text without underscores, or false.
+static inline bool flag_strip_digit_underscores(const std::string& v, std::string* out) {
+    out->clear();
+    for (size_t i = 0; i < v.size(); i++) {
+        if (v[i] != '_') { *out += v[i]; continue; }
+        bool between = i > 0 && isdigit((unsigned char)v[i - 1]) && i + 1 < v.size() && isdigit((unsigned char)v[i + 1]);
+        if (!between) return false;
+    }
+    return true;
+}
+
 // Parses one value into the flag's field; on failure a one-line error naming the flag, exit 2.
 static inline void flag_set(Config* c, const Flag* f, const std::string& v) {
     const char* s = v.c_str();
     char* end = nullptr;
     errno = 0;
+    std::string digits;
+    bool grouped_ok = flag_strip_digit_underscores(v, &digits);
     if (f->type == FT_INT) {
-        long long x = strtoll(s, &end, 10);
-        if (v.empty() || *end != '\0' || errno == ERANGE)
+        long long x = strtoll(digits.c_str(), &end, 10);
+        if (v.empty() || !grouped_ok || *end != '\0' || errno == ERANGE)
             keel_usage_error("--%s: '%s' is not an integer", f->name, s);
         *flag_field<int64_t>(c, f) = x;
     } else if (f->type == FT_FLOAT) {
-        double x = strtod(s, &end);
-        if (v.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(x))
+        double x = strtod(digits.c_str(), &end);
+        if (v.empty() || !grouped_ok || *end != '\0' || errno == ERANGE || !std::isfinite(x))
             keel_usage_error("--%s: '%s' is not a finite number", f->name, s);
         *flag_field<double>(c, f) = x;
     } else if (f->type == FT_STR) {
@@ -429,27 +482,109 @@ static inline void flag_set(Config* c, const Flag* f, const std::string& v) {
     }
 }
 
-// `@file` expansion: whitespace-separated words, `#` to end of line is a comment.
+// ---- @file: a pasted shell argument block ---------------------------------------------------------
+// The file holds the arguments as a shell script would pass them, so the block of a slurm script
+// (`--num-layers 70 \` lines, 'quoted paths', "double quotes", # comments) pastes in unchanged.
+// Words split as the shell splits them: backslash-newline joins lines; '...' is literal; "..."
+// keeps \" \\ \$ \` and drops backslash-newline; an unquoted backslash escapes the next character;
+// `#` at the start of a word comments out the rest of the line. The shell's expansions are not
+// performed: an unquoted or double-quoted `$` or backtick is refused naming its word (a literal
+// `$SAVE_DIR` would become a directory of that name), and globs stay literal (keel's data paths
+// expand their own globs). An unquoted `@name` word reads another file.
+struct ArgLexer {
+    const char* path;
+    const std::string* text;
+    size_t i = 0;
+    int line = 1;
+};
+
+[[noreturn]] static inline void arglex_error(const ArgLexer* lx, const char* what, const std::string& word) {
+    std::string shown = word.substr(0, word.find('\n'));  // the error stays one line
+    if (shown.size() < word.size()) shown += "...";
+    keel_usage_error("@%s: line %d: %s%s%s", lx->path, lx->line, what, shown.empty() ? "" : " in ", shown.c_str());
+}
+
+// Reads one quoted span after its opening quote q into *word (the quotes removed).
+static inline void arglex_quoted(ArgLexer* lx, char q, std::string* word, std::string* raw) {
+    const std::string& t = *lx->text;
+    int start_line = lx->line;
+    for (; lx->i < t.size(); lx->i++) {
+        char ch = t[lx->i];
+        *raw += ch;
+        if (ch == '\n') lx->line++;
+        if (ch == q) { lx->i++; return; }
+        if (q == '"' && (ch == '$' || ch == '`'))
+            arglex_error(lx, "a shell expansion ($ or `) that keel does not perform; write the value", *raw + "...");
+        if (q == '"' && ch == '\\' && lx->i + 1 < t.size() && strchr("\"\\$`\n", t[lx->i + 1])) {
+            char next = t[++lx->i];
+            *raw += next;
+            if (next == '\n') lx->line++;
+            else *word += next;
+            continue;
+        }
+        *word += ch;
+    }
+    lx->line = start_line;
+    arglex_error(lx, q == '"' ? "unterminated double quote" : "unterminated single quote", *raw);
+}
+
+// The next word (false at the end of the text); *quoted: some of it was quoted or escaped.
+static inline bool arglex_next(ArgLexer* lx, std::string* word, bool* quoted) {
+    const std::string& t = *lx->text;
+    word->clear();
+    *quoted = false;
+    std::string raw;  // the word as written, for error messages
+    bool in_word = false;
+    for (; lx->i < t.size(); lx->i++) {
+        char ch = t[lx->i];
+        if (ch == '\\' && lx->i + 1 < t.size()) {  // escape, or a line continuation
+            char next = t[++lx->i];
+            if (next == '\n') { lx->line++; continue; }
+            *word += next; raw += ch; raw += next; in_word = *quoted = true;
+            continue;
+        }
+        if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
+            if (in_word) return true;
+            if (ch == '\n') lx->line++;
+            continue;
+        }
+        if (ch == '#' && !in_word) {  // a comment: to the end of the line
+            while (lx->i + 1 < t.size() && t[lx->i + 1] != '\n') lx->i++;
+            continue;
+        }
+        in_word = true;
+        raw += ch;
+        if (ch == '\'' || ch == '"') {
+            lx->i++;
+            arglex_quoted(lx, ch, word, &raw);
+            lx->i--;
+            *quoted = true;
+            continue;
+        }
+        if (ch == '$' || ch == '`') {
+            size_t e = lx->i;
+            while (e < t.size() && !isspace((unsigned char)t[e])) e++;
+            arglex_error(lx, "a shell expansion ($ or `) that keel does not perform; write the value",
+                         raw + t.substr(lx->i + 1, e - lx->i - 1));
+        }
+        *word += ch;
+    }
+    return in_word;
+}
+
 static inline void flags_read_file(const char* path, std::vector<std::string>* out, int depth) {
     if (depth > 8) keel_usage_error("@%s: @file nesting deeper than 8", path);
     FILE* f = fopen(path, "rb");
     if (!f) keel_usage_error("@%s: cannot open: %s", path, strerror(errno));
     fclose(f);
     std::string text = file_read_all(path), word;
-    bool comment = false;
-    for (size_t i = 0; i <= text.size(); i++) {
-        char ch = i < text.size() ? text[i] : '\n';
-        if (comment) { if (ch == '\n') comment = false; continue; }
-        if (ch == '#' && word.empty()) { comment = true; continue; }
-        if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {
-            if (!word.empty()) {
-                if (word[0] == '@') flags_read_file(word.c_str() + 1, out, depth + 1);
-                else out->push_back(word);
-            }
-            word.clear();
-        } else {
-            word += ch;
-        }
+    ArgLexer lx;
+    lx.path = path;
+    lx.text = &text;
+    bool quoted;
+    while (arglex_next(&lx, &word, &quoted)) {
+        if (word[0] == '@' && !quoted) flags_read_file(word.c_str() + 1, out, depth + 1);
+        else out->push_back(word);
     }
 }
 
@@ -470,25 +605,64 @@ static inline void flags_usage(FILE* out, const char* program) {
     }
 }
 
-// Parses argv (after expanding @files) into *c. Returns false if -h/--help was given.
-static inline bool flags_parse(Config* c, int argc, char** argv) {
-    std::vector<std::string> args;
-    for (int i = 1; i < argc; i++) {
-        if (argv[i][0] == '@') flags_read_file(argv[i] + 1, &args, 0);
-        else args.push_back(argv[i]);
+// Edit distance (insertions, deletions, substitutions) between two flag names, for "did you mean".
+static inline size_t flags_edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); j++) row[j] = j;
+    for (size_t i = 1; i <= a.size(); i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); j++) {
+            size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+            diag = up;
+        }
     }
+    return row[b.size()];
+}
+
+// "--name" or "--name (did you mean --known?)": the closest flag within 2 edits (or a spelling with
+// `_` for `-`, as --deepspeed_config beside --deepspeed-config).
+static inline std::string flags_unknown_name(const std::string& name) {
+    const Flag* best = nullptr;
+    size_t best_d = 3;
+    std::string dashed = name;
+    std::replace(dashed.begin(), dashed.end(), '_', '-');
+    for (int i = 0; i < NUM_FLAGS; i++) {
+        size_t d = dashed == FLAGS[i].name ? 0 : flags_edit_distance(name, FLAGS[i].name);
+        if (d < best_d) { best = &FLAGS[i]; best_d = d; }
+    }
+    return "--" + name + (best ? std::string(" (did you mean --") + best->name + "?)" : "");
+}
+
+struct FlagValue { const Flag* flag; std::string value; };
+
+// Splits the expanded words into (flag, value) pairs. Every unknown flag is collected, with the
+// words after it up to the next --flag taken as its values, so one error can name them all.
+static inline void flags_split(const std::vector<std::string>& args, std::vector<FlagValue>* out, std::vector<std::string>* unknown) {
     for (size_t i = 0; i < args.size(); i++) {
         const std::string& a = args[i];
-        if (a == "-h" || a == "--help") return false;
-        if (a.size() < 3 || a[0] != '-' || a[1] != '-') keel_usage_error("unexpected argument '%s' (flags start with --)", a.c_str());
+        if (a.size() < 3 || a[0] != '-' || a[1] != '-') {
+            std::string shown = a.substr(0, std::min(a.find('\n'), (size_t)60));  // one line, however long the word
+            size_t eq = a.find('=');
+            if (eq != std::string::npos && eq > 0 && a.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_0123456789") == eq)
+                keel_usage_error("unexpected argument '%s...': a shell assignment; an @file holds only the arguments (the inside of %s\"...\")",
+                                 shown.c_str(), a.substr(0, eq + 1).c_str());
+            keel_usage_error("unexpected argument '%s%s' (flags start with --)", shown.c_str(), shown.size() < a.size() ? "..." : "");
+        }
         std::string name = a.substr(2), value;
         size_t eq = name.find('=');
         bool has_value = eq != std::string::npos;
         if (has_value) { value = name.substr(eq + 1); name = name.substr(0, eq); }
+        if (name == "deepspeed-config") name = "deepspeed_config";  // Megatron-DeepSpeed spells it with `_`; both are accepted
         const Flag* f = flag_find(name.c_str());
-        if (!f) keel_usage_error("unknown flag --%s", name.c_str());
+        if (!f) {
+            unknown->push_back(flags_unknown_name(name));
+            while (!has_value && i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0) i++;
+            continue;
+        }
         if (f->type == FT_BOOL) {
-            flag_set(c, f, has_value ? value : "true");
+            out->push_back({f, has_value ? value : "true"});
             continue;
         }
         if (!has_value && f->nargs != 1) {  // multi-value: the following words up to the next --flag
@@ -502,8 +676,31 @@ static inline bool flags_parse(Config* c, int argc, char** argv) {
             if (i + 1 >= args.size()) keel_usage_error("--%s needs a value", f->name);
             value = args[++i];
         }
-        flag_set(c, f, value);
+        out->push_back({f, value});
     }
+}
+
+#include "llmc/deepspeed.h"  // deepspeed_apply: --deepspeed_config's JSON onto the flags (needs FlagValue, flag_set)
+
+// Parses argv (after expanding @files) into *c. Returns false if -h/--help was given.
+static inline bool flags_parse(Config* c, int argc, char** argv) {
+    std::vector<std::string> args;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '@') flags_read_file(argv[i] + 1, &args, 0);
+        else args.push_back(argv[i]);
+    }
+    for (const std::string& a : args)
+        if (a == "-h" || a == "--help") return false;
+    std::vector<FlagValue> given;
+    std::vector<std::string> unknown;
+    flags_split(args, &given, &unknown);
+    if (!unknown.empty()) {
+        std::string names;
+        for (const std::string& u : unknown) names += (names.empty() ? "" : ", ") + u;
+        keel_usage_error("unknown flag%s %s", unknown.size() > 1 ? "s" : "", names.c_str());
+    }
+    for (const FlagValue& g : given) flag_set(c, g.flag, g.value);
+    deepspeed_apply(c, &given);
     return true;
 }
 
@@ -656,7 +853,7 @@ static inline void config_validate_sizes(const Config* c, int dp_size) {
     // the micro-batches of one iteration (an int everywhere: the 1F1B schedule, the loss log)
     int64_t accum = gbs / (B * dp_size);
     if (accum > KEEL_MAX_ACCUMULATION)
-        keel_die_code(KEEL_EXIT_USAGE, "raise --micro-batch-size or lower --global-batch-size",
+        keel_flag_error("raise --micro-batch-size or lower --global-batch-size",
                       "--global-batch-size %lld: %lld micro-batches of %lld samples per iteration on each of %d data-parallel rank(s), more "
                       "than %lld (each keeps its loss until the iteration ends)",
                       (long long)gbs, (long long)accum, (long long)B, dp_size, (long long)KEEL_MAX_ACCUMULATION);
@@ -705,7 +902,9 @@ static inline void config_validate_data(const Config* c) {
         keel_usage_error("--data-path takes its validation data from --split: drop --valid-data-path/--valid-weighted-split-paths");
     if (!c->valid_data_path.empty() && valid_group)
         keel_usage_error("give one of --valid-data-path and --valid-weighted-split-paths(-path)");
-    if (c->eval_interval > 0 && c->valid_data_path.empty() && !valid_group && c->data_path.empty())
+    // Megatron evaluates only when there is validation data, so its default interval asks for none;
+    // an interval other than the default is a request, refused without data
+    if (c->eval_interval > 0 && c->eval_interval != Config().eval_interval && !config_has_valid_data(c))
         keel_usage_error("--eval-interval needs --valid-data-path (or --data-path's --split, or --valid-weighted-split-paths)");
 }
 
@@ -784,6 +983,16 @@ static inline void config_validate(Config* c, int world) {
         keel_usage_error("--data-parallel-size %lld: training uses the launched ranks (%d); the flag is for --dry-run",
                          (long long)c->data_parallel_size, dp_size);
     config_validate_data(c);
+    int64_t gas = c->global_batch_size / (c->micro_batch_size * dp_size);
+    // under a batch ramp-up Megatron-DeepSpeed resets DeepSpeed's batch as it grows (set_train_batch_size),
+    // so the config's accumulation steps are replaced, not checked (BigScience's 13B config holds such a value)
+    if (c->deepspeed_gradient_accumulation_steps > 0 && !c->rampup_batch_size.empty())
+        printf("note: --deepspeed_config: gradient_accumulation_steps %lld is replaced by the ramp-up's batch (as in Megatron-DeepSpeed)\n",
+               (long long)c->deepspeed_gradient_accumulation_steps);
+    else if (c->deepspeed_gradient_accumulation_steps > 0 && c->deepspeed_gradient_accumulation_steps != gas)
+        keel_usage_error("--deepspeed_config %s: gradient_accumulation_steps %lld contradicts --global-batch-size %lld / (--micro-batch-size "
+                         "%lld x data-parallel size %d) = %lld", c->deepspeed_config.c_str(), (long long)c->deepspeed_gradient_accumulation_steps,
+                         (long long)c->global_batch_size, (long long)c->micro_batch_size, dp_size, (long long)gas);
     if (c->save_interval > 0 && c->save.empty()) keel_usage_error("--save-interval needs --save DIR");
     config_validate_run_control(c);
 }

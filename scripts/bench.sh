@@ -15,7 +15,7 @@ bench() { # name L C NH T B [more flags]
   local name=$1 L=$2 C=$3 NH=$4 T=$5 B=$6; shift 6
   ./train_gpt_cpu "$@" --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length "$T" \
     --micro-batch-size "$B" --train-iters "$ITERS" --lr 1e-4 --train-data-path data/brown/brown_train.bin \
-    --log-interval 1000 --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 || { echo "$name: run failed"; tail -3 "$tmp/$name.log"; return; }
+    --log-interval 1000 --hidden-dropout 0 --attention-dropout 0 --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 || { echo "$name: run failed"; tail -3 "$tmp/$name.log"; return; }
   local P
   P=$(grep -o '([0-9]* with vocabulary padding)' "$tmp/$name.log" | grep -o '[0-9]*')
   awk -v P="$P" -v PEAK="$PEAK" -v L="$L" -v C="$C" -v T="$T" -v B="$B" -v name="$name" '
@@ -66,7 +66,7 @@ gpu_bench() { # name L C NH T B
   sampler=$!
   timeout -k 10 900 ./train_gpt --bf16 --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length "$T" \
     --micro-batch-size "$B" --train-iters "$GPU_ITERS" --lr 1e-4 --train-data-path data/brown/brown_train.bin \
-    --log-interval 1000 --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 || rc=$?
+    --log-interval 1000 --hidden-dropout 0 --attention-dropout 0 --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 || rc=$?
   kill "$sampler" 2>/dev/null || true
   wait "$sampler" 2>/dev/null || true
   if [ $rc -ne 0 ]; then echo "$name: train_gpt failed (exit $rc)"; tail -3 "$tmp/$name.log"; return; fi

@@ -34,7 +34,8 @@ make --no-print-directory "$TRAINER" >"$tmp/make.log" 2>&1 || { tail -20 "$tmp/m
 # bf16 (the GPU default), 2 micro-batches of 2 per iteration.
 L=2 C=128 NH=2 T=192 B=2
 CONFIG=(--num-layers $L --hidden-size $C --num-attention-heads $NH --seq-length $T --micro-batch-size $B
-        --bf16 --lr 3e-4 --lr-warmup-iters 0 --seed 7 --log-interval 1 --train-data-path data/brown/brown_train.bin)
+        --bf16 --lr 3e-4 --lr-warmup-iters 0 --seed 7 --log-interval 1 --train-data-path data/brown/brown_train.bin
+        --hidden-dropout 0 --attention-dropout 0)
 
 # name iterations micro-batches: one profiled run (one thread each: the runs go side by side)
 profile_run() {

@@ -14,7 +14,7 @@ mpirun -np "$NGPU" --bind-to none ./train_gpt \
   --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --max-position-embeddings 1024 \
   --micro-batch-size 16 --global-batch-size $((16 * NGPU * 4)) --zero-stage 1 \
   --lr 6e-4 --min-lr 6e-5 --lr-decay-style cosine --lr-warmup-iters 700 --train-iters 10000 \
-  --weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --seed 1234 \
+  --weight-decay 0.1 --adam-beta2 0.95 --clip-grad 1.0 --seed 1234 --hidden-dropout 0 --attention-dropout 0 \
   --train-data-path "data/brown/brown_train.bin" --valid-data-path "data/brown/brown_val.bin" \
   --eval-interval 250 --eval-iters 20 --log-interval 10 \
   --save out/gpt2_124m/checkpoints --load out/gpt2_124m/checkpoints --save-interval 1000 \

@@ -50,7 +50,7 @@ same_tokens one "the run's flags as @file" @"$TMP/one.args" --iterations 1-8
 DP2=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 12
      --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-samples 8 --seed 11 --train-data-path $DATA
      --train-samples 72 --rampup-batch-size 4 4 16 --curriculum-learning --cl-min-seqlen 8 --cl-difficulty-step 4
-     --cl-total-steps 5 --skip-train-iteration-range 5-5)
+     --cl-total-steps 5 --skip-train-iteration-range 5-5 --hidden-dropout 0 --attention-dropout 0 --log-interval 1)
 if command -v mpirun >/dev/null; then
   train dp2 mpirun --oversubscribe -np 2 $KEEL "${DP2[@]}" --save "$TMP/dp2"
   [ -s "$TMP/dp2.rank0" ] && [ -s "$TMP/dp2.rank1" ] || fail "DP=2: a rank dumped nothing"

@@ -22,7 +22,7 @@ CUDA=build/train_gpt_emu
 [ -x "$CUDA" ] || { fail "$CUDA not built (make build/train_gpt_emu)"; finish; }
 unset KEEL_EMU_PROFILE KEEL_EMU_TRACE
 BASE=(--hidden-size 64 --num-attention-heads 4 --seq-length 16 --micro-batch-size 1 --lr 1e-3 --seed 3
-      --train-data-path data/brown/brown_train.bin --valid-data-path data/brown/brown_val.bin --eval-interval 0 --log-interval 1)
+      --train-data-path data/brown/brown_train.bin --valid-data-path data/brown/brown_val.bin --eval-interval 0 --log-interval 1 --hidden-dropout 0 --attention-dropout 0)
 
 # run NAME ITERS GBS LAYERS [flags...] on 2 ranks: profile $TMP/NAME.json.r, trace $TMP/NAME.trace.r
 run() {

@@ -36,7 +36,7 @@ $CUDA "${RUN[@]}" --train-iters 4 --metrics-file "$TMP/part.jsonl" --load "$TMP/
 cmp -s <(strip_timing "$TMP/flash.jsonl") <(strip_timing "$TMP/part.jsonl") && ok "flash: stop at 2 + resume = straight run (records)" || fail "flash resume: records differ"
 same_checkpoint "flash resume" "$TMP/ck_flash" "$TMP/ck_resume" 4
 SMALL=(--num-layers 1 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 1 --global-batch-size 1 --lr 1e-3
-       --train-data-path data/brown/brown_train.bin --eval-interval 0 --train-iters 1)
+       --train-data-path data/brown/brown_train.bin --eval-interval 0 --train-iters 1 --hidden-dropout 0 --attention-dropout 0)
 out=$($CUDA "${SMALL[@]}" 2>&1)
 grep -q "^attention: gemm" <<<"$out" && ok "auto falls back to gemm at head size 16" || fail "head size 16 did not fall back to gemm"
 expect_fail 2 "attention-impl flash.*head size 16" $CUDA "${SMALL[@]}" --attention-impl flash

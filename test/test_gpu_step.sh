@@ -25,7 +25,7 @@ CUDA=build/train_gpt_emu
 unset KEEL_EMU_PROFILE
 L=2 C=64 NH=4 T=64 B=2
 BASE=(--num-layers $L --hidden-size $C --num-attention-heads $NH --seq-length $T --micro-batch-size $B --lr 1e-3 --seed 3
-      --train-data-path data/brown/brown_train.bin --valid-data-path data/brown/brown_val.bin --eval-interval 0 --log-interval 1)
+      --train-data-path data/brown/brown_train.bin --valid-data-path data/brown/brown_val.bin --eval-interval 0 --log-interval 1 --hidden-dropout 0 --attention-dropout 0)
 
 # profiled NAME ITERS GBS [flags...]: runs the emulated trainer, profile in $TMP/NAME.json, JSONL in $TMP/NAME.jsonl
 profiled() {

@@ -21,7 +21,8 @@
 #      export byte-identical, and the next export replaces it whole.
 source "$(dirname "$0")/lib.sh"
 REF="python3 test/hf_reference.py"
-RUN=(--seq-length 8 --micro-batch-size 2 --make-vocab-size-divisible-by 16 --train-data-path "$TMP/tiny.bin" --lr 0 --train-iters 1)
+RUN=(--seq-length 8 --micro-batch-size 2 --make-vocab-size-divisible-by 16 --train-data-path "$TMP/tiny.bin" --lr 0 --train-iters 1
+     --hidden-dropout 0 --attention-dropout 0 --log-interval 1)
 GOOD="$TMP/good"
 CORRUPT=(len-past-end len-short tiny-file truncated bad-json duplicate-name offsets-past-end overlap gap size-mismatch
          unknown-dtype int-dtype wrong-shape missing extra lm-head-differs)

@@ -9,7 +9,7 @@ export OMP_NUM_THREADS=2
 # No validation here: only the training records matter.
 BASE=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4
       --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine --lr-warmup-iters 2 --weight-decay 0.1 --seed 7
-      --train-data-path data/brown/brown_train.bin)
+      --train-data-path data/brown/brown_train.bin --hidden-dropout 0 --attention-dropout 0 --log-interval 1)
 run() { local name=$1; shift; $KEEL "$@" --metrics-file "$TMP/$name.jsonl" >"$TMP/$name.log" 2>&1 || { fail "run $name: $*"; tail -3 "$TMP/$name.log"; }; }
 # col NAME FIELD: the field's values, one per training record, as text
 col() { node -e 'const f=process.argv[2];for(const l of require("fs").readFileSync(process.argv[1],"utf8").split("\n")){if(!l)continue;const r=JSON.parse(l);if("lm_loss" in r)console.log(r[f]===null?"null":r[f])}' "$TMP/$1.jsonl" "$2" | paste -sd' '; }
@@ -84,7 +84,8 @@ run zs3 "${BASE[@]}" --train-iters 16 --skip-update-loss-zscore 0.3 --skip-updat
 #   consumed 0 → 2, 2 → 2, 4 → 4, 8 → 6 (8 is not > 8: 2 + int(8/4)·2), 14 → 6 ...
 # --train-samples 40: the ramp takes 4 iterations (14 samples), then (40-14)//6 = 4 more → 8 iterations.
 R=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 6
-   --lr 3e-3 --lr-decay-style cosine --lr-warmup-samples 8 --seed 7 --train-data-path data/brown/brown_train.bin)
+   --lr 3e-3 --lr-decay-style cosine --lr-warmup-samples 8 --seed 7 --train-data-path data/brown/brown_train.bin
+   --hidden-dropout 0 --attention-dropout 0 --log-interval 1)
 run ramp "${R[@]}" --train-samples 40 --rampup-batch-size 2 2 8
 want "$(col ramp global_batch_size)" "2 2 4 6 6 6 6 6" "ramp-up: global batch per iteration"
 want "$(col ramp consumed_samples)" "2 4 8 14 20 26 32 38" "ramp-up: consumed samples"

@@ -8,7 +8,8 @@
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 RUN=(--num-layers 3 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
-     --lr 3e-3 --seed 7 --train-data-path data/brown/brown_train.bin --train-iters 8)
+     --lr 3e-3 --seed 7 --train-data-path data/brown/brown_train.bin --train-iters 8
+     --hidden-dropout 0 --attention-dropout 0 --log-interval 1)
 
 # field KEY LINE: the value text of KEY in a JSONL line (a number or a [..] array)
 field() { grep -oE "\"$1\": (\[[^]]*\]|[^,}]*)" <<<"$2" | head -1 | sed -E "s/^\"$1\": //; s/[][]//g; s/,/ /g"; }

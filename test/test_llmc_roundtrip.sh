@@ -3,7 +3,8 @@
 # --lr 0 leaves them unchanged), across a different vocabulary padding too; the header holds
 # magic 20240326, version 3 and the shape.
 source "$(dirname "$0")/lib.sh"
-A=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --train-data-path data/brown/brown_train.bin)
+A=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --train-data-path data/brown/brown_train.bin
+   --hidden-dropout 0 --attention-dropout 0 --log-interval 1)
 $KEEL "${A[@]}" --lr 1e-3 --train-iters 3 --export-llmc "$TMP/a.bin" >"$TMP/1.log" 2>&1 || { fail "export"; cat "$TMP/1.log"; }
 hdr=$(od -An -t d4 -N 32 "$TMP/a.bin" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
 [ "$hdr" = "20240326 3 16 50257 2 2 32 50304" ] && ok "header: $hdr" || fail "header: $hdr"

@@ -22,7 +22,7 @@ mkdir -p $D
 # a tiny GPT without data flags (TINY names llm.c shards); vocabulary 3000
 MG=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 4
     --lr 3e-3 --min-lr 3e-4 --lr-decay-style cosine --weight-decay 0.1 --clip-grad 1.0 --seed 7
-    --log-interval 1 --vocab-size 3000)
+    --log-interval 1 --vocab-size 3000 --hidden-dropout 0 --attention-dropout 0 --eval-iters 1)
 
 # ---- 1. layout ------------------------------------------------------------------------------------
 $REF docs $D/a uint16 1 40 0 1000 5 40      # datasets with disjoint id ranges: a token names its dataset

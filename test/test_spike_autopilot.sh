@@ -19,7 +19,7 @@ source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 RUN=(--num-layers 2 --hidden-size 32 --num-attention-heads 2 --seq-length 16 --micro-batch-size 2 --global-batch-size 8
      --lr 1e-2 --min-lr 1e-3 --lr-decay-style cosine --lr-warmup-iters 5 --seed 7 --train-iters 70
-     --valid-data-path data/brown/brown_val.bin --eval-interval 70 --eval-iters 4 --log-interval 10)
+     --valid-data-path data/brown/brown_val.bin --eval-interval 70 --eval-iters 4 --log-interval 10 --hidden-dropout 0 --attention-dropout 0)
 CLEAN=(--train-data-path data/brown/brown_train.bin)
 POISON=(--train-data-path "$TMP/poisoned.bin")
 AUTO=(--spike-policy rollback --spike-window 10 --spike-zscore 6 --spike-snapshot-interval 5)
