@@ -912,8 +912,9 @@ static void trainer_print_layout(Trainer<A>* tr, int B, int T) {
                double_repr(c->grad_bucket_mb).c_str(),
                tr->buckets.size() > 1 ? ", each issued as the last micro-batch's backward completes it, overlapping the rest of it"
                                       : ", after the last micro-batch's backward");
-    printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
-           g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
+    std::string ffn = gpt_ffn(g) == 4 * g->channels ? "" : " F=" + std::to_string(gpt_ffn(g));  // the MLP width, said when not 4C
+    printf("model: L=%d C=%d%s NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
+           g->num_layers, g->channels, ffn.c_str(), g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->whole, &whole), (long long)tr->whole.total);
     printf("%s\n", optimizer_describe(&tr->opt, &tr->model.table, c).c_str());
     printf("attention: %s (--attention-impl %s)\n",

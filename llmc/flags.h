@@ -27,6 +27,7 @@
 struct Config {
     // model
     int64_t num_layers = 12, hidden_size = 768, num_attention_heads = 12, seq_length = 1024;
+    int64_t ffn_hidden_size = 0;          // 0: 4 x hidden-size (Megatron's None)
     int64_t max_position_embeddings = 0;  // 0: equal to --seq-length
     int64_t make_vocab_size_divisible_by = 128;
     int64_t vocab_size = 50257;
@@ -118,6 +119,8 @@ static const Flag FLAGS[] = {
     // model shape
     KEEL_FLAG("num-layers", 1, INT32_MAX, FT_INT, num_layers, FK_STATE, nullptr, "transformer layers L"),
     KEEL_FLAG("hidden-size", 1, INT32_MAX, FT_INT, hidden_size, FK_STATE, nullptr, "channels C"),
+    KEEL_FLAG("ffn-hidden-size", 0, INT32_MAX, FT_INT, ffn_hidden_size, FK_STATE, nullptr,
+              "MLP width F, any value (0: 4 x hidden-size, Megatron's default)"),
     KEEL_FLAG("num-attention-heads", 1, INT32_MAX, FT_INT, num_attention_heads, FK_STATE, nullptr, "attention heads NH (must divide C)"),
     KEEL_FLAG("seq-length", 1, INT32_MAX, FT_INT, seq_length, FK_STATE, nullptr, "tokens per sample T"),
     KEEL_FLAG("max-position-embeddings", 0, INT32_MAX, FT_INT, max_position_embeddings, FK_STATE, nullptr,
@@ -497,6 +500,10 @@ static inline void config_validate_knobs(Config* c) {
                      : c->normformer ? "--normformer" : c->activation == "relu" ? "--activation relu" : nullptr;
     if (!c->export_llmc.empty() && arch)
         keel_usage_error("--export-llmc: llm.c's GPT-2 cannot compute a model trained with %s", arch);
+    // llm.c's header has no MLP width field: its files are 4C wide by definition
+    if ((!c->export_llmc.empty() || !c->load_llmc.empty()) && c->ffn_hidden_size != 0 && c->ffn_hidden_size != 4 * c->hidden_size)
+        keel_usage_error("--%s: llm.c's model file has no MLP width (it is 4 x hidden-size), so --ffn-hidden-size %lld cannot be stored in it",
+                         c->export_llmc.empty() ? "load-llmc" : "export-llmc", (long long)c->ffn_hidden_size);
     if (c->optimizer != "adam8bit") {
         const char* f = c->adam8bit_block_size != 256 ? "adam8bit-block-size" : c->adam8bit_min_size != 4096 ? "adam8bit-min-size"
                       : c->adam8bit_percentile_clipping != 100 ? "adam8bit-percentile-clipping" : nullptr;
@@ -582,19 +589,21 @@ static inline void config_validate_sizes(const Config* c, int dp_size) {
     config_check_size(size_add(V, mult - 1), INT32_MAX, "2^31-1 (an int)", "V + multiple - 1 (rounding up to the padded vocabulary)",
                       {{"vocab-size", V}, {"make-vocab-size-divisible-by", mult}});
     int64_t Vp = (V + mult - 1) / mult * mult;
-    // the parameter count, bounded from above: per layer 12C^2 + 13C (GPT-2) + NH + 10C (NormFormer's
-    // tensors), plus the embeddings (Vp + maxT) x C and at most 4C of final and embedding LayerNorms
-    int64_t per_layer = size_add(size_mul(C, size_add(size_mul(12, C), 23)), NH);
+    // the parameter count, bounded from above: per layer 4C^2 + 2CF + 9C + F (GPT-2, F the MLP width)
+    // + NH + 2C + 2F (NormFormer's tensors), plus the embeddings (Vp + maxT) x C and at most 4C of
+    // final and embedding LayerNorms
+    int64_t F = c->ffn_hidden_size > 0 ? c->ffn_hidden_size : size_mul(4, C);
+    int64_t per_layer = size_add(size_add(size_mul(C, size_add(size_mul(4, C), 11)), size_mul(size_add(size_mul(2, C), 3), F)), NH);
     int64_t params = size_add(size_mul(L, per_layer), size_mul(size_add(size_add(Vp, maxT), 4), C));
     config_check_size(params, KEEL_MAX_ELEMENTS, max_elements, "the parameter count",
                       {{"num-layers", L}, {"hidden-size", C}, {"max-position-embeddings", maxT}, vocab});
-    // the MLP width 4C is an int in the ops' signatures (implied by the count above; said on its own)
-    config_check_size(size_mul(4, C), INT32_MAX, "2^31-1 (an int)", "the MLP width 4 x C", {{"hidden-size", C}});
+    // the MLP width F is an int in the ops' signatures (implied by the count above; said on its own)
+    if (c->ffn_hidden_size == 0) config_check_size(F, INT32_MAX, "2^31-1 (an int)", "the MLP width 4 x C", {{"hidden-size", C}});
     // the activations of one micro-batch: positions as an int (the ops' N), the widest per-layer
-    // buffers (the MLP's L x B x T x 4C, the attention probabilities L x B x NH x T x T) and the logits
+    // buffers (the MLP's L x B x T x F, the attention probabilities L x B x NH x T x T) and the logits
     if (B * T > INT32_MAX / 4) keel_usage_error("--micro-batch-size x --seq-length = %lld positions is too large", (long long)(B * T));
-    config_check_size(size_mul(size_mul(L, B * T), 4 * C), KEEL_MAX_ELEMENTS, max_elements, "the MLP activations' element count L x B x T x 4C",
-                      {{"num-layers", L}, {"micro-batch-size", B}, {"seq-length", T}, {"hidden-size", C}});
+    config_check_size(size_mul(size_mul(L, B * T), F), KEEL_MAX_ELEMENTS, max_elements, "the MLP activations' element count L x B x T x F",
+                      {{"num-layers", L}, {"micro-batch-size", B}, {"seq-length", T}, {c->ffn_hidden_size ? "ffn-hidden-size" : "hidden-size", c->ffn_hidden_size ? F : C}});
     config_check_size(size_mul(size_mul(size_mul(L, B), NH), size_mul(T, T)), KEEL_MAX_ELEMENTS, max_elements,
                       "the attention probabilities' element count L x B x NH x T x T",
                       {{"num-layers", L}, {"micro-batch-size", B}, {"num-attention-heads", NH}, {"seq-length", T}});

@@ -42,6 +42,7 @@ struct GPTConfig {
     int num_layers;         // L, the whole model's
     int num_heads;          // NH
     int channels;           // C
+    int ffn_hidden = 0;     // F, the MLP width (--ffn-hidden-size); 0: 4C (gpt_ffn)
     // The pipeline stage this model is (DESIGN §5; llmc/parallel.h splits the layers): layers
     // [stage_layer_first, stage_layer_first + stage_num_layers) of the L; the first stage owns the
     // embeddings, the last the final LayerNorm and the LM head (the tied word embedding: both own a
@@ -51,7 +52,7 @@ struct GPTConfig {
     bool stage_first = true, stage_last = true;
     // The tensor-parallel rank this model is (DESIGN §5, Megatron's scheme): tp_rank of tp_size holds
     // heads [tp_rank·NH/tp, ...) (their QKV rows and attention-out columns), the same slice of the
-    // MLP's 4C (FC rows, projection columns) and of the padded vocabulary (wte rows); everything
+    // MLP's F (FC rows, projection columns) and of the padded vocabulary (wte rows); everything
     // else is replicated. The defaults are the whole model.
     int tp_size = 1, tp_rank = 0;
     // --checkpoint-activations: keep only each layer's output (the residual stream) and recompute the
@@ -71,6 +72,9 @@ struct GPTConfig {
     bool normformer = false;
     double hidden_dropout = 0, attention_dropout = 0, embed_dropout = 0;
 };
+
+// The MLP width F: --ffn-hidden-size, or Megatron's default 4C (GPT-2's) when unset.
+static inline int gpt_ffn(const GPTConfig* cfg) { return cfg->ffn_hidden > 0 ? cfg->ffn_hidden : 4 * cfg->channels; }
 
 static inline int gpt_padded_vocab(int V, int multiple) { return (V + multiple - 1) / multiple * multiple; }
 
@@ -133,7 +137,7 @@ struct ParamTable {
 // like the tensor of a knob that is off, so a stage's flat buffer is its own tensors in table order
 // (per-layer tensors with its layers only; split tensors with its slice). param_table_rank_spans maps it to the canonical buffer.
 static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
-    int64_t C = cfg->channels, Vp = cfg->padded_vocab_size, maxT = cfg->max_seq_len, NH = cfg->num_heads;
+    int64_t C = cfg->channels, Vp = cfg->padded_vocab_size, maxT = cfg->max_seq_len, NH = cfg->num_heads, H = gpt_ffn(cfg);
     bool first = cfg->stage_first, last = cfg->stage_last;
     int64_t pos_rows = cfg->alibi || !first ? 0 : maxT;
     int64_t eln = (cfg->embed_layernorm || cfg->stable_embedding) && first ? 1 : 0, nf = cfg->normformer ? 1 : 0;
@@ -152,9 +156,9 @@ static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
         {"attprojb",  true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
         {"ln2w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
         {"ln2b",      true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
-        {"fcw",       true,  4 * C,    C,     true,  TP_ROWS, INIT_NORMAL, 0, 0, 1},
-        {"fcb",       true,  1,        4 * C, false, TP_COLS, INIT_ZERO, 0, 0, 1},
-        {"fcprojw",   true,  C,        4 * C, true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0, 1},
+        {"fcw",       true,  H,        C,     true,  TP_ROWS, INIT_NORMAL, 0, 0, 1},
+        {"fcb",       true,  1,        H,     false, TP_COLS, INIT_ZERO, 0, 0, 1},
+        {"fcprojw",   true,  C,        H,     true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0, 1},
         {"fcprojb",   true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
         {"lnfw",      false, lnf_rows, C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
         {"lnfb",      false, lnf_rows, C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
@@ -163,8 +167,8 @@ static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
         {"headscale", true,  nf,       NH,    false, TP_COLS, INIT_ONE, 0, 0, 1},
         {"lnaw",      true,  nf,       C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
         {"lnab",      true,  nf,       C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
-        {"lnfcw",     true,  nf,       4 * C, false, TP_COLS, INIT_ONE, 0, 0, 1},
-        {"lnfcb",     true,  nf,       4 * C, false, TP_COLS, INIT_ZERO, 0, 0, 1},
+        {"lnfcw",     true,  nf,       H,     false, TP_COLS, INIT_ONE, 0, 0, 1},
+        {"lnfcb",     true,  nf,       H,     false, TP_COLS, INIT_ZERO, 0, 0, 1},
     };
     int64_t offset = 0, TP = cfg->tp_size;
     for (int i = 0; i < NUM_PARAMS; i++) {
@@ -256,9 +260,9 @@ template <typename F> struct Activations {
     F* ln2;        // (L,B,T,C)
     S* ln2_mean;   // (L,B,T)
     S* ln2_rstd;   // (L,B,T)
-    F* fch;        // (L,B,T,4C)
-    F* fch_act;    // (L,B,T,4C) GeLU or ReLU of fch
-    F* lnfc;       // (L,B,T,4C) LayerNorm of fch_act (--normformer)
+    F* fch;        // (L,B,T,F) 
+    F* fch_act;    // (L,B,T,F)  GeLU or ReLU of fch
+    F* lnfc;       // (L,B,T,F)  LayerNorm of fch_act (--normformer)
     S* lnfc_mean;  // (L,B,T)
     S* lnfc_rstd;  // (L,B,T)
     F* fcproj;     // (L,B,T,C)  the MLP branch, after dropout
@@ -281,9 +285,9 @@ template <typename F> struct GradScratch {
     F* atty;       // (B,T,C)
     F* atty_hs;    // (B,T,C)
     F* qkv;        // (B,T,3C)
-    F* fch;        // (B,T,4C)
-    F* fch_act;    // (B,T,4C)
-    F* lnfc;       // (B,T,4C)
+    F* fch;        // (B,T,F) 
+    F* fch_act;    // (B,T,F) 
+    F* lnfc;       // (B,T,F) 
 };
 
 // Dropout is on only for training forwards; the trainer says which samples the micro-batch holds.
@@ -340,14 +344,14 @@ template <typename F, typename T> static inline void gpt_tp_max(const GPT<F>* m,
 // The slices of the tensor-parallel split (the whole width without it): attention channels and
 // heads, MLP width and vocabulary columns of this rank, and how many of those are real vocabulary.
 struct TPDims {
-    int C, NH, H, Vl, Vr, v0;  // C/T, NH/T, 4C/T, Vp/T, real columns among them, first column's number
+    int C, NH, H, Vl, Vr, v0;  // C/T, NH/T, F/T (the MLP width, gpt_ffn), Vp/T, real columns among them, first column's number
 };
 static inline TPDims gpt_tp_dims(const GPTConfig* cfg) {
     int T = cfg->tp_size;
     TPDims d;
     d.C = cfg->channels / T;
     d.NH = cfg->num_heads / T;
-    d.H = 4 * cfg->channels / T;
+    d.H = gpt_ffn(cfg) / T;
     d.Vl = cfg->padded_vocab_size / T;
     d.v0 = cfg->tp_rank * d.Vl;
     d.Vr = std::max(0, std::min(d.Vl, cfg->vocab_size - d.v0));
@@ -1041,14 +1045,18 @@ static inline int64_t gpt_num_params_real(const ParamTable* pt, const GPTConfig*
     return pt->total - (int64_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels;
 }
 
-// Tensor parallelism's shape rules (exit 2 naming the flags): whole heads per rank (then C, 4C and
-// the head's channels divide too) and the padded vocabulary in equal parts. training: also the
+// Tensor parallelism's shape rules (exit 2 naming the flags): whole heads per rank (then C and
+// the head's channels divide too), the MLP width F in equal parts and the padded vocabulary in equal parts. training: also the
 // knobs not built for T > 1 (--dry-run still plans them).
 static inline void config_validate_tp(const Config* c, bool training) {
     int64_t T = c->tensor_model_parallel_size;
     if (c->num_attention_heads % T != 0)
         keel_usage_error("--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %lld",
                          (long long)c->num_attention_heads, (long long)T);
+    int64_t F = c->ffn_hidden_size > 0 ? c->ffn_hidden_size : 4 * c->hidden_size;
+    if (F % T != 0)
+        keel_usage_error("--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size %lld (each rank holds F/TP of the MLP)",
+                         (long long)F, (long long)T);
     int Vp = gpt_padded_vocab((int)c->vocab_size, (int)c->make_vocab_size_divisible_by);
     if (Vp % T != 0)
         keel_usage_error("padded vocabulary %d is not divisible by --tensor-model-parallel-size %lld (set --make-vocab-size-divisible-by)",
@@ -1057,7 +1065,7 @@ static inline void config_validate_tp(const Config* c, bool training) {
     if (c->optimizer == "adam8bit")
         keel_usage_error("--optimizer adam8bit is not built for --tensor-model-parallel-size > 1 (its blockwise state is not canonical across TP)");
     if (c->normformer)
-        keel_usage_error("--normformer is not built for --tensor-model-parallel-size > 1 (its LayerNorm over the MLP's 4C would span ranks)");
+        keel_usage_error("--normformer is not built for --tensor-model-parallel-size > 1 (its LayerNorm over the MLP's width would span ranks)");
 }
 
 // The model's shape and knobs from the flags (the trainer, --dry-run and the dev/ tools share it).
@@ -1068,6 +1076,7 @@ static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->num_layers = (int)c->num_layers;
     g->num_heads = (int)c->num_attention_heads;
     g->channels = (int)c->hidden_size;
+    g->ffn_hidden = c->ffn_hidden_size > 0 ? (int)c->ffn_hidden_size : 4 * g->channels;
     g->embed_layernorm = c->embed_layernorm || c->stable_embedding;
     g->stable_embedding = c->stable_embedding;
     g->alibi = c->position_embedding_type == "alibi";

@@ -68,8 +68,8 @@ static inline Plan plan_compute(const GPTConfig* g, const PlanLayout* l) {
     param_table_build(&pt, g);
     p.params = pt.total;
     p.params_real = gpt_num_params_real(&pt, g);
-    double h = g->channels, n = g->num_layers, v = g->vocab_size, s = g->max_seq_len;
-    p.formula = n * (12 * h * h + 13 * h) + v * h + s * h + 2 * h;
+    double h = g->channels, n = g->num_layers, v = g->vocab_size, s = g->max_seq_len, f = gpt_ffn(g);
+    p.formula = n * (4 * h * h + 2 * h * f + 9 * h + f) + v * h + s * h + 2 * h;  // f = 4h: the logbooks' 12h^2 + 13h
     int L = g->num_layers, per_stage = (L + l->pp - 1) / l->pp;
     int64_t first = plan_stage_params(&pt, per_stage, L, true, l->pp == 1, l->tp);
     int64_t last = plan_stage_params(&pt, per_stage, L, l->pp == 1, true, l->tp);
@@ -181,8 +181,9 @@ static inline bool plan_print(FILE* out, const GPTConfig* g, const PlanLayout* l
             g->num_layers, g->channels, g->num_heads, l->seq, g->vocab_size, g->padded_vocab_size, l->tp, l->pp, l->dp,
             l->zero_stage, (long long)l->micro_batch, (long long)l->micro_batches,
             l->checkpoint_activations ? " | --checkpoint-activations" : "");
-    fprintf(out, "parameters: %lld (%lld with vocabulary padding); formula n(12h^2+13h)+vh+sh+2h = %.0f (%.2fB)\n",
-            (long long)p->params_real, (long long)p->params, p->formula, p->formula / 1e9);
+    bool f4 = gpt_ffn(g) == 4 * g->channels;
+    fprintf(out, "parameters: %lld (%lld with vocabulary padding); formula %s = %.0f (%.2fB)\n", (long long)p->params_real,
+            (long long)p->params, f4 ? "n(12h^2+13h)+vh+sh+2h" : "n(4h^2+2hf+9h+f)+vh+sh+2h, f the MLP width", p->formula, p->formula / 1e9);
     double N = (double)p->stage_params;
     fprintf(out, "per rank (busiest pipeline stage, one TP rank): %lld parameters\n", (long long)p->stage_params);
     fprintf(out, "  %-34s %12s %14s\n", "component", "bytes/param", "per rank");
