@@ -93,6 +93,7 @@ struct Config {
     // layout and planning (DESIGN §5): --dry-run plans any layout; training runs TP x PP x DP over the launched ranks
     int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1, data_parallel_size = 0;
     bool checkpoint_activations = false, dry_run = false;
+    std::string pp_partition_method;  // empty: keel's even split (llmc/pp_partition.h)
     double gpu_memory_gb = 80;
 };
 
@@ -306,6 +307,10 @@ static const Flag FLAGS[] = {
               "average the replicated tensors over the tensor-parallel ranks before every forward (the BLOOM band-aid, KNOBS 14.2)"),
     KEEL_FLAG("pipeline-model-parallel-size", 1, INT32_MAX, FT_INT, pipeline_model_parallel_size, FK_RUN, nullptr,
               "pipeline stages P: layers split over P ranks, 1F1B schedule (launch TP x P x DP ranks)"),
+    KEEL_FLAG("pp-partition-method", NO_MIN, NO_MAX, FT_STR, pp_partition_method, FK_RUN, nullptr,
+              "DeepSpeed's layer split over pipeline stages: type:REGEX (BigScience: type:transformer) or uniform, over "
+              "GPTModelPipe's layer list; unset: L/P layers per stage, earlier stages taking the rest (Megatron-DeepSpeed's "
+              "default 'parameters' is refused)"),
     KEEL_FLAG("data-parallel-size", 0, 65536, FT_INT, data_parallel_size, FK_RUN, nullptr,
               "--dry-run: data-parallel ranks to plan for (0: the launched ranks / (T*P)); training takes the launched ranks"),
     KEEL_FLAG("checkpoint-activations", NO_MIN, NO_MAX, FT_BOOL, checkpoint_activations, FK_RUN, nullptr,

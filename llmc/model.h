@@ -26,6 +26,7 @@
 #include "llmc/comm.h"
 #include "llmc/flags.h"
 #include "llmc/parallel.h"
+#include "llmc/pp_partition.h"
 #include "llmc/rand.h"
 
 enum Activation { ACT_GELU, ACT_RELU };
@@ -49,6 +50,9 @@ struct GPTConfig {
     // copy of wte). The defaults are the whole model on one stage.
     int stage_layer_first = 0;
     int stage_num_layers = -1;          // -1: all L
+    // --pp-partition-method: the layers of each of pp_stages stages (llmc/pp_partition.h); null: keel's split
+    const int* pp_counts = nullptr;
+    int pp_stages = 0;
     bool stage_first = true, stage_last = true;
     // The tensor-parallel rank this model is (DESIGN §5, Megatron's scheme): tp_rank of tp_size holds
     // heads [tp_rank·NH/tp, ...) (their QKV rows and attention-out columns), the same slice of the
@@ -88,10 +92,21 @@ static inline GPTConfig gpt_config_stage(const GPTConfig* cfg, int P, int stage)
     g.tp_size = 1;
     g.tp_rank = 0;
     pipeline_stage_layers(g.num_layers, P, stage, &g.stage_layer_first, &g.stage_num_layers);
+    if (cfg->pp_counts && cfg->pp_stages == P) {  // --pp-partition-method's split
+        g.stage_layer_first = 0;
+        for (int s = 0; s < stage; s++) g.stage_layer_first += cfg->pp_counts[s];
+        g.stage_num_layers = cfg->pp_counts[stage];
+    }
     if (P == 1) g.stage_num_layers = -1;
     g.stage_first = stage == 0;
     g.stage_last = stage == P - 1;
     return g;
+}
+
+// The layers of stage `stage` of a P-stage pipeline.
+static inline int gpt_stage_layers_of(const GPTConfig* cfg, int P, int stage) {
+    GPTConfig g = gpt_config_stage(cfg, P, stage);
+    return gpt_stage_layers(&g);
 }
 
 // The first LLMC_NUM_PARAMS tensors are GPT-2's, in llm.c's order; the knobs' tensors follow and
@@ -1092,4 +1107,10 @@ static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->hidden_dropout = c->hidden_dropout;
     g->attention_dropout = c->attention_dropout;
     g->embed_dropout = std::isnan(c->embed_dropout) ? c->hidden_dropout : c->embed_dropout;  // Megatron: = hidden
+    if (!c->pp_partition_method.empty() && c->pipeline_model_parallel_size > 1) {  // one model per process: the counts live here
+        static std::vector<int> counts;
+        counts = pp_layer_counts(c->pp_partition_method, g->num_layers, (int)c->pipeline_model_parallel_size, c->fp16 || c->bf16);
+        g->pp_counts = counts.data();
+        g->pp_stages = (int)counts.size();
+    }
 }

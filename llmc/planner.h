@@ -70,7 +70,8 @@ static inline Plan plan_compute(const GPTConfig* g, const PlanLayout* l) {
     p.params_real = gpt_num_params_real(&pt, g);
     double h = g->channels, n = g->num_layers, v = g->vocab_size, s = g->max_seq_len, f = gpt_ffn(g);
     p.formula = n * (4 * h * h + 2 * h * f + 9 * h + f) + v * h + s * h + 2 * h;  // f = 4h: the logbooks' 12h^2 + 13h
-    int L = g->num_layers, per_stage = (L + l->pp - 1) / l->pp;
+    int L = g->num_layers, per_stage = 0;
+    for (int st = 0; st < l->pp; st++) per_stage = std::max(per_stage, gpt_stage_layers_of(g, l->pp, st));  // the fullest stage
     int64_t first = plan_stage_params(&pt, per_stage, L, true, l->pp == 1, l->tp);
     int64_t last = plan_stage_params(&pt, per_stage, L, l->pp == 1, true, l->tp);
     p.stage_params = std::max(first, last);
