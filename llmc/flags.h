@@ -30,6 +30,7 @@ struct Config {
     int64_t ffn_hidden_size = 0;          // 0: 4 x hidden-size (Megatron's None)
     int64_t max_position_embeddings = 0;  // 0: equal to --seq-length
     int64_t make_vocab_size_divisible_by = 128;
+    int64_t pad_vocab_size_to = 0;  // 0: unset (BigScience's None)
     int64_t vocab_size = 50257;
     double init_method_std = 0.02;
     std::string init_method = "std";               // std | small_init | mt_nlg (KNOBS §1.4)
@@ -128,7 +129,10 @@ static const Flag FLAGS[] = {
               "rows of the position embedding (0: = seq-length)"),
     KEEL_FLAG("vocab-size", 1, INT32_MAX, FT_INT, vocab_size, FK_STATE, nullptr, "real vocabulary size (GPT-2: 50257)"),
     KEEL_FLAG("make-vocab-size-divisible-by", 1, INT32_MAX, FT_INT, make_vocab_size_divisible_by, FK_STATE, nullptr,
-              "pad the vocabulary to a multiple of this"),
+              "pad the vocabulary to a multiple of this x --tensor-model-parallel-size (Megatron)"),
+    KEEL_FLAG("pad-vocab-size-to", 0, INT32_MAX, FT_INT, pad_vocab_size_to, FK_STATE, nullptr,
+              "pad the vocabulary to exactly this many rows, at any TP (BigScience; >= --vocab-size, a multiple of "
+              "--make-vocab-size-divisible-by and of TP); 0: a multiple of make-vocab-size-divisible-by x TP, as Megatron"),
     KEEL_FLAG("init-method-std", NO_MIN, NO_MAX, FT_FLOAT, init_method_std, FK_STATE, nullptr,
               "sigma of the normal init; output projections use sigma/sqrt(2L)"),
     KEEL_FLAG("init-method", NO_MIN, NO_MAX, FT_STR, init_method, FK_STATE, "std|small_init|mt_nlg",
@@ -533,6 +537,15 @@ static inline int config_dp_size(const Config* c, int world) {
     return (int)(world / (tp * pp));
 }
 
+// The padded vocabulary at tensor-parallel size tp (Megatron's _vocab_size_with_padding): exactly
+// --pad-vocab-size-to when set, else V rounded up to a multiple of make-vocab-size-divisible-by x tp.
+// tp = 1 gives the canonical padding checkpoints store (llmc/model.h gpt_vocab_rows).
+static inline int64_t config_padded_vocab(const Config* c, int64_t tp) {
+    if (c->pad_vocab_size_to > 0) return c->pad_vocab_size_to;
+    int64_t m = c->make_vocab_size_divisible_by * tp;
+    return (c->vocab_size + m - 1) / m * m;
+}
+
 // Bounds from the table: counts that must be positive or non-negative, shapes that must fit an int.
 static inline void config_validate_bounds(const Config* c) {
     for (int i = 0; i < NUM_FLAGS; i++) {
@@ -591,9 +604,16 @@ static inline void config_validate_sizes(const Config* c, int dp_size) {
     const char* max_elements = "2^58 (llmc/flags.h KEEL_MAX_ELEMENTS)";
     // the padded vocabulary is an int, and so is V + multiple - 1 on the way to it (llmc/model.h gpt_padded_vocab)
     SizeFlag vocab = mult > V ? SizeFlag{"make-vocab-size-divisible-by", mult} : SizeFlag{"vocab-size", V};
-    config_check_size(size_add(V, mult - 1), INT32_MAX, "2^31-1 (an int)", "V + multiple - 1 (rounding up to the padded vocabulary)",
-                      {{"vocab-size", V}, {"make-vocab-size-divisible-by", mult}});
-    int64_t Vp = (V + mult - 1) / mult * mult;
+    config_check_size(size_add(V, size_mul(mult, c->tensor_model_parallel_size) - 1), INT32_MAX, "2^31-1 (an int)",
+                      "V + multiple x TP - 1 (rounding up to the padded vocabulary)",
+                      {{"vocab-size", V}, {"make-vocab-size-divisible-by", mult}, {"tensor-model-parallel-size", c->tensor_model_parallel_size}});
+    int64_t Vp = config_padded_vocab(c, c->tensor_model_parallel_size);
+    if (c->pad_vocab_size_to > 0 && c->pad_vocab_size_to < V)
+        keel_usage_error("--pad-vocab-size-to %lld is smaller than --vocab-size %lld: padding only adds rows", (long long)c->pad_vocab_size_to,
+                         (long long)V);
+    if (c->pad_vocab_size_to > 0 && c->pad_vocab_size_to % mult != 0)
+        keel_usage_error("--pad-vocab-size-to %lld is not divisible by --make-vocab-size-divisible-by %lld (Megatron-DeepSpeed's rule)",
+                         (long long)c->pad_vocab_size_to, (long long)mult);
     // the parameter count, bounded from above: per layer 4C^2 + 2CF + 9C + F (GPT-2, F the MLP width)
     // + NH + 2C + 2F (NormFormer's tensors), plus the embeddings (Vp + maxT) x C and at most 4C of
     // final and embedding LayerNorms

@@ -39,11 +39,13 @@ enum GeluFusion { GELU_FUSION_AUTO, GELU_FUSION_ON, GELU_FUSION_OFF };
 struct GPTConfig {
     int max_seq_len;        // maxT: rows of the position embedding
     int vocab_size;         // V
-    int padded_vocab_size;  // Vp, a multiple of --make-vocab-size-divisible-by
+    int padded_vocab_size;  // Vp, a multiple of --make-vocab-size-divisible-by (or --pad-vocab-size-to): the canonical,
+                            // layout-independent padding; under tensor parallelism gpt_vocab_rows pads further
     int num_layers;         // L, the whole model's
     int num_heads;          // NH
     int channels;           // C
     int ffn_hidden = 0;     // F, the MLP width (--ffn-hidden-size); 0: 4C (gpt_ffn)
+    int vocab_tp_multiple = 0;  // Megatron's padding under TP: Vp rounded up to this x tp_size (0: none, --pad-vocab-size-to)
     // The pipeline stage this model is (DESIGN §5; llmc/parallel.h splits the layers): layers
     // [stage_layer_first, stage_layer_first + stage_num_layers) of the L; the first stage owns the
     // embeddings, the last the final LayerNorm and the LM head (the tied word embedding: both own a
@@ -79,6 +81,17 @@ struct GPTConfig {
 
 // The MLP width F: --ffn-hidden-size, or Megatron's default 4C (GPT-2's) when unset.
 static inline int gpt_ffn(const GPTConfig* cfg) { return cfg->ffn_hidden > 0 ? cfg->ffn_hidden : 4 * cfg->channels; }
+
+// The word embedding's rows in memory: Megatron pads the vocabulary to a multiple of
+// make-vocab-size-divisible-by x TP (megatron/tokenizer/tokenizer.py _vocab_size_with_padding), so a
+// TP=2 run holds more rows than a TP=1 run. The rows past the canonical Vp are padding like the rest
+// (zero at init, zero gradient, so zero for ever: decoupled weight decay of 0 is 0): checkpoints keep
+// the canonical Vp rows only (param_table_rank_spans) and any layout reads them back.
+static inline int gpt_vocab_rows(const GPTConfig* cfg) {
+    if (cfg->vocab_tp_multiple <= 0 || cfg->tp_size <= 1) return cfg->padded_vocab_size;
+    int64_t m = (int64_t)cfg->vocab_tp_multiple * cfg->tp_size;
+    return (int)((cfg->padded_vocab_size + m - 1) / m * m);
+}
 
 static inline int gpt_padded_vocab(int V, int multiple) { return (V + multiple - 1) / multiple * multiple; }
 
@@ -152,7 +165,7 @@ struct ParamTable {
 // like the tensor of a knob that is off, so a stage's flat buffer is its own tensors in table order
 // (per-layer tensors with its layers only; split tensors with its slice). param_table_rank_spans maps it to the canonical buffer.
 static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
-    int64_t C = cfg->channels, Vp = cfg->padded_vocab_size, maxT = cfg->max_seq_len, NH = cfg->num_heads, H = gpt_ffn(cfg);
+    int64_t C = cfg->channels, Vp = gpt_vocab_rows(cfg), maxT = cfg->max_seq_len, NH = cfg->num_heads, H = gpt_ffn(cfg);
     bool first = cfg->stage_first, last = cfg->stage_last;
     int64_t pos_rows = cfg->alibi || !first ? 0 : maxT;
     int64_t eln = (cfg->embed_layernorm || cfg->stable_embedding) && first ? 1 : 0, nf = cfg->normformer ? 1 : 0;
@@ -222,8 +235,11 @@ static inline std::vector<ParamSpan> param_table_rank_spans(const ParamTable* lo
             if (!split) {
                 add(lo, co, ls);
             } else if (s->tp == TP_ROWS) {
-                int64_t rp = s->rows / s->parts, wrp = w->rows / s->parts;
-                for (int p = 0; p < s->parts; p++) add(lo + p * rp * s->cols, co + (p * wrp + cfg->tp_rank * rp) * s->cols, rp * s->cols);
+                // rows past the whole model's (Megatron's extra vocabulary padding, gpt_vocab_rows) are not canonical
+                int64_t rp = s->rows / s->parts, wrp = w->rows / s->parts, r0 = cfg->tp_rank * rp;
+                int64_t here = std::max<int64_t>(0, std::min(rp, wrp - r0));
+                for (int p = 0; p < s->parts; p++)
+                    if (here > 0) add(lo + p * rp * s->cols, co + (p * wrp + r0) * s->cols, here * s->cols);
             } else {
                 int64_t cp = s->cols / s->parts, wcp = w->cols / s->parts;
                 for (int64_t r = 0; r < s->rows; r++)
@@ -367,7 +383,7 @@ static inline TPDims gpt_tp_dims(const GPTConfig* cfg) {
     d.C = cfg->channels / T;
     d.NH = cfg->num_heads / T;
     d.H = gpt_ffn(cfg) / T;
-    d.Vl = cfg->padded_vocab_size / T;
+    d.Vl = gpt_vocab_rows(cfg) / T;
     d.v0 = cfg->tp_rank * d.Vl;
     d.Vr = std::max(0, std::min(d.Vl, cfg->vocab_size - d.v0));
     return d;
@@ -781,7 +797,7 @@ template <typename S> static inline double gpt_mean_loss(const S* losses, size_t
 template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n, acc_t<F>* losses, double dloss) {
     const GPTConfig* cfg = &m->config;
     TPDims td = gpt_tp_dims(cfg);
-    int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    int C = cfg->channels, V = cfg->vocab_size, Vp = gpt_vocab_rows(cfg);
     Activations<F>* a = &m->acts;
     const F* lnf = a->lnf + r0 * C;
     const int* targets = m->targets + r0;
@@ -1072,10 +1088,10 @@ static inline void config_validate_tp(const Config* c, bool training) {
     if (F % T != 0)
         keel_usage_error("--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size %lld (each rank holds F/TP of the MLP)",
                          (long long)F, (long long)T);
-    int Vp = gpt_padded_vocab((int)c->vocab_size, (int)c->make_vocab_size_divisible_by);
+    int64_t Vp = config_padded_vocab(c, T);
     if (Vp % T != 0)
-        keel_usage_error("padded vocabulary %d is not divisible by --tensor-model-parallel-size %lld (set --make-vocab-size-divisible-by)",
-                         Vp, (long long)T);
+        keel_usage_error("--pad-vocab-size-to %lld is not divisible by --tensor-model-parallel-size %lld (each rank holds Vp/TP rows)",
+                         (long long)Vp, (long long)T);
     if (!training || T == 1) return;
     if (c->optimizer == "adam8bit")
         keel_usage_error("--optimizer adam8bit is not built for --tensor-model-parallel-size > 1 (its blockwise state is not canonical across TP)");
@@ -1087,7 +1103,8 @@ static inline void config_validate_tp(const Config* c, bool training) {
 static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->max_seq_len = (int)c->max_position_embeddings;
     g->vocab_size = (int)c->vocab_size;
-    g->padded_vocab_size = gpt_padded_vocab((int)c->vocab_size, (int)c->make_vocab_size_divisible_by);
+    g->padded_vocab_size = (int)config_padded_vocab(c, 1);
+    g->vocab_tp_multiple = c->pad_vocab_size_to > 0 ? 0 : (int)c->make_vocab_size_divisible_by;
     g->num_layers = (int)c->num_layers;
     g->num_heads = (int)c->num_attention_heads;
     g->channels = (int)c->hidden_size;

@@ -86,7 +86,9 @@ static inline Plan plan_compute(const GPTConfig* g, const PlanLayout* l) {
     double plain = p.act_layer * per_stage, ckpt = 2 * S * b * h * per_stage + p.act_layer;  // one micro-batch
     p.act_plain = plain * in_flight;
     p.act_ckpt = ckpt * in_flight;
-    p.logits = 4 * S * b * g->padded_vocab_size / T;
+    GPTConfig rank = *g;
+    rank.tp_size = (int)T;
+    p.logits = 4 * S * b * gpt_vocab_rows(&rank) / T;  // Megatron's padding at this TP
     double mine = l->checkpoint_activations ? ckpt : plain;
     p.act = l->pp == 1 ? mine + p.logits : std::max(mine * in_flight, mine + p.logits);  // first vs last stage
     p.total = p.b_weights + p.b_grads + p.b_master + p.b_optim + p.act;
