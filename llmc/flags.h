@@ -61,6 +61,7 @@ struct Config {
     bool override_lr_scheduler = false, use_checkpoint_lr_scheduler = false;
     double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8, weight_decay = 0.01, clip_grad = 1.0;
     std::string optimizer = "adam";                // adam | adam8bit (KNOBS §9)
+    bool use_bnb_optimizer = false;                // BigScience's: = --optimizer adam8bit --stable-embedding
     int64_t adam8bit_block_size = 256, adam8bit_min_size = 4096, adam8bit_percentile_clipping = 100;
     int64_t zero_stage = 0;                        // 0: replicated optimizer state; 1: sharded over data parallel
     int64_t seed = 1234;
@@ -213,6 +214,9 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("weight-decay", NO_MIN, NO_MAX, FT_FLOAT, weight_decay, FK_STATE, nullptr, "decoupled weight decay (not on biases, LayerNorms)"),
     KEEL_FLAG("optimizer", NO_MIN, NO_MAX, FT_STR, optimizer, FK_STATE, "adam|adam8bit",
               "adam: fp32 m and v (8 bytes/parameter); adam8bit: bitsandbytes' blockwise 8-bit m and v (about 2)"),
+    KEEL_FLAG("use-bnb-optimizer", NO_MIN, NO_MAX, FT_BOOL, use_bnb_optimizer, FK_STATE, nullptr,
+              "BigScience's bitsandbytes Adam8bit: = --optimizer adam8bit --stable-embedding (its embedding gets "
+              "LayerNorm, xavier init and 32-bit state there too); keel's block size stays --adam8bit-block-size"),
     KEEL_FLAG("adam8bit-block-size", 64, 2048, FT_INT, adam8bit_block_size, FK_STATE, nullptr,
               "elements per 8-bit quantization block, a power of two (bitsandbytes: 256; its 2021 release: 2048)"),
     KEEL_FLAG("adam8bit-min-size", 0, NO_MAX, FT_INT, adam8bit_min_size, FK_STATE, nullptr,
@@ -469,6 +473,12 @@ static inline bool flags_parse(Config* c, int argc, char** argv) {
 // The instability knobs: ranges and combinations (the schedule knobs' own arithmetic is checked
 // where they are built, in llmc/schedule.h).
 static inline void config_validate_knobs(Config* c) {
+    if (c->use_bnb_optimizer) {  // BigScience's VocabParallelEmbedding under bnb: LayerNorm, xavier init, 32-bit state
+        if (c->optimizer != "adam" && c->optimizer != "adam8bit")
+            keel_usage_error("--use-bnb-optimizer replaces Adam by bitsandbytes' Adam8bit; it contradicts --optimizer %s", c->optimizer.c_str());
+        c->optimizer = "adam8bit";
+        c->stable_embedding = true;
+    }
     struct { const char* name; double v; } probs[] = {
         {"hidden-dropout", c->hidden_dropout}, {"attention-dropout", c->attention_dropout}, {"embed-dropout", c->embed_dropout}};
     for (auto& p : probs)

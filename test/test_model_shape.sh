@@ -13,6 +13,9 @@
 #      partition_uniform); a PP=2 run at L=3 with uniform holds layers 0-0 | 1-2 (keel's own split
 #      is 0-1 | 2-2: the negative control) and matches one process within 1e-5; 'parameters' and a
 #      partition that leaves a stage without a layer are refused.
+#   3. vocabulary padding as Megatron (multiple of make-vocab-size-divisible-by x TP), canonical in
+#      checkpoints (TP=2 -> TP=1 -> TP=2 byte-identical), --pad-vocab-size-to exact, bad values refused;
+#   4. --use-bnb-optimizer = --optimizer adam8bit --stable-embedding; refused at TP > 1.
 # The gradient of the model at F = 13 is checked by test_gradcheck.cpp.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -133,4 +136,39 @@ r=$(compare_jsonl "$TMP/ppu.jsonl" "$TMP/pp1.jsonl" 1e-5 2>&1) && ok "PP=2 unifo
 expect_fail 2 "parameters .*is not built" $KEEL "${PPARGS[@]}" --pipeline-model-parallel-size 2 --pp-partition-method parameters --dry-run
 expect_fail 2 "puts no transformer layer on stage 0 of 3" $KEEL "${PPARGS[@]}" --num-layers 4 --global-batch-size 12 \
   --pipeline-model-parallel-size 3 --pp-partition-method uniform --dry-run
+
+# ---- 3. Megatron's vocabulary padding, --pad-vocab-size-to ---------------------------------------
+# In memory: V = 50257 padded to a multiple of 128 x TP (TP=2: 50432, 175 dummy tokens; TP=1: 50304);
+# checkpoints hold the TP-independent 50304 rows. Negative control: keel's old padding (50304 at any
+# TP) prints 47 dummy tokens at TP=2 and gives rank 0 rows 0-25151.
+VARGS=("${ARGS[@]}" --train-iters 3 --eval-interval 3)
+run v2 2 $KEEL "${VARGS[@]}" --tensor-model-parallel-size 2 --save "$TMP/v2" --save-interval 3
+grep -q "^ > padded vocab (size: 50257) with 175 dummy tokens (new size: 50432)" "$TMP/v2.log" \
+  && grep -q "vocabulary rows 0-25215" "$TMP/v2.log" && ok "TP=2 pads V=50257 to 50432 as Megatron (rank 0 holds rows 0-25215)" \
+  || fail "TP=2 padding: $(grep -E 'padded vocab|tensor parallel' "$TMP/v2.log")"
+grep -q "^ > padded vocab (size: 50257) with 47 dummy tokens (new size: 50304)" "$TMP/f128.log" && ok "TP=1 pads to 50304" || fail "TP=1 padding line"
+grep -qx "model.padded_vocab_size = 50304" "$TMP/v2/iter_0000003/state.txt" && ok "the TP=2 checkpoint stores the canonical 50304 rows" \
+  || fail "state.txt: $(grep padded "$TMP/v2/iter_0000003/state.txt")"
+run v1 1 $KEEL "${VARGS[@]}" --load "$TMP/v2" --save "$TMP/v1"
+same_checkpoint "TP=2 checkpoint (50432 rows in memory) re-saved at TP=1" "$TMP/v2" "$TMP/v1" 3
+run v2b 2 $KEEL "${VARGS[@]}" --tensor-model-parallel-size 2 --load "$TMP/v1" --save "$TMP/v2b"
+same_checkpoint "that copy re-saved at TP=2" "$TMP/v2" "$TMP/v2b" 3
+run p1 1 $KEEL "${VARGS[@]}" --pad-vocab-size-to 50560 --save "$TMP/p1" --save-interval 3
+run p2 2 $KEEL "${VARGS[@]}" --pad-vocab-size-to 50560 --tensor-model-parallel-size 2
+grep -q "with 303 dummy tokens (new size: 50560)" "$TMP/p1.log" && grep -q "with 303 dummy tokens (new size: 50560)" "$TMP/p2.log" \
+  && grep -qx "model.padded_vocab_size = 50560" "$TMP/p1/iter_0000003/state.txt" && ok "--pad-vocab-size-to 50560: exactly 50560 at TP=1 and TP=2" \
+  || fail "--pad-vocab-size-to: $(grep 'padded vocab' "$TMP/p1.log" "$TMP/p2.log")"
+r=$(compare_jsonl "$TMP/p2.jsonl" "$TMP/p1.jsonl" 1e-5 2>&1) && ok "--pad-vocab-size-to: TP=2 = TP=1 within 1e-5 ($r)" || fail "--pad-vocab-size-to TP=2: $r"
+expect_fail 2 "pad-vocab-size-to 50176 is smaller than --vocab-size 50257" $KEEL "${VARGS[@]}" --pad-vocab-size-to 50176
+expect_fail 2 "pad-vocab-size-to 50300 is not divisible by --make-vocab-size-divisible-by 128" $KEEL "${VARGS[@]}" --pad-vocab-size-to 50300
+expect_fail 2 "pad-vocab-size-to 50304 is not divisible by --tensor-model-parallel-size 5" $KEEL "${VARGS[@]}" --pad-vocab-size-to 50304 \
+  --tensor-model-parallel-size 5 --num-attention-heads 5 --hidden-size 30 --dry-run
+
+# ---- 4. --use-bnb-optimizer: BigScience's bitsandbytes Adam8bit + StableEmbedding ----------------
+run bnb 1 $KEEL "${VARGS[@]}" --use-bnb-optimizer
+run a8 1 $KEEL "${VARGS[@]}" --optimizer adam8bit --stable-embedding
+cmp -s <(strip_timing "$TMP/bnb.jsonl") <(strip_timing "$TMP/a8.jsonl") && grep -q "optimizer: adam8bit" "$TMP/bnb.log" \
+  && ok "--use-bnb-optimizer = --optimizer adam8bit --stable-embedding (records identical)" || fail "--use-bnb-optimizer differs"
+expect_fail 2 "use-bnb-optimizer.*not built for --tensor-model-parallel-size > 1" $KEEL "${VARGS[@]}" --use-bnb-optimizer \
+  --tensor-model-parallel-size 2 --dry-run
 finish
