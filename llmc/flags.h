@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "llmc/common.h"
+#include "llmc/pp_partition.h"
 
 // The whole configuration of a run. Defaults are the plain GPT-2 recipe; every instability knob
 // defaults to off. Integers are int64 so sample/token counts of large runs fit.
@@ -615,7 +616,7 @@ static inline void config_validate_sizes(const Config* c, int dp_size) {
     // the padded vocabulary is an int, and so is V + multiple - 1 on the way to it (llmc/model.h gpt_padded_vocab)
     SizeFlag vocab = mult > V ? SizeFlag{"make-vocab-size-divisible-by", mult} : SizeFlag{"vocab-size", V};
     config_check_size(size_add(V, size_mul(mult, c->tensor_model_parallel_size) - 1), INT32_MAX, "2^31-1 (an int)",
-                      "V + multiple x TP - 1 (rounding up to the padded vocabulary)",
+                      "V + multiple - 1 (rounding up to the padded vocabulary, multiple = make-vocab-size-divisible-by x TP)",
                       {{"vocab-size", V}, {"make-vocab-size-divisible-by", mult}, {"tensor-model-parallel-size", c->tensor_model_parallel_size}});
     int64_t Vp = config_padded_vocab(c, c->tensor_model_parallel_size);
     if (c->pad_vocab_size_to > 0 && c->pad_vocab_size_to < V)
@@ -713,6 +714,10 @@ static inline void config_validate(Config* c, int world) {
     if ((c->check_replicated_params_interval > 0 || c->sync_tp_duplicated_parameters) && TP == 1)
         printf("WARNING: --check-replicated-params-interval/--sync-tp-duplicated-parameters do nothing without tensor parallelism\n");
     int64_t P = c->pipeline_model_parallel_size;
+    if (!c->pp_partition_method.empty()) {  // the method and its partition, checked here (the trainer applies it in llmc/model.h)
+        if (P <= c->num_layers) pp_layer_counts(c->pp_partition_method, (int)c->num_layers, (int)P, c->fp16 || c->bf16);
+        if (P == 1) printf("WARNING: --pp-partition-method does nothing without pipeline parallelism\n");
+    }
     if (P > c->num_layers)
         keel_usage_error("--pipeline-model-parallel-size %lld exceeds --num-layers %lld: every stage needs a layer", (long long)P,
                          (long long)c->num_layers);
