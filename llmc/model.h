@@ -291,7 +291,7 @@ template <typename F> struct Activations {
     F* ln2;        // (L,B,T,C)
     S* ln2_mean;   // (L,B,T)
     S* ln2_rstd;   // (L,B,T)
-    F* fch;        // (L,B,T,F) 
+    F* fch;        // (L,B,T,F)
     F* fch_act;    // (L,B,T,F)  GeLU or ReLU of fch
     F* lnfc;       // (L,B,T,F)  LayerNorm of fch_act (--normformer)
     S* lnfc_mean;  // (L,B,T)
@@ -316,7 +316,7 @@ template <typename F> struct GradScratch {
     F* atty;       // (B,T,C)
     F* atty_hs;    // (B,T,C)
     F* qkv;        // (B,T,3C)
-    F* fch;        // (B,T,F) 
+    F* fch;        // (B,T,F)
     F* fch_act;    // (B,T,F) 
     F* lnfc;       // (B,T,F) 
 };
