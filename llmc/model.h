@@ -317,8 +317,8 @@ template <typename F> struct GradScratch {
     F* atty_hs;    // (B,T,C)
     F* qkv;        // (B,T,3C)
     F* fch;        // (B,T,F)
-    F* fch_act;    // (B,T,F) 
-    F* lnfc;       // (B,T,F) 
+    F* fch_act;    // (B,T,F)
+    F* lnfc;       // (B,T,F)
 };
 
 // Dropout is on only for training forwards; the trainer says which samples the micro-batch holds.
