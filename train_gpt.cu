@@ -737,7 +737,7 @@ template <typename A>
 static void trainer_print_sample(Trainer<A>* tr) {
     const GPTConfig* g = &tr->gcfg;
     GPT<A>* m = &tr->model;
-    int T = m->T, V = g->vocab_size, Vp = g->padded_vocab_size, P = tr->grid.pp, stage = tr->grid.pp_rank;
+    int T = m->T, V = g->vocab_size, Vp = gpt_vocab_rows(g), P = tr->grid.pp, stage = tr->grid.pp_rank;
     std::vector<int> toks = {TOKENIZER_EOT};
     std::vector<float> row(Vp);
     gpt_set_dropout(m, false, 0, 0);
@@ -1089,8 +1089,11 @@ static void trainer_print_layout(Trainer<A>* tr, int B, int T) {
         printf("ZeRO-1 master weights: this rank keeps parameters %lld..%lld of %lld in fp32 (%.1f MiB); the %s copy is all-gathered "
                "after each update\n", (long long)tr->model.master_lo, (long long)tr->model.master_hi, (long long)tr->model.table.total,
                (double)(tr->model.master_hi - tr->model.master_lo) * 4 / 1048576.0, c->fp16 ? "fp16" : "bf16");
-    printf("model: L=%d C=%d NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
-           g->num_layers, g->channels, g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
+    int Vrows = gpt_vocab_rows(g);  // Megatron's start-up line (megatron/tokenizer/tokenizer.py), rows in memory at this TP
+    printf(" > padded vocab (size: %d) with %d dummy tokens (new size: %d)\n", g->vocab_size, Vrows - g->vocab_size, Vrows);
+    std::string ffn = gpt_ffn(g) == 4 * g->channels ? "" : " F=" + std::to_string(gpt_ffn(g));  // the MLP width, said when not 4C
+    printf("model: L=%d C=%d%s NH=%d maxT=%d V=%d (padded %d) | parameters: %lld (%lld with vocabulary padding)\n",
+           g->num_layers, g->channels, ffn.c_str(), g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->whole, &whole), (long long)tr->whole.total);
     printf("%s\n", optimizer_describe(&tr->opt, &tr->model.table, c).c_str());
     printf("attention: %s (--attention-impl %s)\n",

@@ -269,6 +269,7 @@ static inline std::string ckpt_state_text(const TrainState* s, const GPTConfig* 
     i64("model.num_layers", g->num_layers);
     i64("model.channels", g->channels);
     i64("model.num_heads", g->num_heads);
+    i64("model.ffn_hidden_size", gpt_ffn(g));
     i64("model.vocab_size", g->vocab_size);
     i64("model.padded_vocab_size", g->padded_vocab_size);
     i64("model.max_seq_len", g->max_seq_len);
@@ -468,10 +469,11 @@ static inline void ckpt_load(const std::string& dir, int64_t iteration, float* p
     const char* later[][2] = {{"spike.lr_factor_through", "0"}, {"spike.loss_window", ""}, {"spike.norm_window", ""},
                               {"spike.rollbacks", ""}};
     for (auto& k : later) kv.emplace(k[0], k[1]);
+    kv.emplace("model.ffn_hidden_size", std::to_string(4 * (long long)g->channels));  // before --ffn-hidden-size: GPT-2's 4C
     if (ckpt_get(kv, "format", spath) != "keel-checkpoint-1") keel_die("checkpoint file '%s': unknown format", spath.c_str());
     struct { const char* key; long long have; } shape[] = {
         {"model.num_layers", g->num_layers}, {"model.channels", g->channels}, {"model.num_heads", g->num_heads},
-        {"model.vocab_size", g->vocab_size}, {"model.padded_vocab_size", g->padded_vocab_size},
+        {"model.ffn_hidden_size", gpt_ffn(g)}, {"model.vocab_size", g->vocab_size}, {"model.padded_vocab_size", g->padded_vocab_size},
         {"model.max_seq_len", g->max_seq_len}, {"model.embed_layernorm", g->embed_layernorm}, {"model.alibi", g->alibi},
         {"model.normformer", g->normformer}};
     for (auto& sh : shape) {

@@ -24,14 +24,17 @@
 #include <vector>
 
 #include "llmc/common.h"
+#include "llmc/pp_partition.h"
 
 // The whole configuration of a run. Defaults are the plain GPT-2 recipe; every instability knob
 // defaults to off. Integers are int64 so sample/token counts of large runs fit.
 struct Config {
     // model
     int64_t num_layers = 12, hidden_size = 768, num_attention_heads = 12, seq_length = 1024;
+    int64_t ffn_hidden_size = 0;          // 0: 4 x hidden-size (Megatron's None)
     int64_t max_position_embeddings = 0;  // 0: equal to --seq-length
     int64_t make_vocab_size_divisible_by = 128;
+    int64_t pad_vocab_size_to = 0;  // 0: unset (BigScience's None)
     int64_t vocab_size = 50257;
     double init_method_std = 0.02;
     std::string init_method = "std";               // std | small_init | mt_nlg (KNOBS §1.4)
@@ -62,6 +65,7 @@ struct Config {
     bool override_lr_scheduler = false, use_checkpoint_lr_scheduler = false;
     double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8, weight_decay = 0.01, clip_grad = 1.0;
     std::string optimizer = "adam";                // adam | adam8bit (KNOBS §9)
+    bool use_bnb_optimizer = false;                // BigScience's: = --optimizer adam8bit --stable-embedding
     int64_t adam8bit_block_size = 256, adam8bit_min_size = 4096, adam8bit_percentile_clipping = 100;
     int64_t zero_stage = 0;                        // 0: replicated optimizer state; 1: sharded over data parallel
     int64_t seed = 1234;
@@ -108,6 +112,7 @@ struct Config {
     // layout and planning (DESIGN §5): --dry-run plans any layout; training runs TP x PP x DP over the launched ranks
     int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1, data_parallel_size = 0;
     bool checkpoint_activations = false, dry_run = false;
+    std::string pp_partition_method;  // empty: keel's even split (llmc/pp_partition.h)
     double gpu_memory_gb = 80;
     // Megatron-DeepSpeed's launcher-level flags (llmc/deepspeed.h): the DeepSpeed JSON, and flags keel
     // accepts with a start-up note (its computation does not change) or refuses with a reason
@@ -143,13 +148,18 @@ static const Flag FLAGS[] = {
     // model shape
     KEEL_FLAG("num-layers", 1, INT32_MAX, FT_INT, num_layers, FK_STATE, nullptr, "transformer layers L"),
     KEEL_FLAG("hidden-size", 1, INT32_MAX, FT_INT, hidden_size, FK_STATE, nullptr, "channels C"),
+    KEEL_FLAG("ffn-hidden-size", 0, INT32_MAX, FT_INT, ffn_hidden_size, FK_STATE, nullptr,
+              "MLP width F, any value (0: 4 x hidden-size, Megatron's default)"),
     KEEL_FLAG("num-attention-heads", 1, INT32_MAX, FT_INT, num_attention_heads, FK_STATE, nullptr, "attention heads NH (must divide C)"),
     KEEL_FLAG("seq-length", 1, INT32_MAX, FT_INT, seq_length, FK_STATE, nullptr, "tokens per sample T"),
     KEEL_FLAG("max-position-embeddings", 0, INT32_MAX, FT_INT, max_position_embeddings, FK_STATE, nullptr,
               "rows of the position embedding (0: = seq-length)"),
     KEEL_FLAG("vocab-size", 1, INT32_MAX, FT_INT, vocab_size, FK_STATE, nullptr, "real vocabulary size (GPT-2: 50257)"),
     KEEL_FLAG("make-vocab-size-divisible-by", 1, INT32_MAX, FT_INT, make_vocab_size_divisible_by, FK_STATE, nullptr,
-              "pad the vocabulary to a multiple of this"),
+              "pad the vocabulary to a multiple of this x --tensor-model-parallel-size (Megatron)"),
+    KEEL_FLAG("pad-vocab-size-to", 0, INT32_MAX, FT_INT, pad_vocab_size_to, FK_STATE, nullptr,
+              "pad the vocabulary to exactly this many rows, at any TP (BigScience; >= --vocab-size, a multiple of "
+              "--make-vocab-size-divisible-by and of TP); 0: a multiple of make-vocab-size-divisible-by x TP, as Megatron"),
     KEEL_FLAG("init-method-std", NO_MIN, NO_MAX, FT_FLOAT, init_method_std, FK_STATE, nullptr,
               "sigma of the normal init; output projections use sigma/sqrt(2L)"),
     KEEL_FLAG("init-method", NO_MIN, NO_MAX, FT_STR, init_method, FK_STATE, "std|small_init|mt_nlg",
@@ -230,6 +240,9 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("weight-decay", NO_MIN, NO_MAX, FT_FLOAT, weight_decay, FK_STATE, nullptr, "decoupled weight decay (not on biases, LayerNorms)"),
     KEEL_FLAG("optimizer", NO_MIN, NO_MAX, FT_STR, optimizer, FK_STATE, "adam|adam8bit",
               "adam: fp32 m and v (8 bytes/parameter); adam8bit: bitsandbytes' blockwise 8-bit m and v (about 2)"),
+    KEEL_FLAG("use-bnb-optimizer", NO_MIN, NO_MAX, FT_BOOL, use_bnb_optimizer, FK_STATE, nullptr,
+              "BigScience's bitsandbytes Adam8bit: = --optimizer adam8bit --stable-embedding (its embedding gets "
+              "LayerNorm, xavier init and 32-bit state there too); keel's block size stays --adam8bit-block-size"),
     KEEL_FLAG("adam8bit-block-size", 64, 2048, FT_INT, adam8bit_block_size, FK_STATE, nullptr,
               "elements per 8-bit quantization block, a power of two (bitsandbytes: 256; its 2021 release: 2048)"),
     KEEL_FLAG("adam8bit-min-size", 0, NO_MAX, FT_INT, adam8bit_min_size, FK_STATE, nullptr,
@@ -369,6 +382,10 @@ static const Flag FLAGS[] = {
               "average the replicated tensors over the tensor-parallel ranks before every forward (the BLOOM band-aid, KNOBS 14.2)"),
     KEEL_FLAG("pipeline-model-parallel-size", 1, INT32_MAX, FT_INT, pipeline_model_parallel_size, FK_RUN, nullptr,
               "pipeline stages P: layers split over P ranks, 1F1B schedule (launch TP x P x DP ranks)"),
+    KEEL_FLAG("pp-partition-method", NO_MIN, NO_MAX, FT_STR, pp_partition_method, FK_RUN, nullptr,
+              "DeepSpeed's layer split over pipeline stages: type:REGEX (BigScience: type:transformer) or uniform, over "
+              "GPTModelPipe's layer list; unset: L/P layers per stage, earlier stages taking the rest (Megatron-DeepSpeed's "
+              "default 'parameters' is refused)"),
     KEEL_FLAG("data-parallel-size", 0, 65536, FT_INT, data_parallel_size, FK_RUN, nullptr,
               "--dry-run: data-parallel ranks to plan for (0: the launched ranks / (T*P)); training takes the launched ranks"),
     KEEL_FLAG("checkpoint-activations", NO_MIN, NO_MAX, FT_BOOL, checkpoint_activations, FK_RUN, nullptr,
@@ -707,6 +724,12 @@ static inline bool flags_parse(Config* c, int argc, char** argv) {
 // The instability knobs: ranges and combinations (the schedule knobs' own arithmetic is checked
 // where they are built, in llmc/schedule.h).
 static inline void config_validate_knobs(Config* c) {
+    if (c->use_bnb_optimizer) {  // BigScience's VocabParallelEmbedding under bnb: LayerNorm, xavier init, 32-bit state
+        if (c->optimizer != "adam" && c->optimizer != "adam8bit")
+            keel_usage_error("--use-bnb-optimizer replaces Adam by bitsandbytes' Adam8bit; it contradicts --optimizer %s", c->optimizer.c_str());
+        c->optimizer = "adam8bit";
+        c->stable_embedding = true;
+    }
     struct { const char* name; double v; } probs[] = {
         {"hidden-dropout", c->hidden_dropout}, {"attention-dropout", c->attention_dropout}, {"embed-dropout", c->embed_dropout}};
     for (auto& p : probs)
@@ -747,6 +770,10 @@ static inline void config_validate_knobs(Config* c) {
                      : c->normformer ? "--normformer" : c->activation == "relu" ? "--activation relu" : nullptr;
     if (!c->export_llmc.empty() && arch)
         keel_usage_error("--export-llmc: llm.c's GPT-2 cannot compute a model trained with %s", arch);
+    // llm.c's header has no MLP width field: its files are 4C wide by definition
+    if ((!c->export_llmc.empty() || !c->load_llmc.empty()) && c->ffn_hidden_size != 0 && c->ffn_hidden_size != 4 * c->hidden_size)
+        keel_usage_error("--%s: llm.c's model file has no MLP width (it is 4 x hidden-size), so --ffn-hidden-size %lld cannot be stored in it",
+                         c->export_llmc.empty() ? "load-llmc" : "export-llmc", (long long)c->ffn_hidden_size);
     if (c->optimizer != "adam8bit") {
         const char* f = c->adam8bit_block_size != 256 ? "adam8bit-block-size" : c->adam8bit_min_size != 4096 ? "adam8bit-min-size"
                       : c->adam8bit_percentile_clipping != 100 ? "adam8bit-percentile-clipping" : nullptr;
@@ -769,6 +796,15 @@ static inline int config_dp_size(const Config* c, int world) {
         keel_usage_error("%d launched ranks are not divisible by --tensor-model-parallel-size %lld x --pipeline-model-parallel-size %lld",
                          world, (long long)tp, (long long)pp);
     return (int)(world / (tp * pp));
+}
+
+// The padded vocabulary at tensor-parallel size tp (Megatron's _vocab_size_with_padding): exactly
+// --pad-vocab-size-to when set, else V rounded up to a multiple of make-vocab-size-divisible-by x tp.
+// tp = 1 gives the canonical padding checkpoints store (llmc/model.h gpt_vocab_rows).
+static inline int64_t config_padded_vocab(const Config* c, int64_t tp) {
+    if (c->pad_vocab_size_to > 0) return c->pad_vocab_size_to;
+    int64_t m = c->make_vocab_size_divisible_by * tp;
+    return (c->vocab_size + m - 1) / m * m;
 }
 
 // Bounds from the table: counts that must be positive or non-negative, shapes that must fit an int.
@@ -829,22 +865,31 @@ static inline void config_validate_sizes(const Config* c, int dp_size) {
     const char* max_elements = "2^58 (llmc/flags.h KEEL_MAX_ELEMENTS)";
     // the padded vocabulary is an int, and so is V + multiple - 1 on the way to it (llmc/model.h gpt_padded_vocab)
     SizeFlag vocab = mult > V ? SizeFlag{"make-vocab-size-divisible-by", mult} : SizeFlag{"vocab-size", V};
-    config_check_size(size_add(V, mult - 1), INT32_MAX, "2^31-1 (an int)", "V + multiple - 1 (rounding up to the padded vocabulary)",
-                      {{"vocab-size", V}, {"make-vocab-size-divisible-by", mult}});
-    int64_t Vp = (V + mult - 1) / mult * mult;
-    // the parameter count, bounded from above: per layer 12C^2 + 13C (GPT-2) + NH + 10C (NormFormer's
-    // tensors), plus the embeddings (Vp + maxT) x C and at most 4C of final and embedding LayerNorms
-    int64_t per_layer = size_add(size_mul(C, size_add(size_mul(12, C), 23)), NH);
+    config_check_size(size_add(V, size_mul(mult, c->tensor_model_parallel_size) - 1), INT32_MAX, "2^31-1 (an int)",
+                      "V + multiple - 1 (rounding up to the padded vocabulary, multiple = make-vocab-size-divisible-by x TP)",
+                      {{"vocab-size", V}, {"make-vocab-size-divisible-by", mult}, {"tensor-model-parallel-size", c->tensor_model_parallel_size}});
+    int64_t Vp = config_padded_vocab(c, c->tensor_model_parallel_size);
+    if (c->pad_vocab_size_to > 0 && c->pad_vocab_size_to < V)
+        keel_usage_error("--pad-vocab-size-to %lld is smaller than --vocab-size %lld: padding only adds rows", (long long)c->pad_vocab_size_to,
+                         (long long)V);
+    if (c->pad_vocab_size_to > 0 && c->pad_vocab_size_to % mult != 0)
+        keel_usage_error("--pad-vocab-size-to %lld is not divisible by --make-vocab-size-divisible-by %lld (Megatron-DeepSpeed's rule)",
+                         (long long)c->pad_vocab_size_to, (long long)mult);
+    // the parameter count, bounded from above: per layer 4C^2 + 2CF + 9C + F (GPT-2, F the MLP width)
+    // + NH + 2C + 2F (NormFormer's tensors), plus the embeddings (Vp + maxT) x C and at most 4C of
+    // final and embedding LayerNorms
+    int64_t F = c->ffn_hidden_size > 0 ? c->ffn_hidden_size : size_mul(4, C);
+    int64_t per_layer = size_add(size_add(size_mul(C, size_add(size_mul(4, C), 11)), size_mul(size_add(size_mul(2, C), 3), F)), NH);
     int64_t params = size_add(size_mul(L, per_layer), size_mul(size_add(size_add(Vp, maxT), 4), C));
     config_check_size(params, KEEL_MAX_ELEMENTS, max_elements, "the parameter count",
                       {{"num-layers", L}, {"hidden-size", C}, {"max-position-embeddings", maxT}, vocab});
-    // the MLP width 4C is an int in the ops' signatures (implied by the count above; said on its own)
-    config_check_size(size_mul(4, C), INT32_MAX, "2^31-1 (an int)", "the MLP width 4 x C", {{"hidden-size", C}});
+    // the MLP width F is an int in the ops' signatures (implied by the count above; said on its own)
+    if (c->ffn_hidden_size == 0) config_check_size(F, INT32_MAX, "2^31-1 (an int)", "the MLP width 4 x C", {{"hidden-size", C}});
     // the activations of one micro-batch: positions as an int (the ops' N), the widest per-layer
-    // buffers (the MLP's L x B x T x 4C, the attention probabilities L x B x NH x T x T) and the logits
+    // buffers (the MLP's L x B x T x F, the attention probabilities L x B x NH x T x T) and the logits
     if (B * T > INT32_MAX / 4) keel_usage_error("--micro-batch-size x --seq-length = %lld positions is too large", (long long)(B * T));
-    config_check_size(size_mul(size_mul(L, B * T), 4 * C), KEEL_MAX_ELEMENTS, max_elements, "the MLP activations' element count L x B x T x 4C",
-                      {{"num-layers", L}, {"micro-batch-size", B}, {"seq-length", T}, {"hidden-size", C}});
+    config_check_size(size_mul(size_mul(L, B * T), F), KEEL_MAX_ELEMENTS, max_elements, "the MLP activations' element count L x B x T x F",
+                      {{"num-layers", L}, {"micro-batch-size", B}, {"seq-length", T}, {c->ffn_hidden_size ? "ffn-hidden-size" : "hidden-size", c->ffn_hidden_size ? F : C}});
     config_check_size(size_mul(size_mul(size_mul(L, B), NH), size_mul(T, T)), KEEL_MAX_ELEMENTS, max_elements,
                       "the attention probabilities' element count L x B x NH x T x T",
                       {{"num-layers", L}, {"micro-batch-size", B}, {"num-attention-heads", NH}, {"seq-length", T}});
@@ -966,6 +1011,10 @@ static inline void config_validate(Config* c, int world) {
     if ((c->check_replicated_params_interval > 0 || c->sync_tp_duplicated_parameters) && TP == 1)
         printf("WARNING: --check-replicated-params-interval/--sync-tp-duplicated-parameters do nothing without tensor parallelism\n");
     int64_t P = c->pipeline_model_parallel_size;
+    if (!c->pp_partition_method.empty()) {  // the method and its partition, checked here (the trainer applies it in llmc/model.h)
+        if (P <= c->num_layers) pp_layer_counts(c->pp_partition_method, (int)c->num_layers, (int)P, c->fp16 || c->bf16);
+        if (P == 1) printf("WARNING: --pp-partition-method does nothing without pipeline parallelism\n");
+    }
     if (P > c->num_layers)
         keel_usage_error("--pipeline-model-parallel-size %lld exceeds --num-layers %lld: every stage needs a layer", (long long)P,
                          (long long)c->num_layers);

@@ -88,6 +88,10 @@ static inline int hf_arch_of(const GPTConfig* g, std::string* why) {
             return -1;
         }
         if (relu) { *why = "--position-embedding-type alibi with --activation relu: BLOOM's MLP is GeLU"; return -1; }
+        if (gpt_ffn(g) != 4 * g->channels) {  // BloomConfig has no width key: its MLP is 4 x hidden_size
+            *why = "--ffn-hidden-size other than 4 x hidden-size: BLOOM's config has no MLP width (it is always 4 x hidden_size)";
+            return -1;
+        }
         return HF_BLOOM;
     }
     if (g->embed_layernorm) {
@@ -336,7 +340,8 @@ static inline std::string hf_config_json(int arch, const GPTConfig* g, const Con
         num("n_embd", g->channels);
         num("n_layer", g->num_layers);
         num("n_head", g->num_heads);
-        lit("n_inner", "null");
+        if (gpt_ffn(g) == 4 * g->channels) lit("n_inner", "null");  // GPT-2's 4 x n_embd
+        else num("n_inner", gpt_ffn(g));
         str("activation_function", "gelu_new");
         flt("resid_pdrop", g->hidden_dropout);
         flt("embd_pdrop", g->embed_dropout);
@@ -361,7 +366,7 @@ static inline std::string hf_config_json(int arch, const GPTConfig* g, const Con
         num("hidden_size", g->channels);
         num("num_hidden_layers", g->num_layers);
         num("num_attention_heads", g->num_heads);
-        num("ffn_dim", 4.0 * g->channels);
+        num("ffn_dim", gpt_ffn(g));
         num("word_embed_proj_dim", g->channels);
         num("max_position_embeddings", g->max_seq_len);
         str("activation_function", "relu");
@@ -503,6 +508,7 @@ static inline void hf_export(const std::string& dir_flag, const float* params, c
 struct HfFileConfig {
     int arch;
     int64_t L, C, NH, V, maxT;
+    int64_t F;  // the MLP width
 };
 
 static inline std::string hf_path(const std::string& dir, const char* file) { return hf_dir_strip(dir) + "/" + file; }
@@ -561,9 +567,13 @@ static inline HfFileConfig hf_read_config(const std::string& dir) {
         f.NH = integer({"n_head", "num_attention_heads"}, 12);
         const Json* inner = json_get(&cfg, "n_inner");
         int64_t ni = 0;
-        if (inner && inner->type != JSON_NULL && (!json_as_i64(inner, &ni) || ni != 4 * f.C))
-            keel_die("'%s': n_inner is %s; keel's MLP is 4 x n_embd = %lld wide", p,
-                     inner->type == JSON_NUMBER ? inner->text.c_str() : "not an integer", (long long)(4 * f.C));
+        f.F = 4 * f.C;  // n_inner null: GPT-2's 4 x n_embd
+        if (inner && inner->type != JSON_NULL) {
+            if (!json_as_i64(inner, &ni) || ni < 1 || ni > INT32_MAX)
+                keel_die("'%s': n_inner is %s; it must be a positive integer (the MLP width) or null", p,
+                         inner->type == JSON_NUMBER ? inner->text.c_str() : "not an integer");
+            f.F = ni;
+        }
         std::string act = string("activation_function", "gelu_new");
         if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
             keel_die("'%s': activation_function '%s': keel's GPT-2 computes the tanh GeLU (gelu_new)", p, act.c_str());
@@ -578,6 +588,7 @@ static inline HfFileConfig hf_read_config(const std::string& dir) {
         f.L = integer({"n_layer", "num_hidden_layers"}, 2);
         f.NH = integer({"n_head", "num_attention_heads"}, 8);
         f.maxT = 0;
+        f.F = 4 * f.C;  // BLOOM's MLP: always 4 x hidden_size
         eps("layer_norm_epsilon");
         if (boolean("apply_residual_connection_post_layernorm", false))
             keel_die("'%s': apply_residual_connection_post_layernorm is true: keel's residual is the block's input", p);
@@ -587,7 +598,8 @@ static inline HfFileConfig hf_read_config(const std::string& dir) {
         f.L = integer({"num_hidden_layers"}, 12);
         f.NH = integer({"num_attention_heads"}, 12);
         f.maxT = integer({"max_position_embeddings"}, 2048);
-        if (integer({"ffn_dim"}, 3072) != 4 * f.C) keel_die("'%s': ffn_dim is not 4 x hidden_size: keel's MLP is 4C wide", p);
+        f.F = integer({"ffn_dim"}, 3072);
+        if (f.F < 1 || f.F > INT32_MAX) keel_die("'%s': ffn_dim %lld is not a positive int (the MLP width)", p, (long long)f.F);
         if (integer({"word_embed_proj_dim"}, f.C) != f.C)
             keel_die("'%s': word_embed_proj_dim differs from hidden_size: keel has no embedding projection (OPT-350m's project_in/out)", p);
         if (!boolean("do_layer_norm_before", true)) keel_die("'%s': do_layer_norm_before is false: keel is pre-LayerNorm (OPT-350m is post)", p);
@@ -617,6 +629,8 @@ static inline void hf_config_apply(Config* c) {
     hf_take_int(dir, "hidden-size", &c->hidden_size, d.hidden_size, f.C);
     hf_take_int(dir, "num-attention-heads", &c->num_attention_heads, d.num_attention_heads, f.NH);
     hf_take_int(dir, "vocab-size", &c->vocab_size, d.vocab_size, f.V);
+    // the MLP width: --ffn-hidden-size unset (0) means 4C, so a 4C file leaves it unset
+    if (c->ffn_hidden_size != 0 || f.F != 4 * f.C) hf_take_int(dir, "ffn-hidden-size", &c->ffn_hidden_size, 0, f.F);
     if (f.maxT > 0) hf_take_int(dir, "max-position-embeddings", &c->max_position_embeddings, d.max_position_embeddings, f.maxT);
     const char* cls = HF_ARCHS[f.arch].cls;
     std::string pos = f.arch == HF_BLOOM ? "alibi" : "learned", act = f.arch == HF_OPT ? "relu" : "gelu";

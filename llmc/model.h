@@ -26,6 +26,7 @@
 #include "llmc/comm.h"
 #include "llmc/flags.h"
 #include "llmc/parallel.h"
+#include "llmc/pp_partition.h"
 #include "llmc/rand.h"
 
 enum Activation { ACT_GELU, ACT_RELU };
@@ -38,20 +39,26 @@ enum GeluFusion { GELU_FUSION_AUTO, GELU_FUSION_ON, GELU_FUSION_OFF };
 struct GPTConfig {
     int max_seq_len;        // maxT: rows of the position embedding
     int vocab_size;         // V
-    int padded_vocab_size;  // Vp, a multiple of --make-vocab-size-divisible-by
+    int padded_vocab_size;  // Vp, a multiple of --make-vocab-size-divisible-by (or --pad-vocab-size-to): the canonical,
+                            // layout-independent padding; under tensor parallelism gpt_vocab_rows pads further
     int num_layers;         // L, the whole model's
     int num_heads;          // NH
     int channels;           // C
+    int ffn_hidden = 0;     // F, the MLP width (--ffn-hidden-size); 0: 4C (gpt_ffn)
+    int vocab_tp_multiple = 0;  // Megatron's padding under TP: Vp rounded up to this x tp_size (0: none, --pad-vocab-size-to)
     // The pipeline stage this model is (DESIGN §5; llmc/parallel.h splits the layers): layers
     // [stage_layer_first, stage_layer_first + stage_num_layers) of the L; the first stage owns the
     // embeddings, the last the final LayerNorm and the LM head (the tied word embedding: both own a
     // copy of wte). The defaults are the whole model on one stage.
     int stage_layer_first = 0;
     int stage_num_layers = -1;          // -1: all L
+    // --pp-partition-method: the layers of each of pp_stages stages (llmc/pp_partition.h); null: keel's split
+    const int* pp_counts = nullptr;
+    int pp_stages = 0;
     bool stage_first = true, stage_last = true;
     // The tensor-parallel rank this model is (DESIGN §5, Megatron's scheme): tp_rank of tp_size holds
     // heads [tp_rank·NH/tp, ...) (their QKV rows and attention-out columns), the same slice of the
-    // MLP's 4C (FC rows, projection columns) and of the padded vocabulary (wte rows); everything
+    // MLP's F (FC rows, projection columns) and of the padded vocabulary (wte rows); everything
     // else is replicated. The defaults are the whole model.
     int tp_size = 1, tp_rank = 0;
     // --checkpoint-activations: keep only each layer's output (the residual stream) and recompute the
@@ -72,6 +79,20 @@ struct GPTConfig {
     double hidden_dropout = 0, attention_dropout = 0, embed_dropout = 0;
 };
 
+// The MLP width F: --ffn-hidden-size, or Megatron's default 4C (GPT-2's) when unset.
+static inline int gpt_ffn(const GPTConfig* cfg) { return cfg->ffn_hidden > 0 ? cfg->ffn_hidden : 4 * cfg->channels; }
+
+// The word embedding's rows in memory: Megatron pads the vocabulary to a multiple of
+// make-vocab-size-divisible-by x TP (megatron/tokenizer/tokenizer.py _vocab_size_with_padding), so a
+// TP=2 run holds more rows than a TP=1 run. The rows past the canonical Vp are padding like the rest
+// (zero at init, zero gradient, so zero for ever: decoupled weight decay of 0 is 0): checkpoints keep
+// the canonical Vp rows only (param_table_rank_spans) and any layout reads them back.
+static inline int gpt_vocab_rows(const GPTConfig* cfg) {
+    if (cfg->vocab_tp_multiple <= 0 || cfg->tp_size <= 1) return cfg->padded_vocab_size;
+    int64_t m = (int64_t)cfg->vocab_tp_multiple * cfg->tp_size;
+    return (int)((cfg->padded_vocab_size + m - 1) / m * m);
+}
+
 static inline int gpt_padded_vocab(int V, int multiple) { return (V + multiple - 1) / multiple * multiple; }
 
 // The layers this stage computes (L without pipeline parallelism).
@@ -84,10 +105,21 @@ static inline GPTConfig gpt_config_stage(const GPTConfig* cfg, int P, int stage)
     g.tp_size = 1;
     g.tp_rank = 0;
     pipeline_stage_layers(g.num_layers, P, stage, &g.stage_layer_first, &g.stage_num_layers);
+    if (cfg->pp_counts && cfg->pp_stages == P) {  // --pp-partition-method's split
+        g.stage_layer_first = 0;
+        for (int s = 0; s < stage; s++) g.stage_layer_first += cfg->pp_counts[s];
+        g.stage_num_layers = cfg->pp_counts[stage];
+    }
     if (P == 1) g.stage_num_layers = -1;
     g.stage_first = stage == 0;
     g.stage_last = stage == P - 1;
     return g;
+}
+
+// The layers of stage `stage` of a P-stage pipeline.
+static inline int gpt_stage_layers_of(const GPTConfig* cfg, int P, int stage) {
+    GPTConfig g = gpt_config_stage(cfg, P, stage);
+    return gpt_stage_layers(&g);
 }
 
 // The first LLMC_NUM_PARAMS tensors are GPT-2's, in llm.c's order; the knobs' tensors follow and
@@ -133,7 +165,7 @@ struct ParamTable {
 // like the tensor of a knob that is off, so a stage's flat buffer is its own tensors in table order
 // (per-layer tensors with its layers only; split tensors with its slice). param_table_rank_spans maps it to the canonical buffer.
 static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
-    int64_t C = cfg->channels, Vp = cfg->padded_vocab_size, maxT = cfg->max_seq_len, NH = cfg->num_heads;
+    int64_t C = cfg->channels, Vp = gpt_vocab_rows(cfg), maxT = cfg->max_seq_len, NH = cfg->num_heads, H = gpt_ffn(cfg);
     bool first = cfg->stage_first, last = cfg->stage_last;
     int64_t pos_rows = cfg->alibi || !first ? 0 : maxT;
     int64_t eln = (cfg->embed_layernorm || cfg->stable_embedding) && first ? 1 : 0, nf = cfg->normformer ? 1 : 0;
@@ -152,9 +184,9 @@ static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
         {"attprojb",  true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
         {"ln2w",      true,  1,        C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
         {"ln2b",      true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
-        {"fcw",       true,  4 * C,    C,     true,  TP_ROWS, INIT_NORMAL, 0, 0, 1},
-        {"fcb",       true,  1,        4 * C, false, TP_COLS, INIT_ZERO, 0, 0, 1},
-        {"fcprojw",   true,  C,        4 * C, true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0, 1},
+        {"fcw",       true,  H,        C,     true,  TP_ROWS, INIT_NORMAL, 0, 0, 1},
+        {"fcb",       true,  1,        H,     false, TP_COLS, INIT_ZERO, 0, 0, 1},
+        {"fcprojw",   true,  C,        H,     true,  TP_COLS, INIT_NORMAL_OUTPUT, 0, 0, 1},
         {"fcprojb",   true,  1,        C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
         {"lnfw",      false, lnf_rows, C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
         {"lnfb",      false, lnf_rows, C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
@@ -163,8 +195,8 @@ static inline void param_table_build(ParamTable* pt, const GPTConfig* cfg) {
         {"headscale", true,  nf,       NH,    false, TP_COLS, INIT_ONE, 0, 0, 1},
         {"lnaw",      true,  nf,       C,     false, TP_NONE, INIT_ONE, 0, 0, 1},
         {"lnab",      true,  nf,       C,     false, TP_NONE, INIT_ZERO, 0, 0, 1},
-        {"lnfcw",     true,  nf,       4 * C, false, TP_COLS, INIT_ONE, 0, 0, 1},
-        {"lnfcb",     true,  nf,       4 * C, false, TP_COLS, INIT_ZERO, 0, 0, 1},
+        {"lnfcw",     true,  nf,       H,     false, TP_COLS, INIT_ONE, 0, 0, 1},
+        {"lnfcb",     true,  nf,       H,     false, TP_COLS, INIT_ZERO, 0, 0, 1},
     };
     int64_t offset = 0, TP = cfg->tp_size;
     for (int i = 0; i < NUM_PARAMS; i++) {
@@ -203,8 +235,11 @@ static inline std::vector<ParamSpan> param_table_rank_spans(const ParamTable* lo
             if (!split) {
                 add(lo, co, ls);
             } else if (s->tp == TP_ROWS) {
-                int64_t rp = s->rows / s->parts, wrp = w->rows / s->parts;
-                for (int p = 0; p < s->parts; p++) add(lo + p * rp * s->cols, co + (p * wrp + cfg->tp_rank * rp) * s->cols, rp * s->cols);
+                // rows past the whole model's (Megatron's extra vocabulary padding, gpt_vocab_rows) are not canonical
+                int64_t rp = s->rows / s->parts, wrp = w->rows / s->parts, r0 = cfg->tp_rank * rp;
+                int64_t here = std::max<int64_t>(0, std::min(rp, wrp - r0));
+                for (int p = 0; p < s->parts; p++)
+                    if (here > 0) add(lo + p * rp * s->cols, co + (p * wrp + r0) * s->cols, here * s->cols);
             } else {
                 int64_t cp = s->cols / s->parts, wcp = w->cols / s->parts;
                 for (int64_t r = 0; r < s->rows; r++)
@@ -256,9 +291,9 @@ template <typename F> struct Activations {
     F* ln2;        // (L,B,T,C)
     S* ln2_mean;   // (L,B,T)
     S* ln2_rstd;   // (L,B,T)
-    F* fch;        // (L,B,T,4C)
-    F* fch_act;    // (L,B,T,4C) GeLU or ReLU of fch
-    F* lnfc;       // (L,B,T,4C) LayerNorm of fch_act (--normformer)
+    F* fch;        // (L,B,T,F)
+    F* fch_act;    // (L,B,T,F)  GeLU or ReLU of fch
+    F* lnfc;       // (L,B,T,F)  LayerNorm of fch_act (--normformer)
     S* lnfc_mean;  // (L,B,T)
     S* lnfc_rstd;  // (L,B,T)
     F* fcproj;     // (L,B,T,C)  the MLP branch, after dropout
@@ -281,9 +316,9 @@ template <typename F> struct GradScratch {
     F* atty;       // (B,T,C)
     F* atty_hs;    // (B,T,C)
     F* qkv;        // (B,T,3C)
-    F* fch;        // (B,T,4C)
-    F* fch_act;    // (B,T,4C)
-    F* lnfc;       // (B,T,4C)
+    F* fch;        // (B,T,F)
+    F* fch_act;    // (B,T,F)
+    F* lnfc;       // (B,T,F)
 };
 
 // Dropout is on only for training forwards; the trainer says which samples the micro-batch holds.
@@ -344,15 +379,15 @@ template <typename F, typename T> static inline void gpt_tp_max(const GPT<F>* m,
 // The slices of the tensor-parallel split (the whole width without it): attention channels and
 // heads, MLP width and vocabulary columns of this rank, and how many of those are real vocabulary.
 struct TPDims {
-    int C, NH, H, Vl, Vr, v0;  // C/T, NH/T, 4C/T, Vp/T, real columns among them, first column's number
+    int C, NH, H, Vl, Vr, v0;  // C/T, NH/T, F/T (the MLP width, gpt_ffn), Vp/T, real columns among them, first column's number
 };
 static inline TPDims gpt_tp_dims(const GPTConfig* cfg) {
     int T = cfg->tp_size;
     TPDims d;
     d.C = cfg->channels / T;
     d.NH = cfg->num_heads / T;
-    d.H = 4 * cfg->channels / T;
-    d.Vl = cfg->padded_vocab_size / T;
+    d.H = gpt_ffn(cfg) / T;
+    d.Vl = gpt_vocab_rows(cfg) / T;
     d.v0 = cfg->tp_rank * d.Vl;
     d.Vr = std::max(0, std::min(d.Vl, cfg->vocab_size - d.v0));
     return d;
@@ -791,7 +826,7 @@ template <typename S> static inline double gpt_mean_loss(const S* losses, size_t
 template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n, acc_t<F>* losses, double dloss) {
     const GPTConfig* cfg = &m->config;
     TPDims td = gpt_tp_dims(cfg);
-    int C = cfg->channels, V = cfg->vocab_size, Vp = cfg->padded_vocab_size;
+    int C = cfg->channels, V = cfg->vocab_size, Vp = gpt_vocab_rows(cfg);
     Activations<F>* a = &m->acts;
     const F* lnf = a->lnf + r0 * C;
     const int* targets = m->targets + r0;
@@ -1070,33 +1105,40 @@ static inline int64_t gpt_num_params_real(const ParamTable* pt, const GPTConfig*
     return pt->total - (int64_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels;
 }
 
-// Tensor parallelism's shape rules (exit 2 naming the flags): whole heads per rank (then C, 4C and
-// the head's channels divide too) and the padded vocabulary in equal parts. training: also the
+// Tensor parallelism's shape rules (exit 2 naming the flags): whole heads per rank (then C and
+// the head's channels divide too), the MLP width F in equal parts and the padded vocabulary in equal parts. training: also the
 // knobs not built for T > 1 (--dry-run still plans them).
 static inline void config_validate_tp(const Config* c, bool training) {
     int64_t T = c->tensor_model_parallel_size;
     if (c->num_attention_heads % T != 0)
         keel_usage_error("--num-attention-heads %lld is not divisible by --tensor-model-parallel-size %lld",
                          (long long)c->num_attention_heads, (long long)T);
-    int Vp = gpt_padded_vocab((int)c->vocab_size, (int)c->make_vocab_size_divisible_by);
+    int64_t F = c->ffn_hidden_size > 0 ? c->ffn_hidden_size : 4 * c->hidden_size;
+    if (F % T != 0)
+        keel_usage_error("--ffn-hidden-size %lld is not divisible by --tensor-model-parallel-size %lld (each rank holds F/TP of the MLP)",
+                         (long long)F, (long long)T);
+    int64_t Vp = config_padded_vocab(c, T);
     if (Vp % T != 0)
-        keel_usage_error("padded vocabulary %d is not divisible by --tensor-model-parallel-size %lld (set --make-vocab-size-divisible-by)",
-                         Vp, (long long)T);
+        keel_usage_error("--pad-vocab-size-to %lld is not divisible by --tensor-model-parallel-size %lld (each rank holds Vp/TP rows)",
+                         (long long)Vp, (long long)T);
     if (!training || T == 1) return;
     if (c->optimizer == "adam8bit")
-        keel_usage_error("--optimizer adam8bit is not built for --tensor-model-parallel-size > 1 (its blockwise state is not canonical across TP)");
+        keel_usage_error("--optimizer adam8bit%s is not built for --tensor-model-parallel-size > 1 (its blockwise state is not canonical across "
+                         "TP layouts yet); use TP=1 or --optimizer adam", c->use_bnb_optimizer ? " (--use-bnb-optimizer)" : "");
     if (c->normformer)
-        keel_usage_error("--normformer is not built for --tensor-model-parallel-size > 1 (its LayerNorm over the MLP's 4C would span ranks)");
+        keel_usage_error("--normformer is not built for --tensor-model-parallel-size > 1 (its LayerNorm over the MLP's width would span ranks)");
 }
 
 // The model's shape and knobs from the flags (the trainer, --dry-run and the dev/ tools share it).
 static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->max_seq_len = (int)c->max_position_embeddings;
     g->vocab_size = (int)c->vocab_size;
-    g->padded_vocab_size = gpt_padded_vocab((int)c->vocab_size, (int)c->make_vocab_size_divisible_by);
+    g->padded_vocab_size = (int)config_padded_vocab(c, 1);
+    g->vocab_tp_multiple = c->pad_vocab_size_to > 0 ? 0 : (int)c->make_vocab_size_divisible_by;
     g->num_layers = (int)c->num_layers;
     g->num_heads = (int)c->num_attention_heads;
     g->channels = (int)c->hidden_size;
+    g->ffn_hidden = c->ffn_hidden_size > 0 ? (int)c->ffn_hidden_size : 4 * g->channels;
     g->embed_layernorm = c->embed_layernorm || c->stable_embedding;
     g->stable_embedding = c->stable_embedding;
     g->alibi = c->position_embedding_type == "alibi";
@@ -1112,4 +1154,10 @@ static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->hidden_dropout = c->hidden_dropout;
     g->attention_dropout = c->attention_dropout;
     g->embed_dropout = std::isnan(c->embed_dropout) ? c->hidden_dropout : c->embed_dropout;  // Megatron: = hidden
+    if (!c->pp_partition_method.empty() && c->pipeline_model_parallel_size > 1) {  // one model per process: the counts live here
+        static std::vector<int> counts;
+        counts = pp_layer_counts(c->pp_partition_method, g->num_layers, (int)c->pipeline_model_parallel_size, c->fp16 || c->bf16);
+        g->pp_counts = counts.data();
+        g->pp_stages = (int)counts.size();
+    }
 }

@@ -68,9 +68,10 @@ static inline Plan plan_compute(const GPTConfig* g, const PlanLayout* l) {
     param_table_build(&pt, g);
     p.params = pt.total;
     p.params_real = gpt_num_params_real(&pt, g);
-    double h = g->channels, n = g->num_layers, v = g->vocab_size, s = g->max_seq_len;
-    p.formula = n * (12 * h * h + 13 * h) + v * h + s * h + 2 * h;
-    int L = g->num_layers, per_stage = (L + l->pp - 1) / l->pp;
+    double h = g->channels, n = g->num_layers, v = g->vocab_size, s = g->max_seq_len, f = gpt_ffn(g);
+    p.formula = n * (4 * h * h + 2 * h * f + 9 * h + f) + v * h + s * h + 2 * h;  // f = 4h: the logbooks' 12h^2 + 13h
+    int L = g->num_layers, per_stage = 0;
+    for (int st = 0; st < l->pp; st++) per_stage = std::max(per_stage, gpt_stage_layers_of(g, l->pp, st));  // the fullest stage
     int64_t first = plan_stage_params(&pt, per_stage, L, true, l->pp == 1, l->tp);
     int64_t last = plan_stage_params(&pt, per_stage, L, l->pp == 1, true, l->tp);
     p.stage_params = std::max(first, last);
@@ -85,7 +86,9 @@ static inline Plan plan_compute(const GPTConfig* g, const PlanLayout* l) {
     double plain = p.act_layer * per_stage, ckpt = 2 * S * b * h * per_stage + p.act_layer;  // one micro-batch
     p.act_plain = plain * in_flight;
     p.act_ckpt = ckpt * in_flight;
-    p.logits = 4 * S * b * g->padded_vocab_size / T;
+    GPTConfig rank = *g;
+    rank.tp_size = (int)T;
+    p.logits = 4 * S * b * gpt_vocab_rows(&rank) / T;  // Megatron's padding at this TP
     double mine = l->checkpoint_activations ? ckpt : plain;
     p.act = l->pp == 1 ? mine + p.logits : std::max(mine * in_flight, mine + p.logits);  // first vs last stage
     p.total = p.b_weights + p.b_grads + p.b_master + p.b_optim + p.act;
@@ -189,8 +192,9 @@ static inline bool plan_print(FILE* out, const GPTConfig* g, const PlanLayout* l
             g->num_layers, g->channels, g->num_heads, l->seq, g->vocab_size, g->padded_vocab_size, l->tp, l->pp, l->dp,
             l->zero_stage, (long long)l->micro_batch, (long long)l->micro_batches,
             l->checkpoint_activations ? " | --checkpoint-activations" : "");
-    fprintf(out, "parameters: %lld (%lld with vocabulary padding); formula n(12h^2+13h)+vh+sh+2h = %.0f (%.2fB)\n",
-            (long long)p->params_real, (long long)p->params, p->formula, p->formula / 1e9);
+    bool f4 = gpt_ffn(g) == 4 * g->channels;
+    fprintf(out, "parameters: %lld (%lld with vocabulary padding); formula %s = %.0f (%.2fB)\n", (long long)p->params_real,
+            (long long)p->params, f4 ? "n(12h^2+13h)+vh+sh+2h" : "n(4h^2+2hf+9h+f)+vh+sh+2h, f the MLP width", p->formula, p->formula / 1e9);
     double N = (double)p->stage_params;
     fprintf(out, "per rank (busiest pipeline stage, one TP rank): %lld parameters\n", (long long)p->stage_params);
     fprintf(out, "  %-34s %12s %14s\n", "component", "bytes/param", "per rank");

@@ -215,6 +215,20 @@ static void check_models() {
     check_model("qk-inward+layer", c, false);
     c = base; c.hidden_dropout = 0.2; c.attention_dropout = 0.25; c.embed_dropout = 0.3;
     check_model("dropout", c, true);
+    // --ffn-hidden-size: an MLP width that is not 4C (13 with C = 8: odd, prime). Negative control: a
+    // table still 4C wide fails the shape check (and an op still reading 4C fails the gradients).
+    c = base; c.ffn_hidden = 13;
+    {
+        ParamTable pt;
+        param_table_build(&pt, &c);
+        bool ok = pt.t[P_FCW].rows == 13 && pt.t[P_FCB].cols == 13 && pt.t[P_FCPROJW].cols == 13 && gpt_tp_dims(&c).H == 13;
+        printf("%-4s %-28s fc rows %lld, fcproj cols %lld\n", ok ? "ok" : "FAIL", "ffn=13 table", (long long)pt.t[P_FCW].rows,
+               (long long)pt.t[P_FCPROJW].cols);
+        if (!ok) failures++;
+    }
+    check_model("ffn=13", c, false);
+    c.normformer = true; c.hidden_dropout = 0.2;
+    check_model("ffn=13 normformer+dropout", c, true);
     c = base; c.embed_layernorm = c.alibi = c.normformer = c.qk_layer_scaling = true; c.activation = ACT_RELU;
     c.attention_scaling = ATTN_SCALING_QK_INWARD; c.hidden_dropout = c.attention_dropout = c.embed_dropout = 0.2;
     check_model("all knobs", c, true);

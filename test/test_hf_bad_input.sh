@@ -37,7 +37,7 @@ CORRUPT=(len-past-end len-short tiny-file truncated bad-json duplicate-name offs
 c_llama | config $GOOD $TMP/c_llama model_type "llama"
 c_eps | config $GOOD $TMP/c_eps layer_norm_epsilon 1e-06
 c_inv | config $GOOD $TMP/c_inv scale_attn_by_inverse_layer_idx true
-c_inner | config $GOOD $TMP/c_inner n_inner 100
+c_inner | config $GOOD $TMP/c_inner n_inner "wide"
 c_act | config $GOOD $TMP/c_act activation_function "gelu"
 c_tie | config $GOOD $TMP/c_tie tie_word_embeddings false
 c_type | config $GOOD $TMP/c_type n_layer "2"
@@ -97,7 +97,7 @@ done <<'END'
 c_llama|model_type 'llama': keel reads gpt2, bloom and opt
 c_eps|"layer_norm_epsilon" is 1e-06; keel's LayerNorm uses 1e-05
 c_inv|scale_attn_by_inverse_layer_idx is true
-c_inner|n_inner is 100; keel's MLP is 4 x n_embd = 96 wide
+c_inner|n_inner is not an integer; it must be a positive integer \(the MLP width\) or null
 c_act|activation_function 'gelu': keel's GPT-2 computes the tanh GeLU
 c_tie|tie_word_embeddings is false
 c_type|"n_layer" is not an integer
@@ -108,6 +108,7 @@ END
 
 # 4. flags against the file, and against each other
 expect_fail 2 "--num-layers 3 contradicts --load-hf $GOOD, whose config.json says 2" $KEEL "${RUN[@]}" --load-hf "$GOOD" --num-layers 3
+expect_fail 2 "--ffn-hidden-size 100 contradicts --load-hf $GOOD, whose config.json says 96" $KEEL "${RUN[@]}" --load-hf "$GOOD" --ffn-hidden-size 100
 expect_fail 2 "--activation relu contradicts --load-hf $GOOD: GPT2LMHeadModel computes gelu" $KEEL "${RUN[@]}" --load-hf "$GOOD" --activation relu
 expect_fail 2 "--position-embedding-type alibi contradicts .*GPT2LMHeadModel has learned positions" $KEEL "${RUN[@]}" --load-hf "$GOOD" --position-embedding-type alibi
 expect_fail 2 "--embed-layernorm contradicts .*OPTForCausalLM has no embedding LayerNorm" $KEEL "${RUN[@]}" --load-hf "$TMP/opt" --embed-layernorm
