@@ -312,13 +312,15 @@ static inline std::vector<DataSourceSpec> dataloader_sources(const Config* c, bo
 
 // The run's training or validation loader from the flags (false: no validation data). --data-path's
 // validation part may be empty (--split 100,0,0): then the run has no validation data, which is an
-// error only for a run that validates (Megatron likewise builds no dataset for an empty part).
+// error only for a run that asks to validate — an --eval-interval other than Megatron's default,
+// which (as there) means "when there is validation data" (Megatron likewise builds no dataset for
+// an empty part).
 static inline bool dataloader_open(DataLoader* dl, const Config* c, bool train, int seq_len, int vocab_size, uint64_t seed) {
     std::vector<DataSourceSpec> src = dataloader_sources(c, train);
     if (src.empty()) return false;
     bool from_split = !train && c->valid_data_path.empty() && src[0].part == 1;
     if (dataloader_init_sources(dl, src, c->split, seq_len, vocab_size, seed, train, from_split)) return true;
-    if (c->eval_interval > 0)
+    if (c->eval_interval > 0 && c->eval_interval != Config().eval_interval)
         keel_usage_error("--eval-interval: a dataset's validation part of --split '%s' holds no sample of %d tokens", c->split.c_str(),
                          seq_len + 1);
     return false;

@@ -36,13 +36,13 @@ for bad in 1__0 _1 1_; do expect_fail 2 "--train-iters: '$bad' is not an integer
 expect_fail 2 "--lr: '1_.5' is not a finite number" $K "${TINY[@]}" --train-iters 1 --lr 1_.5
 
 # ---- 2. every unknown flag in one line; one line under a launcher
-expect_fail 2 "unknown flags --data-impl, --split, --hiden-dropout \(did you mean --hidden-dropout\?\)$" \
-  $K "${TINY[@]}" --train-iters 1 --data-impl mmap --split 949,50,1 --hiden-dropout 0.1
+expect_fail 2 "unknown flags --frobnicate, --quux, --hiden-dropout \(did you mean --hidden-dropout\?\)$" \
+  $K "${TINY[@]}" --train-iters 1 --frobnicate mmap --quux 949,50,1 --hiden-dropout 0.1
 out=$(OMPI_COMM_WORLD_RANK=1 $K --bogus 2>&1); rc=$?
 [ $rc -eq 2 ] && [ -z "$out" ] && ok "rank 1 exits 2 silently on a flag error" || fail "rank 1: rc $rc, '$out'"
 if command -v mpirun >/dev/null; then
-  out=$(timeout -k 10 60 mpirun --oversubscribe -np 2 $K "${TINY[@]}" --train-iters 1 --bogus 1 --split 9 2>&1)
-  [ "$(grep -c '^error:' <<<"$out")" -eq 1 ] && grep -q '^error: unknown flags --bogus, --split' <<<"$out" \
+  out=$(timeout -k 10 60 mpirun --oversubscribe -np 2 $K "${TINY[@]}" --train-iters 1 --bogus 1 --quux 9 2>&1)
+  [ "$(grep -c '^error:' <<<"$out")" -eq 1 ] && grep -q '^error: unknown flags --bogus, --quux' <<<"$out" \
     && ok "mpirun -np 2: one error line" || fail "mpirun -np 2: $(grep -c '^error:' <<<"$out") error lines: $out"
 fi
 

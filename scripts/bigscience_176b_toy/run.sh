@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# BigScience's 176B (BLOOM) Megatron-DeepSpeed arguments and DeepSpeed config at toy size, under mpirun
+# on 4 processes (TP 2 x PP 2): README "Coming from Megatron-DeepSpeed", worked example.
+#   bash scripts/bigscience_176b_toy/run.sh            # after `make` and `make data`
+# The data: the Brown shards as two Megatron indexed datasets (./megatron_data, one per shard file),
+# blended 70/30 by BigScience's weighted split paths (train: their first 98%, validation: the rest of
+# the first). The config is bf16, so the trainer is the CUDA one: ./train_gpt on a GPU machine, else
+# its CPU emulation build/train_gpt_emu (make build/train_gpt_emu; slow, but the same program).
+# TRAINER=... picks another binary; OUT is fixed by the args file (out/bigscience_176b_toy).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=out/bigscience_176b_toy
+if [ -z "${TRAINER:-}" ]; then
+  if [ -x ./train_gpt ] && command -v nvidia-smi >/dev/null 2>&1; then TRAINER=./train_gpt; else TRAINER=build/train_gpt_emu; fi
+fi
+[ -x "$TRAINER" ] || { echo "error: $TRAINER not built (make; make build/train_gpt_emu)" >&2; exit 1; }
+mkdir -p "$OUT"
+[ -e "$OUT/brown_a.idx" ] || ./megatron_data write --from-shards data/brown/brown_train.bin --out "$OUT/brown_a"
+[ -e "$OUT/brown_b.idx" ] || ./megatron_data write --from-shards data/brown/brown_val.bin --out "$OUT/brown_b"
+echo "\"train: 0.7 0:0.98 $OUT/brown_a, 0.3 0:1 $OUT/brown_b\"" >"$OUT/train-splits.txt"
+echo "\"valid: 1 0.98:1 $OUT/brown_a\"" >"$OUT/valid-splits.txt"
+export OMPI_ALLOW_RUN_AS_ROOT=${OMPI_ALLOW_RUN_AS_ROOT:-1} OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}
+exec mpirun --oversubscribe -np 4 "$TRAINER" @scripts/bigscience_176b_toy/args "$@"
