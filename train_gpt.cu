@@ -1253,6 +1253,7 @@ static void trainer_setup(Trainer<A>* tr) {
     if (gpt_master_sharded(&tr->model) && (tr->opt.range_lo != master_lo || tr->opt.range_hi != master_hi))
         keel_die("the sharded master weights [%lld, %lld) are not the optimizer's shard", (long long)master_lo, (long long)master_hi);
     optimizer_set_stage(&tr->opt, &tr->whole, c, &tr->model.table, g);  // the units' places in the whole model
+    optimizer_set_comms(&tr->opt, &tr->tp, &tr->comm, (int)c->zero_stage);  // (8-bit Adam's scales across TP)
     tr->buckets = grad_buckets(&tr->model.table, gpt_stage_layers(g), (int64_t)(c->grad_bucket_mb * 1048576.0 / sizeof(float)));
     trainer_print_layout(tr, B, T);
 

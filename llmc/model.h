@@ -1122,9 +1122,6 @@ static inline void config_validate_tp(const Config* c, bool training) {
         keel_usage_error("--pad-vocab-size-to %lld is not divisible by --tensor-model-parallel-size %lld (each rank holds Vp/TP rows)",
                          (long long)Vp, (long long)T);
     if (!training || T == 1) return;
-    if (c->optimizer == "adam8bit")
-        keel_usage_error("--optimizer adam8bit%s is not built for --tensor-model-parallel-size > 1 (its blockwise state is not canonical across "
-                         "TP layouts yet); use TP=1 or --optimizer adam", c->use_bnb_optimizer ? " (--use-bnb-optimizer)" : "");
     if (c->normformer)
         keel_usage_error("--normformer is not built for --tensor-model-parallel-size > 1 (its LayerNorm over the MLP's width would span ranks)");
 }

@@ -93,6 +93,12 @@ struct OptUnit {
     int64_t canon_state, canon_block;
     bool mirror;                // the tied word embedding's copy on the last stage: its state equals the
                                 // first stage's copy, which is the one saved
+    // Tensor parallelism (optimizer_set_stage): the whole unit's first element and size, whether this
+    // rank holds a slice of it (else all of it), and for a sliced 8-bit unit its first block in
+    // split_absmax (its blocks are the whole unit's: see Optimizer::split8).
+    int64_t canon_elem = 0, canon_numel = 0;
+    bool tp_split = false;
+    int64_t split_block = 0;
 };
 
 // A unit's part of this rank's optimizer range (the whole unit unless ZeRO-1 cut it).
@@ -148,6 +154,24 @@ struct Optimizer {
     AdamPieces update32, update8;
     std::vector<int> update32_units, update8_units;
     std::vector<float> update32_scale, update8_scale;
+    // 8-bit units sliced over tensor-parallel ranks. Their quantization blocks are the whole unit's
+    // (the canonical state, the same at any TP), so one block can hold elements of several ranks, and
+    // under ZeRO-1 of several shards: a block's new scale is the max of its elements' over those ranks.
+    // split8's pieces are segments, a piece's part inside one block, sorted by block; offset_block
+    // indexes split_absmax_m/_v: the whole units' blocks first (split_shared, the same on every rank
+    // of the stage), then blocks of the rows only this rank holds (the vocabulary's TP padding, never
+    // saved). A step: adam8bit_split_maxima, the maxima's all-reduce (MAX, exact in any order) over
+    // shard_comm (ZeRO-1) and tp_comm, adam8bit_split_apply.
+    AdamPieces split8;
+    std::vector<int> split8_units;
+    std::vector<float> split8_scale;
+    int64_t split_nblocks = 0, split_shared = 0;
+    float* split_absmax_m = nullptr;   // (split_nblocks) state
+    float* split_absmax_v = nullptr;
+    float* split_scratch = nullptr;    // blk_m, blk_v (split_nblocks each), then 2 per segment: not state
+    const Comm* tp_comm = nullptr;     // the tensor-parallel group, when TP > 1 (optimizer_set_comms)
+    const Comm* shard_comm = nullptr;  // the data-parallel group under ZeRO-1 on several ranks
+    int tp_rank = 0;
 };
 
 // The device bytes of one update table: a row and a per-step factor per piece (adam_pieces_init, one
@@ -232,6 +256,8 @@ static inline std::vector<OptUnit> optimizer_units(const ParamTable* pt, const C
             u.canon_index = (int)units.size();
             u.canon_state = u.offset_state;
             u.canon_block = u.offset_block;
+            u.canon_elem = u.offset_canonical;
+            u.canon_numel = per;
             units.push_back(u);
         }
     }
@@ -270,7 +296,7 @@ static inline void optimizer_tables_init(Optimizer* o, const ParamTable* pt) {
         units->clear();
         for (const OptPiece& pc : o->pieces) {
             const OptUnit& u = o->units[pc.unit];
-            if (u.q8 != q8) continue;
+            if (u.q8 != q8 || (u.q8 && u.tp_split)) continue;  // (a split 8-bit unit: split8)
             offset_param.push_back(pc.offset_canonical);
             offset_state.push_back(pc.offset_state);
             offset_block.push_back(pc.offset_block);
@@ -310,6 +336,48 @@ static inline void optimizer_master_range(const ParamTable* pt, const Config* c,
     *hi = shards[rank + 1];
 }
 
+// This rank's state buffer (one allocation, in the canonical layout's section order, then the split
+// units' scales, then the codes), replacing any earlier one.
+static inline void optimizer_alloc_state(Optimizer* o) {
+    int64_t hist = o->type == OPTIMIZER_ADAM8BIT ? (int64_t)o->units.size() * PCLIP_HISTORY : 0;
+    int64_t floats = 2 * o->local_n32 + 2 * o->local_nblocks + hist + 2 * o->split_nblocks;
+    o->state_bytes = (size_t)floats * sizeof(float) + (size_t)o->local_n8 * 2;
+    if (o->state) backend_free(o->state);
+    o->state = (uint8_t*)backend_malloc(o->state_bytes);
+    float* f = (float*)o->state;
+    o->m32 = f;
+    o->v32 = f + o->local_n32;
+    o->absmax_m = f + 2 * o->local_n32;
+    o->absmax_v = o->absmax_m + o->local_nblocks;
+    o->pclip_hist = hist ? o->absmax_v + o->local_nblocks : nullptr;
+    o->split_absmax_m = o->absmax_v + o->local_nblocks + hist;
+    o->split_absmax_v = o->split_absmax_m + o->split_nblocks;
+    o->code_m = o->state + (size_t)floats * sizeof(float);
+    o->code_v = o->code_m + o->local_n8;
+}
+
+// This rank's pieces (the units cut to [range_lo, range_hi)) and where each one's state sits.
+static inline void optimizer_cut_pieces(Optimizer* o) {
+    o->pieces.clear();
+    o->local_n32 = o->local_n8 = o->local_nblocks = 0;
+    for (size_t ui = 0; ui < o->units.size(); ui++) {
+        const OptUnit& u = o->units[ui];
+        int64_t lo = std::max(u.offset_canonical, o->range_lo), hi = std::min(u.offset_canonical + u.numel, o->range_hi);
+        if (lo >= hi) continue;
+        OptPiece pc = {(int)ui, lo, hi - lo, 0, 0};
+        if (u.q8) {
+            pc.offset_state = o->local_n8;
+            pc.offset_block = o->local_nblocks;
+            o->local_n8 += pc.numel;
+            o->local_nblocks += (pc.numel + o->block_size - 1) / o->block_size;
+        } else {
+            pc.offset_state = o->local_n32;
+            o->local_n32 += pc.numel;
+        }
+        o->pieces.push_back(pc);
+    }
+}
+
 // Units and chunks from the table; the shards for dp ranks; this rank's pieces (all units under
 // ZeRO-0, the units cut to its shard under ZeRO-1); state allocated and zeroed. The table is the
 // whole model's; a pipeline stage's optimizer then learns its place in the whole with
@@ -335,37 +403,10 @@ static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Conf
     o->rank = rank;
     o->range_lo = zero_stage == 1 ? o->shard_lo[rank] : 0;
     o->range_hi = zero_stage == 1 ? o->shard_lo[rank + 1] : o->n;
-    o->pieces.clear();
-    o->local_n32 = o->local_n8 = o->local_nblocks = 0;
-    for (size_t ui = 0; ui < o->units.size(); ui++) {
-        const OptUnit& u = o->units[ui];
-        int64_t lo = std::max(u.offset_canonical, o->range_lo), hi = std::min(u.offset_canonical + u.numel, o->range_hi);
-        if (lo >= hi) continue;
-        OptPiece pc = {(int)ui, lo, hi - lo, 0, 0};
-        if (u.q8) {
-            pc.offset_state = o->local_n8;
-            pc.offset_block = o->local_nblocks;
-            o->local_n8 += pc.numel;
-            o->local_nblocks += (pc.numel + o->block_size - 1) / o->block_size;
-        } else {
-            pc.offset_state = o->local_n32;
-            o->local_n32 += pc.numel;
-        }
-        o->pieces.push_back(pc);
-    }
-    int64_t hist = o->type == OPTIMIZER_ADAM8BIT ? (int64_t)o->units.size() * PCLIP_HISTORY : 0;
-    int64_t floats = 2 * o->local_n32 + 2 * o->local_nblocks + hist;
-    o->state_bytes = (size_t)floats * sizeof(float) + (size_t)o->local_n8 * 2;
+    optimizer_cut_pieces(o);
     o->canonical_bytes = optimizer_state_bytes(o, o->n32, o->n8, o->nblocks, o->canon_units);
-    o->state = (uint8_t*)backend_malloc(o->state_bytes);
-    float* f = (float*)o->state;
-    o->m32 = f;
-    o->v32 = f + o->local_n32;
-    o->absmax_m = f + 2 * o->local_n32;
-    o->absmax_v = o->absmax_m + o->local_nblocks;
-    o->pclip_hist = hist ? o->absmax_v + o->local_nblocks : nullptr;
-    o->code_m = o->state + (size_t)floats * sizeof(float);
-    o->code_v = o->code_m + o->local_n8;
+    o->state = nullptr;
+    optimizer_alloc_state(o);
     o->maps = nullptr;
     if (o->type == OPTIMIZER_ADAM8BIT) {
         o->maps = new Adam8bitMaps;
@@ -375,6 +416,75 @@ static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Conf
     o->pclip_scale.assign(o->units.size(), 1.0f);
     optimizer_tables_init(o, pt);
     optimizer_reset(o);
+}
+
+// The segments of the sliced 8-bit units (Optimizer::split8): each piece's parts that map into the
+// whole model (tp_spans, in local order) cut at the whole unit's block boundaries, each in that block;
+// the parts that map nowhere (the vocabulary's TP padding rows) cut into blocks of their own. Then the
+// state is allocated again with room for the scales, and the update tables rebuilt without them.
+static inline void optimizer_split_init(Optimizer* o, const ParamTable* local) {
+    struct Seg { int64_t block, param, state, numel; int unit; };
+    std::vector<Seg> segs;
+    int64_t bs = o->block_size, shared = 0, own = 0;
+    for (OptUnit& u : o->units)
+        if (u.q8 && u.tp_split) {
+            u.split_block = shared;
+            shared += (u.canon_numel + bs - 1) / bs;
+        }
+    auto add_own = [&](const OptPiece& pc, int64_t a, int64_t b) {  // local elements [a, b) that map nowhere
+        for (int64_t x = a; x < b; x += bs) segs.push_back({-1 - own++, x, pc.offset_state + (x - pc.offset_canonical), std::min(bs, b - x), pc.unit});
+    };
+    for (const OptPiece& pc : o->pieces) {
+        const OptUnit& u = o->units[pc.unit];
+        if (!(u.q8 && u.tp_split)) continue;
+        int64_t lo = pc.offset_canonical, hi = lo + pc.numel, at = lo;
+        auto sp = std::lower_bound(o->tp_spans.begin(), o->tp_spans.end(), lo,
+                                   [](const ParamSpan& a, int64_t x) { return a.offset_local + a.numel <= x; });
+        for (; sp != o->tp_spans.end() && sp->offset_local < hi; ++sp) {
+            int64_t a = std::max(sp->offset_local, lo), b = std::min(sp->offset_local + sp->numel, hi);
+            if (a > at) add_own(pc, at, a);
+            for (int64_t x = a; x < b;) {
+                int64_t in_unit = sp->offset_canonical + (x - sp->offset_local) - u.canon_elem, blk = in_unit / bs;
+                int64_t end = std::min(b, x + (blk + 1) * bs - in_unit);
+                segs.push_back({u.split_block + blk, x, pc.offset_state + (x - lo), end - x, pc.unit});
+                x = end;
+            }
+            at = b;
+        }
+        if (at < hi) add_own(pc, at, hi);
+    }
+    for (Seg& g : segs)
+        if (g.block < 0) g.block = shared + (-1 - g.block);
+    std::stable_sort(segs.begin(), segs.end(), [](const Seg& a, const Seg& b) { return a.block < b.block; });
+    std::vector<int64_t> offset_param, offset_state, offset_block, numel;
+    std::vector<uint8_t> decay;
+    o->split8_units.clear();
+    for (const Seg& g : segs) {
+        offset_param.push_back(g.param);
+        offset_state.push_back(g.state);
+        offset_block.push_back(g.block);
+        numel.push_back(g.numel);
+        decay.push_back(local->t[o->units[g.unit].id].decay ? 1 : 0);
+        o->split8_units.push_back(g.unit);
+    }
+    o->split_shared = shared;
+    o->split_nblocks = shared + own;
+    o->split8_scale.assign(segs.size(), 1.0f);
+    adam_pieces_init(&o->split8, offset_param.data(), offset_state.data(), offset_block.data(), numel.data(), decay.data(),
+                     (int)segs.size(), o->block_size);
+    o->split_scratch = (float*)backend_malloc(std::max<size_t>(1, (size_t)(2 * o->split_nblocks + 2 * (int64_t)segs.size()) * sizeof(float)));
+    optimizer_alloc_state(o);
+    adam_pieces_free(&o->update32);
+    adam_pieces_free(&o->update8);
+    optimizer_tables_init(o, local);
+    optimizer_reset(o);
+}
+
+// The groups the sliced 8-bit units' block maxima are all-reduced over (Optimizer::split8): the
+// tensor-parallel group (size > 1), and the data-parallel one under ZeRO-1 on several ranks.
+static inline void optimizer_set_comms(Optimizer* o, const Comm* tp, const Comm* dp, int zero_stage) {
+    o->tp_comm = tp && tp->size > 1 ? tp : nullptr;
+    o->shard_comm = zero_stage == 1 && dp && dp->size > 1 ? dp : nullptr;
 }
 
 // A pipeline stage's or tensor-parallel rank's optimizer (built from its own table) learns where its
@@ -394,17 +504,25 @@ static inline void optimizer_set_stage(Optimizer* o, const ParamTable* whole, co
         for (const OptUnit& x : all)
             if (x.id == u.id && x.layer == layer) w = &x;
         bool split = tp && local->t[u.id].tp != TP_NONE;
+        if (w && split) u.q8 = w->q8;  // 8-bit or not as the whole unit (a slice may be under --adam8bit-min-size)
         if (!w || (!split && w->numel != u.numel) || w->q8 != u.q8)
             keel_die("optimizer: unit %s layer %d is not in the whole model", whole->t[u.id].name, layer);
         u.layer = layer;
         u.canon_index = w->canon_index;
         u.canon_state = w->canon_state;
         u.canon_block = w->canon_block;
+        u.canon_elem = w->offset_canonical;
+        u.canon_numel = w->numel;
+        u.tp_split = split;
         u.mirror = param_is_mirror(local, u.id, cfg);
     }
+    o->tp_rank = cfg->tp_rank;
     if (tp) {
-        if (o->type != OPTIMIZER_ADAM) keel_die("optimizer: tensor parallelism keeps fp32 Adam state only");
         o->tp_spans = param_table_rank_spans(local, whole, cfg);
+        if (o->type == OPTIMIZER_ADAM8BIT) {
+            optimizer_cut_pieces(o);  // (the 8-bit choice may have changed)
+            optimizer_split_init(o, local);
+        }
     }
     o->canon_n = whole->total;
     o->canon_units = (int64_t)all.size();
@@ -432,22 +550,43 @@ static inline std::vector<StateSpan> optimizer_state_spans(Optimizer* o, int64_t
         if (b && b->offset_canonical + b->bytes == at && b->local + b->bytes == (uint8_t*)local) b->bytes += bytes;
         else spans.push_back({at, (uint8_t*)local, bytes});
     };
-    if (!o->tp_spans.empty()) {  // fp32 Adam under tensor parallelism: element spans (see tp_spans)
-        size_t ui = 0;  // the unit holding the span (spans are in local order and never cross a unit)
-        for (const ParamSpan& sp : o->tp_spans) {
-            int64_t lo = std::max(sp.offset_local, lo_limit), hi = std::min(sp.offset_local + sp.numel, hi_limit);
-            if (lo >= hi) continue;
-            while (ui + 1 < o->units.size() && o->units[ui + 1].offset_canonical <= lo) ui++;
-            if (saving && o->units[ui].mirror) continue;
-            size_t canon = (size_t)(sp.offset_canonical + (lo - sp.offset_local)), n = (size_t)(hi - lo);
-            add(sec_m32 + canon * f4, o->m32 + (lo - o->range_lo), n * f4);
-            add(sec_v32 + canon * f4, o->v32 + (lo - o->range_lo), n * f4);
-        }
-        return spans;
+    if (!o->tp_spans.empty()) {  // the units tensor parallelism slices: element spans (see tp_spans)
+        std::vector<int> piece_of(o->units.size(), -1);
+        for (size_t k = 0; k < o->pieces.size(); k++) piece_of[o->pieces[k].unit] = (int)k;
+        size_t ui = 0;  // the unit at `at` (spans are in local order; one may run on into the next unit)
+        for (const ParamSpan& sp : o->tp_spans)
+            for (int64_t at = std::max(sp.offset_local, lo_limit), end = std::min(sp.offset_local + sp.numel, hi_limit); at < end;) {
+                while (ui + 1 < o->units.size() && o->units[ui + 1].offset_canonical <= at) ui++;
+                const OptUnit& u = o->units[ui];
+                int64_t lo = at, hi = std::min(end, u.offset_canonical + u.numel);
+                at = hi;
+                if (!u.tp_split || (saving && u.mirror) || piece_of[ui] < 0) continue;
+                const OptPiece& pc = o->pieces[piece_of[ui]];
+                lo = std::max(lo, pc.offset_canonical);
+                hi = std::min(hi, pc.offset_canonical + pc.numel);
+                if (lo >= hi) continue;
+                size_t in_unit = (size_t)(sp.offset_canonical + (lo - sp.offset_local) - u.canon_elem), n = (size_t)(hi - lo);
+                size_t local = (size_t)(pc.offset_state + (lo - pc.offset_canonical));
+                if (u.q8) {
+                    add(sec_cm + u.canon_state + in_unit, o->code_m + local, n);
+                    add(sec_cv + u.canon_state + in_unit, o->code_v + local, n);
+                } else {
+                    add(sec_m32 + (u.canon_state + in_unit) * f4, o->m32 + local, n * f4);
+                    add(sec_v32 + (u.canon_state + in_unit) * f4, o->v32 + local, n * f4);
+                }
+            }
+        // the sliced 8-bit units' scales: the same on every rank of the stage, written by its first
+        if (with_history && !(saving && o->tp_rank != 0))
+            for (const OptUnit& u : o->units)
+                if (u.q8 && u.tp_split && !(saving && u.mirror)) {
+                    size_t nb = (size_t)((u.canon_numel + o->block_size - 1) / o->block_size);
+                    add(sec_am + u.canon_block * f4, o->split_absmax_m + u.split_block, nb * f4);
+                    add(sec_av + u.canon_block * f4, o->split_absmax_v + u.split_block, nb * f4);
+                }
     }
     for (const OptPiece& pc : o->pieces) {
         const OptUnit& u = o->units[pc.unit];
-        if (saving && u.mirror) continue;
+        if ((saving && u.mirror) || u.tp_split) continue;  // (a sliced unit: above)
         int64_t lo = std::max(pc.offset_canonical, lo_limit), hi = std::min(pc.offset_canonical + pc.numel, hi_limit);
         if (lo >= hi) continue;
         int64_t skip = lo - pc.offset_canonical, n = hi - lo;  // within the piece
@@ -465,7 +604,7 @@ static inline std::vector<StateSpan> optimizer_state_spans(Optimizer* o, int64_t
     }
     if (hist && with_history)
         for (size_t ui = 0; ui < o->units.size(); ui++)
-            if (!(saving && o->units[ui].mirror))
+            if (!(saving && (o->units[ui].mirror || (o->units[ui].tp_split && o->tp_rank != 0))))
                 add(sec_hist + (size_t)o->units[ui].canon_index * PCLIP_HISTORY * f4, o->pclip_hist + ui * PCLIP_HISTORY,
                     PCLIP_HISTORY * f4);
     return spans;
@@ -486,7 +625,9 @@ static inline void optimizer_load_canonical(Optimizer* o, const uint8_t* payload
 static inline void optimizer_free(Optimizer* o) {
     adam_pieces_free(&o->update32);
     adam_pieces_free(&o->update8);
+    adam_pieces_free(&o->split8);
     backend_free(o->state);
+    if (o->split_scratch) backend_free(o->split_scratch);
     delete o->maps;
 }
 
@@ -715,6 +856,33 @@ static inline void optimizer_update(Optimizer* o, GPT<F>* model, F* p_c, const C
     adam32_update_pieces(p, p_c, g, o->m32, o->v32, &o->update32, h, o->update32_scale.data());
     adam8bit_update_pieces(p, p_c, g, o->code_m, o->code_v, o->absmax_m, o->absmax_v, &o->update8, o->maps, h,
                            o->update8_scale.data());
+    if (o->split_nblocks == 0) return;
+    for (size_t k = 0; k < o->split8_units.size(); k++) o->split8_scale[k] = o->pclip_scale[o->split8_units[k]];
+    float *blk_m = o->split_scratch, *blk_v = blk_m + o->split_nblocks, *seg = blk_v + o->split_nblocks;
+    adam8bit_split_maxima(g, o->code_m, o->code_v, o->split_absmax_m, o->split_absmax_v, blk_m, blk_v, o->split_nblocks, seg, &o->split8,
+                          o->maps, h, o->split8_scale.data());
+    for (const Comm* group : {o->shard_comm, o->tp_comm})  // the whole units' blocks (split_shared: the same on every rank)
+        if (group) {
+            comm_allreduce_buf(group, blk_m, (size_t)o->split_shared, COMM_MAX);
+            comm_allreduce_buf(group, blk_v, (size_t)o->split_shared, COMM_MAX);
+        }
+    adam8bit_split_apply(p, p_c, g, o->code_m, o->code_v, o->split_absmax_m, o->split_absmax_v, blk_m, blk_v, o->split_nblocks, &o->split8,
+                         o->maps, h, o->split8_scale.data());
+}
+
+// Percentile clipping speaks of whole units: a sliced unit's Σ g² is its slices' added over the
+// tensor-parallel group in rank order (every rank the same bits, so the replicated history stays
+// replicated).
+static inline void optimizer_tp_unit_sums(Optimizer* o) {
+    if (!o->tp_comm) return;
+    std::vector<double> mine;
+    for (size_t u = 0; u < o->units.size(); u++)
+        if (o->units[u].tp_split) mine.push_back(o->unit_sumsq[u]);
+    if (mine.empty()) return;
+    comm_allreduce_host(o->tp_comm, mine.data(), mine.size(), COMM_SUM);
+    size_t k = 0;
+    for (size_t u = 0; u < o->units.size(); u++)
+        if (o->units[u].tp_split) o->unit_sumsq[u] = mine[k++];
 }
 
 // Whether the update writes the compute copy (of the parameters it updates): the model has one.
@@ -759,6 +927,7 @@ static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, const Co
     // Megatron + bitsandbytes): ‖coeff·g‖² = coeff²·Σ g²
     // (the history is optimizer state, in device memory: the host works on a copy of it)
     if (o->pclip_hist) {
+        optimizer_tp_unit_sums(o);
         std::vector<float> hist(o->units.size() * PCLIP_HISTORY);
         backend_copy_to_host(hist.data(), o->pclip_hist, hist.size() * sizeof(float));
         for (size_t ui = 0; ui < o->units.size(); ui++) {

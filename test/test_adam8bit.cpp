@@ -7,8 +7,14 @@
 //      quantization error of m and v allows; the stored new state is the nearest code;
 //   5. percentile clipping's history and factor;
 //   6. StableEmbedding's word embedding really has 32-bit state (the state is inspected, not the flag),
-//      and the 8-bit units really hold codes.
+//      and the 8-bit units really hold codes;
+//   7. a unit sliced over two ranks by columns (tensor parallelism), updated by adam8bit_split_maxima,
+//      the max over the ranks and adam8bit_split_apply: parameters, codes and scales bit-identical to
+//      adam8bit_update over the whole unit, step after step; rows only one rank holds keep their own
+//      blocks; without the max over ranks the scales differ (the check can fail).
+#include <array>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "llmc/init.h"
@@ -352,6 +358,108 @@ static void test_stable_embedding() {
     }
 }
 
+// A (rows x cols) unit, block bs, sliced by columns over 2 ranks; rank 1 also holds `extra` elements
+// that map nowhere (as the vocabulary's TP padding rows).
+static void test_split(const Adam8bitMaps* q) {
+    const int64_t rows = 9, cols = 100, n = rows * cols, half = cols / 2, extra = 70;
+    const int bs = 64;
+    const int64_t nb = (n + bs - 1) / bs;
+    AdamHyper h = {1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 0, 0};
+    for (bool reduce : {true, false}) {
+        std::vector<float> p(n), am(nb, 0.0f), av(nb, 0.0f);
+        std::vector<uint8_t> cm(n, q->zero_m), cv(n, q->zero_v);
+        for (int64_t i = 0; i < n; i++) p[i] = (float)(uniform(1, i) - 0.5);
+        struct Rank {
+            std::vector<int64_t> canon;  // local element -> canonical (-1: its own)
+            std::vector<float> p, g, am, av, scratch;
+            std::vector<uint8_t> cm, cv;
+            AdamPieces t;
+            int64_t nblocks;
+        } rk[2];
+        for (int r = 0; r < 2; r++) {
+            Rank& R = rk[r];
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < half; j++) R.canon.push_back(i * cols + r * half + j);
+            if (r == 1) R.canon.insert(R.canon.end(), extra, -1);
+            int64_t nl = (int64_t)R.canon.size(), own = 0;
+            for (int64_t x : R.canon) R.p.push_back(x >= 0 ? p[x] : 0.25f);
+            R.cm.assign(nl, q->zero_m);
+            R.cv.assign(nl, q->zero_v);
+            // segments: runs of consecutive canonical elements inside one block (own elements: bs at a time)
+            std::vector<std::array<int64_t, 3>> seg;  // block, first local element, length
+            for (int64_t e = 0; e < nl; e++) {
+                int64_t blk = R.canon[e] >= 0 ? R.canon[e] / bs : -1;
+                bool cont = e > 0 && !seg.empty() && seg.back()[1] + seg.back()[2] == e &&
+                            (blk >= 0 ? R.canon[e - 1] == R.canon[e] - 1 && seg.back()[0] == blk
+                                      : R.canon[e - 1] < 0 && seg.back()[2] < bs);
+                if (cont) seg.back()[2]++;
+                else seg.push_back({blk >= 0 ? blk : nb + own++, e, 1});
+            }
+            std::stable_sort(seg.begin(), seg.end(), [](const std::array<int64_t, 3>& a, const std::array<int64_t, 3>& b) { return a[0] < b[0]; });
+            std::vector<int64_t> op, os, ob, num;
+            std::vector<uint8_t> dec;
+            for (auto& sg : seg) {
+                op.push_back(sg[1]);
+                os.push_back(sg[1]);
+                ob.push_back(sg[0]);
+                num.push_back(sg[2]);
+                dec.push_back(1);
+            }
+            adam_pieces_init(&R.t, op.data(), os.data(), ob.data(), num.data(), dec.data(), (int)seg.size(), bs);
+            R.nblocks = nb + own;
+            R.am.assign(R.nblocks, 0.0f);
+            R.av.assign(R.nblocks, 0.0f);
+            R.scratch.assign(2 * R.nblocks + 2 * seg.size(), 0.0f);
+        }
+        bool same = true;
+        for (int64_t t = 1; t <= 3; t++) {
+            h.c1 = 1.0f - std::pow(h.beta1, (float)t);
+            h.c2 = std::sqrt(1.0f - std::pow(h.beta2, (float)t));
+            float scale = t == 2 ? 0.7f : 1.0f;
+            std::vector<float> g(n);
+            for (int64_t i = 0; i < n; i++) g[i] = (float)((uniform(10 + t, i) - 0.5) * (i % 7 == 0 ? 10.0 : 1.0));
+            adam8bit_update(p.data(), g.data(), cm.data(), cv.data(), am.data(), av.data(), n, bs, q, h, scale);
+            for (Rank& R : rk) {
+                R.g.clear();
+                for (int64_t x : R.canon) R.g.push_back(x >= 0 ? g[x] : 0.0f);
+                std::vector<float> sc(R.t.numel.size(), scale);
+                float *bm = R.scratch.data(), *bv = bm + R.nblocks;
+                adam8bit_split_maxima(R.g.data(), R.cm.data(), R.cv.data(), R.am.data(), R.av.data(), bm, bv, R.nblocks, bv + R.nblocks, &R.t,
+                                      q, h, sc.data());
+            }
+            for (int64_t b = 0; b < nb && reduce; b++)
+                for (int k = 0; k < 2; k++) {  // the all-reduce (MAX)
+                    float* x = rk[0].scratch.data() + (k ? rk[0].nblocks : 0) + b;
+                    float* y = rk[1].scratch.data() + (k ? rk[1].nblocks : 0) + b;
+                    *x = *y = std::max(*x, *y);
+                }
+            for (Rank& R : rk) {
+                std::vector<float> sc(R.t.numel.size(), scale);
+                float *bm = R.scratch.data(), *bv = bm + R.nblocks;
+                adam8bit_split_apply<float>(R.p.data(), nullptr, R.g.data(), R.cm.data(), R.cv.data(), R.am.data(), R.av.data(), bm, bv,
+                                            R.nblocks, &R.t, q, h, sc.data());
+            }
+            int64_t wrong = 0;
+            for (Rank& R : rk) {
+                for (size_t e = 0; e < R.canon.size(); e++) {
+                    int64_t x = R.canon[e];
+                    if (x < 0) continue;
+                    wrong += memcmp(&R.p[e], &p[x], 4) != 0 || R.cm[e] != cm[x] || R.cv[e] != cv[x];
+                }
+                for (int64_t b = 0; b < nb; b++) wrong += memcmp(&R.am[b], &am[b], 4) != 0 || memcmp(&R.av[b], &av[b], 4) != 0;
+                for (size_t e = 0; e < R.canon.size(); e++)
+                    if (R.canon[e] < 0) wrong += R.cm[e] != q->zero_m || R.cv[e] != q->zero_v;  // zero gradient: zero state
+            }
+            if (reduce) CHECK(wrong == 0, "split over 2 ranks, step %lld: %lld values differ from the whole unit's update", (long long)t, (long long)wrong);
+            same = same && wrong == 0;
+        }
+        if (!reduce) CHECK(!same, "without the max over ranks the split update still matched: the check cannot fail");
+        for (Rank& R : rk) adam_pieces_free(&R.t);
+    }
+    printf("ok: a unit sliced by columns over 2 ranks (block 64, 9 x 100, 70 own elements): 3 steps of split maxima, max over "
+           "ranks, split apply = adam8bit_update over the whole unit, bit for bit; without the max they differ\n");
+}
+
 int main() {
     test_maps();
     test_nearest();
@@ -361,6 +469,7 @@ int main() {
     test_step(q);
     test_percentile();
     test_stable_embedding();
+    test_split(q);
     delete q;
     printf("%s\n", fails ? "FAIL" : "PASS");
     return fails ? 1 : 0;

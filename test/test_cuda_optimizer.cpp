@@ -474,6 +474,86 @@ template <typename F> static void test_adam8bit_pieces(int bs, const char* type,
     dev_free(d_c);
 }
 
+// 8-bit state shared across ranks: adam8bit_split_maxima and adam8bit_split_apply over segments
+// (runs of 1..bs elements, several per block, sorted by block, a block with none), 3 steps, with the
+// maxima raised by another rank's (a random factor >= 1 on some blocks) between the halves, against
+// the CPU ops: params, codes, scales and the compute copy bit for bit.
+template <typename F> static void test_adam8bit_split(int bs, const char* type, const Adam8bitMaps* q) {
+    const int64_t n = 3000, nblocks = 14;
+    Adam8bitState s = adam8bit_state(n, bs, q);
+    s.am.resize(nblocks);
+    s.av.resize(nblocks);
+    std::vector<int64_t> op, os, ob, num;
+    std::vector<uint8_t> dec;
+    for (int64_t e = 0, k = 0; e < n; k++) {  // element runs, each given a block (block 5 gets none)
+        int64_t len = std::min<int64_t>(n - e, 1 + (int64_t)(rng_u64(7, 3, 50, k) % (uint64_t)bs));
+        int64_t b = (int64_t)(rng_u64(7, 3, 51, k) % (uint64_t)nblocks);
+        if (b == 5) b = 6;
+        op.push_back(e);
+        os.push_back(e);
+        ob.push_back(b);
+        num.push_back(len);
+        dec.push_back(k % 3 != 0);
+        e += len;
+    }
+    std::vector<size_t> order(op.size());
+    for (size_t k = 0; k < order.size(); k++) order[k] = k;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ob[a] < ob[b]; });
+    auto permute = [&](auto& v) { auto w = v; for (size_t k = 0; k < order.size(); k++) v[k] = w[order[k]]; };
+    permute(op); permute(os); permute(ob); permute(num); permute(dec);
+    int np = (int)op.size();
+    keel_cuda::AdamPieces dt;
+    AdamPieces ht;
+    keel_cuda::adam_pieces_init(&dt, op.data(), os.data(), ob.data(), num.data(), dec.data(), np, bs);
+    adam_pieces_init(&ht, op.data(), os.data(), ob.data(), num.data(), dec.data(), np, bs);
+    DevAdam8bit d = dev_upload(s);
+    F* d_c = sentinel_copy<F>(n, SENTINEL);
+    std::vector<float> c_twin(n, -1.0f), scratch(2 * nblocks + 2 * np);
+    float* d_scratch = dev_upload(scratch);
+    std::string name = std::string("adam8bit_split BS=") + std::to_string(bs) + " (" + type + " copy)";
+    std::string diffs;
+    for (int step = 1; step <= 3; step++) {
+        std::vector<float> g = randn(n, 260 + step, 0.01), scale(np);
+        for (int k = 0; k < np; k++) scale[k] = step == 2 && k % 2 ? 0.5f : 1.0f;
+        float* d_g = dev_upload(g);
+        AdamHyper h = adam_hyper(step, 0.1f);
+        float *bm = scratch.data(), *bv = bm + nblocks;
+        adam8bit_split_maxima(g.data(), s.cm.data(), s.cv.data(), s.am.data(), s.av.data(), bm, bv, nblocks, bv + nblocks, &ht, q, h,
+                              scale.data());
+        keel_cuda::adam8bit_split_maxima(d_g, d.cm, d.cv, d.am, d.av, d_scratch, d_scratch + nblocks, nblocks, d_scratch + 2 * nblocks,
+                                         &dt, q, h, scale.data());
+        diffs += bits_diff("maxima", dev_download(d_scratch, 2 * (size_t)nblocks), std::vector<float>(bm, bm + 2 * nblocks));
+        check_true(name + ": block 5 (no segment) has maxima 0", bm[5] == 0.0f && bv[5] == 0.0f);
+        for (int64_t b = 0; b < nblocks; b += 3) {  // another rank's larger maxima
+            bm[b] *= 1.0f + (float)step;
+            bv[b] *= 1.5f;
+        }
+        std::vector<float> raised = scratch;
+        keel_cuda::host_to_device(d_scratch, raised.data(), raised.size() * sizeof(float));
+        adam8bit_split_apply(s.p.data(), c_twin.data(), g.data(), s.cm.data(), s.cv.data(), s.am.data(), s.av.data(), bm, bv, nblocks, &ht, q,
+                             h, scale.data());
+        keel_cuda::adam8bit_split_apply(d.p, d_c, d_g, d.cm, d.cv, d.am, d.av, d_scratch, d_scratch + nblocks, nblocks, &dt, q, h,
+                                        scale.data());
+        dev_free(d_g);
+    }
+    Adam8bitState got = dev_download(d, n, nblocks);
+    diffs += bits_diff("p", got.p, s.p) + bits_diff("code_m", got.cm, s.cm) + bits_diff("code_v", got.cv, s.cv) +
+             bits_diff("absmax_m", got.am, s.am) + bits_diff("absmax_v", got.av, s.av);
+    check_bits(name + " maxima, p, codes, scales after 3 steps vs the CPU ops", diffs);
+    float* d_want = dev_upload(s.p);  // every element is in a segment: the whole copy is cast_from_f32(p)
+    F* d_cast = sentinel_copy<F>(n, SENTINEL);
+    keel_cuda::cast_from_f32(d_cast, d_want, (size_t)n);
+    check_bits(name + " compute copy vs cast_from_f32 of p; the CPU twin's copy = p",
+               bits_diff("copy", copy_bits(d_c, n), copy_bits(d_cast, n)) + bits_diff("twin copy", c_twin, s.p));
+    dev_free(d_want);
+    dev_free(d_cast);
+    keel_cuda::adam_pieces_free(&dt);
+    adam_pieces_free(&ht);
+    dev_free(d);
+    dev_free(d_c);
+    dev_free(d_scratch);
+}
+
 // Without a copy (fp32 training, ZeRO-1's shards): p_c null, the same p, m, v.
 static void test_update_pieces_no_copy() {
     PieceTable t = piece_table(0);
@@ -617,6 +697,8 @@ int main() {
     test_update_pieces_no_copy();
     for (int bs : {256, 2048}) test_adam8bit_pieces<__nv_bfloat16>(bs, "bf16", q);
     test_adam8bit_pieces<__half>(256, "fp16", q);
+    for (int bs : {64, 256}) test_adam8bit_split<__nv_bfloat16>(bs, "bf16", q);
+    test_adam8bit_split<__half>(256, "fp16", q);
     delete q;
     return cuda_test_finish();
 }

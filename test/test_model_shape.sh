@@ -15,7 +15,7 @@
 #      partition that leaves a stage without a layer are refused.
 #   3. vocabulary padding as Megatron (multiple of make-vocab-size-divisible-by x TP), canonical in
 #      checkpoints (TP=2 -> TP=1 -> TP=2 byte-identical), --pad-vocab-size-to exact, bad values refused;
-#   4. --use-bnb-optimizer = --optimizer adam8bit --stable-embedding; refused at TP > 1.
+#   4. --use-bnb-optimizer = --optimizer adam8bit --stable-embedding, also at TP=2 (test_tp_adam8bit).
 # The gradient of the model at F = 13 is checked by test_gradcheck.cpp.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -167,5 +167,6 @@ run bnb 1 $KEEL "${VARGS[@]}" --use-bnb-optimizer
 run a8 1 $KEEL "${VARGS[@]}" --optimizer adam8bit --stable-embedding
 cmp -s <(strip_timing "$TMP/bnb.jsonl") <(strip_timing "$TMP/a8.jsonl") && grep -q "optimizer: adam8bit" "$TMP/bnb.log" \
   && ok "--use-bnb-optimizer = --optimizer adam8bit --stable-embedding (records identical)" || fail "--use-bnb-optimizer differs"
-mpi_refused 2 "use-bnb-optimizer.*not built for --tensor-model-parallel-size > 1" "${VARGS[@]}" --use-bnb-optimizer --tensor-model-parallel-size 2
+run bnb2 2 $KEEL "${VARGS[@]}" --use-bnb-optimizer --tensor-model-parallel-size 2  # BigScience ran it at TP=4
+r=$(compare_jsonl "$TMP/bnb2.jsonl" "$TMP/bnb.jsonl" 5e-5 2>&1) && ok "--use-bnb-optimizer at TP=2 = one process within 5e-5 ($r)" || fail "--use-bnb-optimizer TP=2: $r"
 finish

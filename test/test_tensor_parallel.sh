@@ -16,7 +16,8 @@
 #      byte-identical (model.bin, optimizer.bin, state.txt): the merge is free;
 #   5. the emulated CUDA trainer at TP=2 (NCCL all-reduce of device buffers) = the CPU trainer at TP=2
 #      (fp32, 2e-5), and in bf16 = one CPU process within 5e-3 (the bf16 tolerance of test_cuda_trainer);
-#   6. bad shapes refused: heads or --pad-vocab-size-to not divisible by T, 8-bit Adam, NormFormer.
+#   6. bad shapes refused: heads or --pad-vocab-size-to not divisible by T, NormFormer (8-bit Adam at
+#      TP > 1: test_tp_adam8bit).
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 command -v mpirun >/dev/null && command -v mpicxx >/dev/null || { fail "mpirun/mpicxx not found (scripts/setup.sh installs OpenMPI)"; finish; }
@@ -112,6 +113,6 @@ fi
 mpi_refused 4 "--num-attention-heads 2 is not divisible by --tensor-model-parallel-size 4" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 4
 mpi_refused 2 "pad-vocab-size-to 50257 is not divisible by --tensor-model-parallel-size 2" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 2 \
   --make-vocab-size-divisible-by 1 --pad-vocab-size-to 50257  # (without --pad-vocab-size-to, Megatron pads to a multiple of 1 x TP)
-mpi_refused 2 "adam8bit is not built for --tensor-model-parallel-size" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 2 --optimizer adam8bit
+
 mpi_refused 2 "--normformer is not built for --tensor-model-parallel-size" "${TINY[@]}" --train-iters 2 --tensor-model-parallel-size 2 --normformer
 finish

@@ -21,6 +21,18 @@
 //     gnorm_scale[k] and h.wd when it decays, else 0; with p_c, also p_c = (F)p of every element
 //     updated. One call per step and kind of state (llmc/optimizer.h); the CUDA twins are one launch
 //     each and write the compute copy in the same pass (cuda/adamw.cuh says why).
+//   adam8bit_split_maxima, adam8bit_split_apply: adam8bit_update_pieces for units whose quantization
+//     blocks this rank shares with other ranks (tensor parallelism: the blocks are the whole unit's,
+//     llmc/optimizer.h), in two halves around the caller's all-reduce of the blocks' maxima. The
+//     table's pieces are "segments", each inside one block (numel <= BS), sorted by block;
+//     offset_block is the block's index into absmax_m/_v (the stored scales) and blk_m/_v:
+//       maxima: blk_m[b], blk_v[b] = max |m|, max v over the block's elements held here (0 where
+//               none), m, v this step's moments as adam8bit_update computes them (nothing else written)
+//       (caller: blk_m, blk_v = their maximum over the ranks that share the blocks)
+//       apply:  every element's step as adam8bit_update takes it (the moments computed again, the
+//               same bits), quantized against blk_m/_v; then absmax_m/_v = blk_m/_v
+//     A block's maximum is a max, exact in any order, so the state and the parameters are
+//     bit-identical to adam8bit_update_pieces over the whole unit from the same gradient.
 //   percentile_clip_scale: bitsandbytes' percentile clipping. hist[100] holds ‖g‖² of the unit's
 //     last 100 steps (slot t % 100; at t = 1 every slot); the gradient is scaled by
 //     sqrt(sorted(hist)[p]) / ‖g‖ when that is below 1.
@@ -94,6 +106,75 @@ static inline void adam8bit_update_pieces(float* p, F* p_c, const float* g, uint
         hk.wd = t->decay[k] ? h.wd : 0.0f;
         adam8bit_update(p + e, g + e, code_m + s, code_v + s, absmax_m + b, absmax_v + b, n, t->block_size, q, hk, gnorm_scale[k]);
         if (p_c) cast_from_f32(p_c + e, p + e, (size_t)n);
+    }
+}
+
+// One segment's moments (adam8bit_update's first pass): m[j], v[j] for j < len.
+static inline void adam8bit_segment_moments(float* m, float* v, const float* g, const uint8_t* code_m, const uint8_t* code_v,
+                                            float am, float av, int64_t len, const Adam8bitMaps* q, AdamHyper h, float gnorm_scale) {
+    for (int64_t j = 0; j < len; j++) {
+        float gj = g[j] * gnorm_scale;
+        m[j] = q->map_m[code_m[j]] * am * h.beta1 + (1.0f - h.beta1) * gj;
+        v[j] = q->map_v[code_v[j]] * av * h.beta2 + (1.0f - h.beta2) * gj * gj;
+    }
+}
+
+static inline void adam8bit_split_check(const AdamPieces* t, const char* op) {
+    if (t->block_size < 1 || t->block_size > ADAM8BIT_MAX_BLOCK)
+        keel_die("%s: the table's block size %d is outside [1, %d]", op, t->block_size, (int)ADAM8BIT_MAX_BLOCK);
+    for (size_t k = 0; k < t->numel.size(); k++)
+        if (t->numel[k] > t->block_size || (k > 0 && t->offset_block[k] < t->offset_block[k - 1]))
+            keel_die("%s: segment %zu is longer than a block or out of block order", op, k);
+}
+
+// blk_m, blk_v: (nblocks) this rank's maxima per block; seg: (2 x npieces) scratch.
+static inline void adam8bit_split_maxima(const float* g, const uint8_t* code_m, const uint8_t* code_v, const float* absmax_m,
+                                         const float* absmax_v, float* blk_m, float* blk_v, int64_t nblocks, float* seg,
+                                         const AdamPieces* t, const Adam8bitMaps* q, AdamHyper h, const float* gnorm_scale) {
+    adam8bit_split_check(t, "adam8bit_split_maxima");
+    int64_t np = (int64_t)t->numel.size();
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < np; k++) {
+        float m[ADAM8BIT_MAX_BLOCK], v[ADAM8BIT_MAX_BLOCK];
+        int64_t e = t->offset_param[k], s = t->offset_state[k], b = t->offset_block[k], n = t->numel[k];
+        adam8bit_segment_moments(m, v, g + e, code_m + s, code_v + s, absmax_m[b], absmax_v[b], n, q, h, gnorm_scale[k]);
+        seg[2 * k] = row_max_abs(m, (int)n);
+        seg[2 * k + 1] = row_max_abs(v, (int)n);
+    }
+    for (int64_t b = 0; b < nblocks; b++) blk_m[b] = blk_v[b] = 0.0f;
+    for (int64_t k = 0; k < np; k++) {  // a max: exact in any order
+        int64_t b = t->offset_block[k];
+        blk_m[b] = std::max(blk_m[b], seg[2 * k]);
+        blk_v[b] = std::max(blk_v[b], seg[2 * k + 1]);
+    }
+}
+
+template <typename F>
+static inline void adam8bit_split_apply(float* p, F* p_c, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
+                                        float* absmax_v, const float* blk_m, const float* blk_v, int64_t nblocks, const AdamPieces* t,
+                                        const Adam8bitMaps* q, AdamHyper h, const float* gnorm_scale) {
+    adam8bit_split_check(t, "adam8bit_split_apply");
+    int64_t np = (int64_t)t->numel.size();
+#pragma omp parallel for schedule(static)
+    for (int64_t k = 0; k < np; k++) {
+        float m[ADAM8BIT_MAX_BLOCK], v[ADAM8BIT_MAX_BLOCK];
+        int64_t e = t->offset_param[k], s = t->offset_state[k], b = t->offset_block[k], n = t->numel[k];
+        float wd = t->decay[k] ? h.wd : 0.0f;
+        float step_size = -h.lr * h.c2 / h.c1, eps = h.c2 * h.eps, decay = 1.0f - h.lr * wd;
+        adam8bit_segment_moments(m, v, g + e, code_m + s, code_v + s, absmax_m[b], absmax_v[b], n, q, h, gnorm_scale[k]);
+        for (int64_t j = 0; j < n; j++) {
+            float pj = p[e + j] + step_size * (m[j] / (std::sqrt(v[j]) + eps));
+            p[e + j] = wd > 0.0f ? pj * decay : pj;
+        }
+        for (int64_t j = 0; j < n; j++) {
+            code_m[s + j] = adam8bit_quantize_m(q, m[j], blk_m[b]);
+            code_v[s + j] = adam8bit_quantize_v(q, v[j], blk_v[b]);
+        }
+        if (p_c) cast_from_f32(p_c + e, p + e, (size_t)n);
+    }
+    for (int64_t b = 0; b < nblocks; b++) {  // after every segment has read the old scales
+        absmax_m[b] = blk_m[b];
+        absmax_v[b] = blk_v[b];
     }
 }
 

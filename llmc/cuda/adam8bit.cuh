@@ -10,6 +10,13 @@
 //       (cuda/adamw.cuh) in ONE launch each, with the piece's gnorm_scale (a host array, one factor
 //       per piece) and h.wd where the piece decays, else 0; writing p_c = round_to_F(p) of each
 //       updated element when p_c is given (the compute copy, as cast_from_f32 writes it).
+//   adam8bit_split_maxima, adam8bit_split_apply: the step of units whose blocks this rank shares with
+//       other ranks, in two halves around the caller's all-reduce of the blocks' maxima (the
+//       contract of cpu/adam8bit.h); the table's pieces are segments (numel <= BS) sorted by block.
+//       One CUDA block per segment computes its moments and their maxima (maxima: into a scratch
+//       row per segment; a second kernel, one thread per quantization block, takes the max over the
+//       block's segments, found by binary search in the sorted rows); apply computes the same
+//       moments again and writes the parameter, the copy and the codes; absmax ← blk last.
 // Legend: n elements of one parameter tensor; BS the quantization block size (≤ ADAM8BIT_MAX_BLOCK),
 // blocks start at element 0 and the last may be partial; nblocks = ceil(n / BS). A piece's blocks
 // start at the piece's first element (a unit's start, or a ZeRO-1 shard boundary, which is a block
@@ -138,6 +145,85 @@ __global__ void adam8bit_update_pieces_kernel(float* p, F* p_c, const float* g, 
                    s, gnorm_scale[r - rows]);
 }
 
+// Segment k = blockIdx.x of a split table (numel <= block size): this step's moments of its elements
+// into m[], v[] (registers, as adam8bit_block), returned with their maxima.
+__device__ inline int adam8bit_segment_moments(float* m, float* v, float* max_m, float* max_v, const AdamPieceRow* r,
+                                               const float* g, const uint8_t* code_m, const uint8_t* code_v, const float* absmax_m,
+                                               const float* absmax_v, const Adam8bitMaps* q, AdamHyper h, float gnorm_scale) {
+    int len = (int)r->numel;
+    float am = absmax_m[r->offset_block], av = absmax_v[r->offset_block];
+    *max_m = *max_v = 0.0f;
+ADAM8BIT_UNROLL
+    for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
+        int j = threadIdx.x + k * ADAM8BIT_THREADS;
+        if (j >= len) break;
+        float gj = fmul_rn(g[r->offset_param + j], gnorm_scale);
+        m[k] = adam_moment1(fmul_rn(q->map_m[code_m[r->offset_state + j]], am), gj, h.beta1);
+        v[k] = adam_moment2(fmul_rn(q->map_v[code_v[r->offset_state + j]], av), gj, h.beta2);
+        *max_m = max_abs_acc(*max_m, m[k]);
+        *max_v = max_abs_acc(*max_v, v[k]);
+    }
+    return len;
+}
+
+// Grid: (npieces); block: (ADAM8BIT_THREADS). seg: (2 x npieces) device scratch.
+__global__ void adam8bit_split_maxima_kernel(const float* g, const uint8_t* code_m, const uint8_t* code_v, const float* absmax_m,
+                                             const float* absmax_v, float* seg, const AdamPieceRow* rows, const float* gnorm_scale,
+                                             const Adam8bitMaps* q, AdamHyper h) {
+    __shared__ float shared[32];
+    float m[ADAM8BIT_PER_THREAD], v[ADAM8BIT_PER_THREAD], max_m, max_v;
+    const AdamPieceRow* r = rows + blockIdx.x;
+    adam8bit_segment_moments(m, v, &max_m, &max_v, r, g, code_m, code_v, absmax_m, absmax_v, q, h, gnorm_scale[blockIdx.x]);
+    float bm = block_max(max_m, shared), bv = block_max(max_v, shared);
+    if (threadIdx.x == 0) {
+        seg[2 * blockIdx.x] = bm;
+        seg[2 * blockIdx.x + 1] = bv;
+    }
+}
+
+// Grid: (ceil(nblocks / 256)); block: (256): quantization block b's maximum over its segments (the
+// rows are sorted by block: the first with offset_block >= b, by binary search, then on while equal).
+__global__ void adam8bit_split_blockmax_kernel(float* blk_m, float* blk_v, int64_t nblocks, const float* seg, const AdamPieceRow* rows,
+                                               int npieces) {
+    int64_t b = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (b >= nblocks) return;
+    int lo = 0, hi = npieces;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (rows[mid].offset_block < b) lo = mid + 1;
+        else hi = mid;
+    }
+    float mm = 0.0f, mv = 0.0f;
+    for (int k = lo; k < npieces && rows[k].offset_block == b; k++) {
+        mm = seg[2 * k] > mm ? seg[2 * k] : mm;
+        mv = seg[2 * k + 1] > mv ? seg[2 * k + 1] : mv;
+    }
+    blk_m[b] = mm;
+    blk_v[b] = mv;
+}
+
+// Grid: (npieces); block: (ADAM8BIT_THREADS). Reads absmax (the old scales), writes no scale.
+template <typename F>
+__global__ void adam8bit_split_apply_kernel(float* p, F* p_c, const float* g, uint8_t* code_m, uint8_t* code_v, const float* absmax_m,
+                                            const float* absmax_v, const float* blk_m, const float* blk_v, const AdamPieceRow* rows,
+                                            const float* gnorm_scale, const Adam8bitMaps* q, AdamHyper h, AdamStepConsts s) {
+    float m[ADAM8BIT_PER_THREAD], v[ADAM8BIT_PER_THREAD], max_m, max_v;
+    const AdamPieceRow* r = rows + blockIdx.x;
+    int len = adam8bit_segment_moments(m, v, &max_m, &max_v, r, g, code_m, code_v, absmax_m, absmax_v, q, h, gnorm_scale[blockIdx.x]);
+    float new_am = blk_m[r->offset_block], new_av = blk_v[r->offset_block], wd = r->decay ? h.wd : 0.0f;
+ADAM8BIT_UNROLL
+    for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
+        int j = threadIdx.x + k * ADAM8BIT_THREADS;
+        if (j >= len) break;
+        int64_t e = r->offset_param + j, st = r->offset_state + j;
+        float pj = adam_param(p[e], m[k], v[k], wd, s);
+        p[e] = pj;
+        if (p_c) p_c[e] = from_f32<F>(pj);
+        code_m[st] = adam8bit_quantize_m(q, m[k], new_am);
+        code_v[st] = adam8bit_quantize_v(q, v[k], new_av);
+    }
+}
+
 // One element of adam32_update: updates *p, *m, *v (registers) from g.
 __device__ inline void adam32_element(float* p, float* m, float* v, float g, AdamHyper h, float wd, AdamStepConsts s,
                                       float gnorm_scale) {
@@ -226,6 +312,46 @@ static inline void adam8bit_update_pieces(float* p, F* p_c, const float* g, uint
     KEEL_LAUNCH(adam8bit_update_pieces_kernel<F>, t->grid, ADAM8BIT_THREADS, 0, MAIN_STREAM)(
         p, p_c, g, code_m, code_v, absmax_m, absmax_v, t->rows, t->npieces, d_scale, t->block_size, d_q, h, adam_step_consts(h));
     CUDA_CHECK_LAUNCH();
+}
+
+static inline void adam8bit_split_check(const AdamPieces* t, const char* op) {
+    if (t->block_size < 1 || t->block_size > ADAM8BIT_MAX_BLOCK)
+        keel_die("%s: the table's block size %d is outside [1, %d]", op, t->block_size, (int)ADAM8BIT_MAX_BLOCK);
+    if (t->grid != (unsigned)t->npieces) keel_die("%s: a segment is longer than a block (%u CUDA blocks for %d segments)", op, t->grid, t->npieces);
+}
+
+// blk_m, blk_v: (nblocks) device; seg: (2 x npieces) device scratch. gnorm_scale: host (npieces).
+static inline void adam8bit_split_maxima(const float* g, const uint8_t* code_m, const uint8_t* code_v, const float* absmax_m,
+                                         const float* absmax_v, float* blk_m, float* blk_v, int64_t nblocks, float* seg,
+                                         AdamPieces* t, const Adam8bitMaps* q, AdamHyper h, const float* gnorm_scale) {
+    adam8bit_split_check(t, "adam8bit_split_maxima");
+    if (nblocks == 0) return;
+    if (t->npieces > 0) {
+        const Adam8bitMaps* d_q = adam8bit_maps_device(q);
+        const float* d_scale = adam_pieces_scales(t, gnorm_scale);
+        KEEL_LAUNCH(adam8bit_split_maxima_kernel, t->grid, ADAM8BIT_THREADS, 0, MAIN_STREAM)(g, code_m, code_v, absmax_m,
+                                                                                             absmax_v, seg, t->rows, d_scale, d_q, h);
+        CUDA_CHECK_LAUNCH();
+    }
+    KEEL_LAUNCH(adam8bit_split_blockmax_kernel, ceil_div(nblocks, 256), 256, 0, MAIN_STREAM)(blk_m, blk_v, nblocks, seg, t->rows, t->npieces);
+    CUDA_CHECK_LAUNCH();
+}
+
+template <typename F>
+static inline void adam8bit_split_apply(float* p, F* p_c, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
+                                        float* absmax_v, const float* blk_m, const float* blk_v, int64_t nblocks, AdamPieces* t,
+                                        const Adam8bitMaps* q, AdamHyper h, const float* gnorm_scale) {
+    adam8bit_split_check(t, "adam8bit_split_apply");
+    if (t->npieces > 0) {
+        const Adam8bitMaps* d_q = adam8bit_maps_device(q);
+        const float* d_scale = adam_pieces_scales(t, gnorm_scale);
+        KEEL_LAUNCH(adam8bit_split_apply_kernel<F>, t->grid, ADAM8BIT_THREADS, 0, MAIN_STREAM)(
+            p, p_c, g, code_m, code_v, absmax_m, absmax_v, blk_m, blk_v, t->rows, d_scale, d_q, h, adam_step_consts(h));
+        CUDA_CHECK_LAUNCH();
+    }
+    if (nblocks == 0) return;
+    device_to_device(absmax_m, blk_m, (size_t)nblocks * sizeof(float));  // after every segment has read the old scales
+    device_to_device(absmax_v, blk_v, (size_t)nblocks * sizeof(float));
 }
 
 // adam32_update over every piece of t (an elementwise table) in one launch; as adam8bit_update_pieces.
