@@ -233,8 +233,11 @@ static inline std::vector<int64_t> optimizer_shards(const std::vector<OptUnit>& 
 }
 
 // The units of a parameter table, in table order, with their offsets in its canonical state;
-// *n32, *n8, *nblocks: the state's totals.
-static inline std::vector<OptUnit> optimizer_units(const ParamTable* pt, const Config* c, int64_t* n32, int64_t* n8, int64_t* nblocks) {
+// *n32, *n8, *nblocks: the state's totals. tp_slices: the table is one of that many tensor-parallel
+// slices, and a split tensor's 8-bit choice is made on its whole size (slice x tp_slices; for the
+// word embedding that counts the TP padding rows, which only moves a threshold set between the two).
+static inline std::vector<OptUnit> optimizer_units(const ParamTable* pt, const Config* c, int64_t* n32, int64_t* n8, int64_t* nblocks,
+                                                   int64_t tp_slices = 1) {
     std::vector<OptUnit> units;
     int64_t block = c->adam8bit_block_size;
     *n32 = *n8 = *nblocks = 0;
@@ -243,7 +246,8 @@ static inline std::vector<OptUnit> optimizer_units(const ParamTable* pt, const C
         if (t->numel == 0) continue;
         int64_t per = t->per_layer ? t->rows * t->cols : t->numel, layers = t->numel / per;
         for (int64_t l = 0; l < layers; l++) {
-            OptUnit u = {id, (int)l, t->offset_canonical + l * per, per, optimizer_unit_is_8bit(c, id, per), 0, 0, 0, 0, 0, false};
+            int64_t whole = t->tp != TP_NONE ? per * tp_slices : per;
+            OptUnit u = {id, (int)l, t->offset_canonical + l * per, per, optimizer_unit_is_8bit(c, id, whole), 0, 0, 0, 0, 0, false};
             if (u.q8) {
                 u.offset_state = *n8;
                 u.offset_block = *nblocks;
@@ -369,7 +373,7 @@ static inline void optimizer_cut_pieces(Optimizer* o) {
             pc.offset_state = o->local_n8;
             pc.offset_block = o->local_nblocks;
             o->local_n8 += pc.numel;
-            o->local_nblocks += (pc.numel + o->block_size - 1) / o->block_size;
+            if (!u.tp_split) o->local_nblocks += (pc.numel + o->block_size - 1) / o->block_size;  // (sliced: split_absmax)
         } else {
             pc.offset_state = o->local_n32;
             o->local_n32 += pc.numel;
@@ -388,7 +392,7 @@ static inline void optimizer_init(Optimizer* o, const ParamTable* pt, const Conf
     o->block_size = (int)c->adam8bit_block_size;
     o->n = pt->total;
     o->step = 0;
-    o->units = optimizer_units(pt, c, &o->n32, &o->n8, &o->nblocks);
+    o->units = optimizer_units(pt, c, &o->n32, &o->n8, &o->nblocks, c->tensor_model_parallel_size);
     o->chunks.clear();
     for (size_t ui = 0; ui < o->units.size(); ui++)
         for (int64_t k = 0; k < o->units[ui].numel; k += GRAD_CHUNK)

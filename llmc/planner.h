@@ -118,22 +118,32 @@ struct PlanGpu {
 // The optimizer state bytes of rank `rank` of dp (optimizer_init's pieces: ZeRO-1 cuts the units at
 // the rank's shard), and in *chunks the gradient-norm chunks of its shard (grad_norm_sumsq sums the
 // shard's chunks at either ZeRO stage: the gradients are reduce-scattered first).
-static inline size_t plan_optimizer_bytes(const ParamTable* pt, const Config* c, int rank, int dp, int zero_stage, size_t* chunks) {
-    int64_t n32 = 0, n8 = 0, nblocks = 0, l32 = 0, l8 = 0, lblocks = 0;
-    std::vector<OptUnit> units = optimizer_units(pt, c, &n32, &n8, &nblocks);
+// At TP > 1 a sliced 8-bit unit's scales are the whole unit's blocks, on every rank (state), and
+// *split_scratch the step's buffers beside them: the blocks' maxima and, per segment (a piece's part
+// inside one block; estimated as two per local block), its maxima and its table row
+// (optimizer_split_init; the TP padding rows' own blocks are not counted).
+static inline size_t plan_optimizer_bytes(const ParamTable* pt, const Config* c, int rank, int dp, int zero_stage, size_t* chunks,
+                                          int64_t tp = 1, size_t* split_scratch = nullptr) {
+    int64_t n32 = 0, n8 = 0, nblocks = 0, l32 = 0, l8 = 0, lblocks = 0, whole_blocks = 0, segments = 0, bs = c->adam8bit_block_size;
+    std::vector<OptUnit> units = optimizer_units(pt, c, &n32, &n8, &nblocks, tp);
     std::vector<int64_t> shards = optimizer_shards(units, pt->total, dp);
     int64_t lo = zero_stage == 1 ? shards[rank] : 0, hi = zero_stage == 1 ? shards[rank + 1] : pt->total;
     *chunks = 0;
     for (const OptUnit& u : units) {
         for (int64_t k = 0; k < u.numel; k += GRAD_CHUNK)
             *chunks += u.offset_canonical + k >= shards[rank] && u.offset_canonical + k < shards[rank + 1];
+        bool sliced = u.q8 && tp > 1 && pt->t[u.id].tp != TP_NONE;
+        if (sliced) whole_blocks += (u.numel * tp + bs - 1) / bs;
         int64_t n = std::min(u.offset_canonical + u.numel, hi) - std::max(u.offset_canonical, lo);
         if (n <= 0) continue;
-        if (u.q8) l8 += n, lblocks += (n + c->adam8bit_block_size - 1) / c->adam8bit_block_size;
+        if (u.q8) l8 += n;
         else l32 += n;
+        if (u.q8 && !sliced) lblocks += (n + bs - 1) / bs;
+        if (sliced) segments += 2 * ((n + bs - 1) / bs);
     }
+    if (split_scratch) *split_scratch = (size_t)(2 * whole_blocks + 2 * segments) * sizeof(float) + (size_t)segments * OPT_TABLE_BYTES_PER_PIECE;
     int64_t hist = c->optimizer == "adam8bit" ? (int64_t)units.size() * PCLIP_HISTORY : 0;
-    return (size_t)(2 * l32 + 2 * lblocks + hist) * sizeof(float) + (size_t)l8 * 2;
+    return (size_t)(2 * l32 + 2 * lblocks + hist + 2 * whole_blocks) * sizeof(float) + (size_t)l8 * 2;
 }
 
 static inline PlanGpu plan_gpu_bytes(const Config* c, const GPTConfig* g, const PlanLayout* l) {
@@ -153,8 +163,8 @@ static inline PlanGpu plan_gpu_bytes(const Config* c, const GPTConfig* g, const 
         bool copy = !c->fp32;  // a bf16/fp16 compute copy: under ZeRO-1 the fp32 master weights are sharded too
         size_t best_rank = 0;
         for (int r = 0; r < l->dp; r++) {  // the rank with the most
-            size_t chunks = 0, state = plan_optimizer_bytes(&pt, c, r, l->dp, l->zero_stage, &chunks);
-            size_t reductions = 4 * chunks * sizeof(double) + maps  // (2, chunks) int64 table, (chunks, 2) double sums
+            size_t chunks = 0, split = 0, state = plan_optimizer_bytes(&pt, c, r, l->dp, l->zero_stage, &chunks, l->tp, &split);
+            size_t reductions = 4 * chunks * sizeof(double) + maps + split  // (2, chunks) int64 table, (chunks, 2) double sums
                                 + optimizer_tables_bytes(&pt, c, r, l->dp, l->zero_stage);  // the one-launch update's piece tables
             int64_t lo, hi;
             optimizer_master_range(&pt, c, r, l->dp, l->zero_stage, copy, &lo, &hi);
