@@ -41,18 +41,20 @@ static inline void keel_vprint_error(const char* hint, const char* fmt, va_list 
 #ifdef KEEL_FUZZ
 struct KeelError { int code; std::string message; };
 // The message is still formatted: a format argument that reads out of bounds is a finding too.
-[[noreturn]] static inline void keel_throw_error(int code, const char* fmt, va_list ap) {
-    char buf[1024];
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    throw KeelError{code, buf};
-}
+#define KEEL_THROW_ERROR(code, fmt, ap)         \
+    do {                                        \
+        char buf_[1024];                        \
+        vsnprintf(buf_, sizeof buf_, fmt, ap);  \
+        va_end(ap);                             \
+        throw KeelError{code, buf_};            \
+    } while (0)
 #endif
 
 [[noreturn]] static inline void keel_die_code(int code, const char* hint, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
 #ifdef KEEL_FUZZ
-    keel_throw_error(code, fmt, ap);
+    KEEL_THROW_ERROR(code, fmt, ap);
 #endif
     keel_vprint_error(hint, fmt, ap);
     va_end(ap);
@@ -68,7 +70,7 @@ struct KeelError { int code; std::string message; };
     va_list ap;
     va_start(ap, fmt);
 #ifdef KEEL_FUZZ
-    keel_throw_error(KEEL_EXIT_USAGE, fmt, ap);
+    KEEL_THROW_ERROR(KEEL_EXIT_USAGE, fmt, ap);
 #endif
     if (keel_launcher_rank() > 0) exit(KEEL_EXIT_USAGE);
     keel_vprint_error(hint, fmt, ap);
