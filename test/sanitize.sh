@@ -76,7 +76,8 @@ expect_fail 2 "hidden-size" $A "${TINY[@]}" --train-iters 1 --hidden-size 214748
 if [ "$mode" = full ]; then
   # the CPU unit tests built with the sanitizers (make asan-build)
   for t in build/asan/test_*; do
-    "$t" >"$TMP/unit.log" 2>&1; clean "$(basename "$t")" "$TMP/unit.log" $?
+    "$t" >"$TMP/unit.log" 2>&1; rc=$?
+    clean "$(basename "$t")" "$TMP/unit.log" $rc
   done
   # scripted tests against the sanitized trainer
   for t in test_bad_input test_hardening test_train_resume test_checkpoint_crash test_knobs_train test_run_control; do
