@@ -6,6 +6,9 @@
 #   make test-cuda  the CUDA kernels and trainer under the CPU emulation of CUDA (no GPU needed)
 #   make test-gpu   the same tests on a real GPU (nvcc-built), plus train_gpt vs train_gpt_cpu
 #   make bench      print ms/iteration, tokens/s and GFLOP/s for fixed configurations
+#   make fuzz       build the libFuzzer targets (test/fuzz) and fuzz each for FUZZ_SECONDS (default 60)
+#   make test-sanitize  the CPU trainer and unit tests under ASan + UBSan on a representative set (test/sanitize.sh)
+#   make test-crash     SIGKILL at KILLS random instants (default 200), every resume byte-identical
 # Overrides: make NO_CUDA=1 (skip the CUDA trainer), make NO_MPI=1 (build without MPI).
 
 CXX       ?= g++
@@ -38,6 +41,16 @@ else
   else
     $(info ✗ MPI (mpicxx not found; scripts/setup.sh installs OpenMPI))
   endif
+endif
+
+# clang with libFuzzer and the sanitizer runtimes (libclang-rt-dev): the fuzz targets (make fuzz)
+FUZZ_CXX ?= clang++
+FUZZ_OK := $(shell printf '\043include <cstddef>\n\043include <cstdint>\nextern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n' \
+             | $(FUZZ_CXX) -fsanitize=fuzzer,address,undefined -x c++ - -o /dev/null 2>/dev/null && echo 1)
+ifeq ($(FUZZ_OK),1)
+  $(info ✓ libFuzzer ($(FUZZ_CXX) -fsanitize=fuzzer))
+else
+  $(info ✗ libFuzzer ($(FUZZ_CXX) -fsanitize=fuzzer cannot link; scripts/setup.sh installs clang, libclang-rt-dev): make fuzz and test_fuzz_smoke fail)
 endif
 
 CUDA_HOME ?= /usr/local/cuda
@@ -112,7 +125,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile
+.PHONY: all run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile fuzz fuzz-build asan-build test-sanitize test-crash
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -184,7 +197,49 @@ build/test_cuda_%: test/test_cuda_%.cpp $(HEADERS) $(EMU_HEADERS)
 build/train_gpt_emu: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
 	@mkdir -p build
 	$(CXX) -O2 $(KEEL_CXXFLAGS) $(EMU_FLAGS) -DKEEL_CUDA $(CPU_MPI_FLAGS) -x c++ $< -o $@ $(MPI_LIBS) $(LDLIBS)
-tests: $(TEST_BINS) build/train_gpt_emu
+tests: $(TEST_BINS) build/train_gpt_emu build/asan/train_gpt_cpu $(if $(FUZZ_OK),fuzz-build)
+
+# ---- hardening (README "Hardening") ---------------------------------------------------------------
+# libFuzzer targets, one per reader of outside bytes (test/fuzz/fuzz_*.cpp), built by clang with
+# ASan + UBSan; -DKEEL_FUZZ makes keel_die throw so a refusal is an ordinary outcome (llmc/common.h).
+# `make fuzz` runs each for FUZZ_SECONDS from its seed corpus (test/fuzz/corpus/<target>); the
+# corpus it grows stays in build/fuzz/corpus, a finding lands in build/fuzz/findings.
+FUZZ_FLAGS = -std=c++17 -O1 -g -fno-omit-frame-pointer -DKEEL_FUZZ -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
+FUZZ_BINS := $(patsubst test/fuzz/%.cpp,build/fuzz/%,$(wildcard test/fuzz/fuzz_*.cpp))
+build/fuzz/%: test/fuzz/%.cpp test/fuzz/fuzz.h $(HEADERS)
+	@mkdir -p build/fuzz
+	$(FUZZ_CXX) $(FUZZ_FLAGS) $< -o $@
+fuzz-build: $(FUZZ_BINS)
+FUZZ_SECONDS ?= 60
+fuzz: setup
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) fuzz-build tokenize_gpt2
+	@$(MAKE) --no-print-directory data
+	@bash test/fuzz/run.sh $(FUZZ_SECONDS)
+
+# The CPU trainer and the CPU unit tests under AddressSanitizer + UBSan (build/asan/), then a
+# representative set of runs: many knobs, save + resume, DP=2 under mpirun, bad inputs.
+# (-Wno-maybe-uninitialized: GCC 12 warns falsely inside <regex> under the sanitizers)
+ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all -Wno-maybe-uninitialized
+ASAN_TEST_BINS := $(patsubst test/%.cpp,build/asan/%,$(filter-out test/test_cuda_%.cpp,$(wildcard test/test_*.cpp)))
+build/asan/train_gpt_cpu: train_gpt.cu $(HEADERS)
+	@mkdir -p build/asan
+	$(CXX) $(ASAN_FLAGS) $(KEEL_CXXFLAGS) $(CPU_MPI_FLAGS) -x c++ $< -o $@ $(MPI_LIBS) $(LDLIBS)
+build/asan/test_%: test/test_%.cpp $(HEADERS)
+	@mkdir -p build/asan
+	$(CXX) $(ASAN_FLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
+asan-build: build/asan/train_gpt_cpu $(ASAN_TEST_BINS)
+test-sanitize: setup
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) asan-build train_gpt_cpu
+	@$(MAKE) --no-print-directory data
+	@bash test/sanitize.sh full
+
+# SIGKILL at KILLS random instants of a run that saves every iteration or two, each resumed: every
+# run must end byte-identical to an uninterrupted one (test/test_crash_random.sh).
+KILLS ?= 200
+test-crash: setup
+	@$(MAKE) --no-print-directory train_gpt_cpu
+	@$(MAKE) --no-print-directory data
+	@KEEL_CRASH_KILLS=$(KILLS) bash test/test_crash_random.sh
 
 setup:
 	@bash scripts/setup.sh

@@ -1287,8 +1287,6 @@ template <typename A>
 static int trainer_stop_early(Trainer<A>* tr, bool saved_now, const std::string& why) {
     if (!tr->cfg.save.empty() && !saved_now) trainer_save(tr);
     printf("%s\n", why.c_str());
-    logger_close(&tr->log);
-    trainer_free_groups(tr);
     return 0;
 }
 
@@ -1300,8 +1298,6 @@ static int trainer_eval_only(Trainer<A>* tr) {
     printf("eval-only: iteration %lld of %s on %lld validation batch(es); nothing trains, nothing is saved\n",
            (long long)tr->st.iteration, tr->cfg.load.c_str(), (long long)tr->cfg.eval_iters);
     log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
-    logger_close(&tr->log);
-    trainer_free_groups(tr);
     return 0;
 }
 
@@ -1384,8 +1380,6 @@ static int trainer_run(Trainer<A>* tr) {
         if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < tr->train_iters) {
             if (!c->save.empty() && !saved_now) trainer_save(tr);
             printf("exiting program at iteration %lld (--exit-interval %lld)\n", (long long)it, (long long)c->exit_interval);
-            logger_close(&tr->log);
-            trainer_free_groups(tr);
             return 0;
         }
     }
@@ -1408,6 +1402,14 @@ static int trainer_run(Trainer<A>* tr) {
             }
         }
     }
+    return 0;
+}
+
+// After trainer_run, whichever way it ended (the end, --exit-interval, a kill switch, the time limit,
+// --eval-only): everything trainer_setup opened or allocated is closed and freed (LeakSanitizer
+// checks every exit path, test/sanitize.sh).
+template <typename A>
+static void trainer_finish(Trainer<A>* tr) {
     logger_close(&tr->log);
     dataloader_free(&tr->train_data);
     if (tr->have_valid) dataloader_free(&tr->valid_data);
@@ -1415,7 +1417,6 @@ static int trainer_run(Trainer<A>* tr) {
     gpt_free(&tr->model);
     trainer_free_groups(tr);
     delete tr;
-    return 0;
 }
 
 template <typename A> static int trainer_main(const Comm* comm, const Config* c) {
@@ -1430,7 +1431,9 @@ template <typename A> static int trainer_main(const Comm* comm, const Config* c)
         delete tr;
         return 0;
     }
-    return trainer_run(tr);
+    int status = trainer_run(tr);
+    trainer_finish(tr);
+    return status;
 }
 
 int main(int argc, char** argv) {

@@ -100,9 +100,11 @@ static inline void* backend_malloc(size_t bytes) {
 static inline void backend_free(void* p) { free(p); }
 static inline int backend_compute_capability() { return 0; }  // (no GPU: only the GPU build asks)
 static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
-static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
-static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
-static inline void backend_copy_on_device(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
-static inline void backend_upload(void* dst, const void* src, size_t bytes) { memcpy(dst, src, bytes); }
+// (bytes == 0 may come with null pointers: an empty span, a rank holding no slice; memcpy's
+// arguments must not be null even then — UBSan, test/sanitize.sh)
+static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }
+static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }
+static inline void backend_copy_on_device(void* dst, const void* src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }
+static inline void backend_upload(void* dst, const void* src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }
 static inline void backend_upload_reserve(size_t) {}
 #endif

@@ -201,7 +201,8 @@ static inline void ckpt_coop_finish(const std::string& path, size_t bytes, uint3
 // Reads a binary checkpoint file of `bytes` bytes describing `count` parameters, verifying header,
 // size and checksum.
 static inline void ckpt_read_file(const std::string& path, void* payload, uint64_t bytes_expected, uint64_t count, uint32_t kind) {
-    FILE* f = fopen(path.c_str(), "rb");
+    FilePtr file(fopen(path.c_str(), "rb"));
+    FILE* f = file.get();
     if (!f) keel_die("checkpoint file '%s': cannot open: %s", path.c_str(), strerror(errno));
     uint8_t header[64];
     if (fread(header, 1, 64, f) != 64 || memcmp(header, "KEELCKPT", 8) != 0)
@@ -221,7 +222,6 @@ static inline void ckpt_read_file(const std::string& path, void* payload, uint64
     if (fread(payload, 1, bytes, f) != bytes) keel_die("checkpoint file '%s': truncated (torn write?)", path.c_str());
     char extra;
     if (fread(&extra, 1, 1, f) != 0) keel_die("checkpoint file '%s': trailing bytes after the payload", path.c_str());
-    fclose(f);
     if (checksum64(payload, bytes) != sum) keel_die("checkpoint file '%s': checksum mismatch (corrupt or torn file)", path.c_str());
 }
 
@@ -541,7 +541,8 @@ enum { LLMC_MAGIC = 20240326, LLMC_VERSION_FP32 = 3, LLMC_VERSION_BF16 = 5 };
 struct LlmcHeader { int maxT, V, L, NH, C, Vp; };
 
 static inline LlmcHeader llmc_read_header(const char* path, FILE** out_file) {
-    FILE* f = fopen(path, "rb");
+    FilePtr file(fopen(path, "rb"));
+    FILE* f = file.get();
     if (!f) keel_die("llm.c model file '%s': cannot open: %s", path, strerror(errno));
     int32_t h[256];
     if (fread(h, 4, 256, f) != 256) keel_die("llm.c model file '%s': truncated header", path);
@@ -553,15 +554,19 @@ static inline LlmcHeader llmc_read_header(const char* path, FILE** out_file) {
         keel_die("llm.c model file '%s': implausible shape in the header", path);
     // The whole file must be header + the tensors the shape implies: a corrupt header is refused
     // here, before anything is allocated from its numbers.
+    // Saturating arithmetic (llmc/flags.h): C up to 2^31 makes 12·C·C overflow int64, and a wrapped
+    // product could match the file's size (found by test/fuzz/fuzz_llmc_model).
     int64_t C = r.C, L = r.L;
-    int64_t expect = 1024 + 4 * (r.Vp * C + (int64_t)r.maxT * C + L * (12 * C * C + 13 * C) + 2 * C);
+    int64_t per_layer = size_add(size_mul(12, size_mul(C, C)), 13 * C);
+    int64_t floats = size_add(size_add(size_mul(r.Vp, C), size_mul(r.maxT, C)), size_add(size_mul(L, per_layer), 2 * C));
+    int64_t expect = size_add(1024, size_mul(4, floats));
     fseek(f, 0, SEEK_END);
     int64_t bytes = ftell(f);
     fseek(f, 1024, SEEK_SET);
     if (bytes != expect)
         keel_die("llm.c model file '%s': %lld bytes, but its header's shape needs %lld (truncated or corrupt)", path,
                  (long long)bytes, (long long)expect);
-    if (out_file) *out_file = f; else fclose(f);
+    if (out_file) *out_file = file.release();
     return r;
 }
 
@@ -576,6 +581,7 @@ static inline int64_t weights_first_nonfinite(const float* w, int64_t n) {
 static inline void llmc_load(const char* path, float* params, const ParamTable* pt, const GPTConfig* g) {
     FILE* f;
     LlmcHeader h = llmc_read_header(path, &f);
+    FilePtr file(f);
     if (h.maxT != g->max_seq_len || h.V != g->vocab_size || h.L != g->num_layers || h.NH != g->num_heads || h.C != g->channels)
         keel_die_code(KEEL_EXIT_USAGE, "pass the file's shape: --num-layers --hidden-size --num-attention-heads --max-position-embeddings --vocab-size",
                       "llm.c model file '%s' is maxT=%d V=%d L=%d NH=%d C=%d, this run is maxT=%d V=%d L=%d NH=%d C=%d", path,
@@ -608,7 +614,6 @@ static inline void llmc_load(const char* path, float* params, const ParamTable* 
     }
     char extra;
     if (fread(&extra, 1, 1, f) != 0) keel_die("llm.c model file '%s': trailing bytes (shape mismatch?)", path);
-    fclose(f);
 }
 
 static inline void llmc_export(const char* path, const float* params, const ParamTable* pt, const GPTConfig* g) {

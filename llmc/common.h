@@ -4,6 +4,8 @@
 // (plus an optional hint line saying what to do) and exits with a non-zero status. Library errors
 // (fopen, fread, ...) name the failing call, file:line and the system's error string.
 // Exit codes: 1 = runtime failure (I/O, corrupt input), 2 = bad command line (DESIGN §6).
+// Fuzz builds (-DKEEL_FUZZ, test/fuzz/): keel_die throws KeelError instead of exiting, so a fuzz target
+// catches a refusal (a correct outcome) and goes on to the next input. Normal builds never throw.
 #pragma once
 #include <cerrno>
 #include <cstdarg>
@@ -13,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sys/stat.h>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -35,9 +38,24 @@ static inline void keel_vprint_error(const char* hint, const char* fmt, va_list 
     if (hint) fprintf(stderr, "hint: %s\n", hint);
 }
 
+#ifdef KEEL_FUZZ
+struct KeelError { int code; std::string message; };
+// The message is still formatted: a format argument that reads out of bounds is a finding too.
+#define KEEL_THROW_ERROR(code, fmt, ap)         \
+    do {                                        \
+        char buf_[1024];                        \
+        vsnprintf(buf_, sizeof buf_, fmt, ap);  \
+        va_end(ap);                             \
+        throw KeelError{code, buf_};            \
+    } while (0)
+#endif
+
 [[noreturn]] static inline void keel_die_code(int code, const char* hint, const char* fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
+#ifdef KEEL_FUZZ
+    KEEL_THROW_ERROR(code, fmt, ap);
+#endif
     keel_vprint_error(hint, fmt, ap);
     va_end(ap);
     exit(code);
@@ -49,9 +67,12 @@ static inline void keel_vprint_error(const char* hint, const char* fmt, va_list 
 // file, a device) use keel_die_code and stay per rank.
 [[noreturn]] static inline void keel_flag_error(const char* hint, const char* fmt, ...) {
     fflush(stdout);
-    if (keel_launcher_rank() > 0) exit(KEEL_EXIT_USAGE);
     va_list ap;
     va_start(ap, fmt);
+#ifdef KEEL_FUZZ
+    KEEL_THROW_ERROR(KEEL_EXIT_USAGE, fmt, ap);
+#endif
+    if (keel_launcher_rank() > 0) exit(KEEL_EXIT_USAGE);
     keel_vprint_error(hint, fmt, ap);
     va_end(ap);
     exit(KEEL_EXIT_USAGE);
@@ -66,6 +87,11 @@ static inline void keel_vprint_error(const char* hint, const char* fmt, va_list 
                               __FILE__, __LINE__);                                            \
     } while (0)
 
+// A FILE closed when its owner goes out of scope: a reader that refuses its input leaves no open
+// file behind when keel_die throws (KEEL_FUZZ), where exit() would have closed it.
+struct FileCloser { void operator()(FILE* f) const { fclose(f); } };
+typedef std::unique_ptr<FILE, FileCloser> FilePtr;
+
 static inline FILE* fopen_check(const char* path, const char* mode) {
     FILE* f = fopen(path, mode);
     FILE_CHECK(f != nullptr, "fopen", path);
@@ -76,15 +102,16 @@ static inline void fwrite_check(const void* p, size_t size, size_t n, FILE* f, c
     FILE_CHECK(fwrite(p, size, n, f) == n, "fwrite", path);
 }
 
-// Reads a whole file; dies naming the file if it cannot.
-static inline std::string file_read_all(const char* path) {
-    FILE* f = fopen_check(path, "rb");
+// Reads a whole file; dies naming the file if it cannot. With max_bytes, stops after max_bytes + 1
+// bytes (a caller that finds more refuses the file: /dev/zero as an @file must not fill memory).
+static inline std::string file_read_all(const char* path, size_t max_bytes = SIZE_MAX) {
+    FilePtr f(fopen_check(path, "rb"));
     std::string s;
     char buf[1 << 16];
     size_t n;
-    while ((n = fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-    FILE_CHECK(!ferror(f), "fread", path);
-    fclose(f);
+    while (s.size() <= max_bytes && (n = fread(buf, 1, sizeof buf, f.get())) > 0) s.append(buf, n);
+    FILE_CHECK(!ferror(f.get()), "fread", path);
+    if (s.size() > max_bytes) s.resize(max_bytes + 1);
     return s;
 }
 

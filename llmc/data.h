@@ -71,10 +71,10 @@ static inline void shard_open(Shard* s, const char* path, int vocab_size) {
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
         keel_die("shard '%s': %s, not a token shard", path, S_ISDIR(sb.st_mode) ? "is a directory" : "not a regular file");
-    s->file = fopen(path, "rb");
-    if (!s->file) keel_die("shard '%s': cannot open: %s", path, strerror(errno));
+    FilePtr f(fopen(path, "rb"));
+    if (!f) keel_die("shard '%s': cannot open: %s", path, strerror(errno));
     int32_t header[SHARD_HEADER_INTS];
-    if (fread(header, sizeof(int32_t), SHARD_HEADER_INTS, s->file) != SHARD_HEADER_INTS)
+    if (fread(header, sizeof(int32_t), SHARD_HEADER_INTS, f.get()) != SHARD_HEADER_INTS)
         keel_die("shard '%s': truncated header (a shard starts with 256 int32s)", path);
     if (header[0] != SHARD_MAGIC)
         keel_die("shard '%s': bad magic %d (expected %d): not an llm.c token shard", path, header[0], SHARD_MAGIC);
@@ -82,25 +82,26 @@ static inline void shard_open(Shard* s, const char* path, int vocab_size) {
         keel_die("shard '%s': unsupported version %d (expected %d)", path, header[1], SHARD_VERSION);
     s->ntok = header[2];
     if (s->ntok < 0) keel_die("shard '%s': the header's token count is negative (%lld): a corrupt header", path, (long long)s->ntok);
-    fseek(s->file, 0, SEEK_END);
-    int64_t bytes = ftell(s->file);
+    fseek(f.get(), 0, SEEK_END);
+    int64_t bytes = ftell(f.get());
     int64_t expect = (int64_t)sizeof(header) + s->ntok * 2;
     if (bytes != expect)
         keel_die("shard '%s': %s: header says %lld tokens (%lld bytes) but the file has %lld bytes", path,
                  bytes < expect ? "truncated" : "trailing bytes", (long long)s->ntok, (long long)expect,
                  (long long)bytes);
     // One pass over the ids: a bad id is reported here, by position, not as a crash mid-run.
-    fseek(s->file, sizeof(header), SEEK_SET);
+    fseek(f.get(), sizeof(header), SEEK_SET);
     std::vector<uint16_t> buf(1 << 20);
     for (int64_t done = 0; done < s->ntok;) {
         size_t n = (size_t)std::min<int64_t>(buf.size(), s->ntok - done);
-        if (fread(buf.data(), 2, n, s->file) != n) keel_die("shard '%s': read failed", path);
+        if (fread(buf.data(), 2, n, f.get()) != n) keel_die("shard '%s': read failed", path);
         for (size_t i = 0; i < n; i++)
             if (buf[i] >= vocab_size)
                 keel_die("shard '%s': token id %d at position %lld is >= the vocabulary size %d", path, buf[i],
                          (long long)(done + i), vocab_size);
         done += n;
     }
+    s->file = f.release();
 }
 
 // One index space [0, nsamples): the samples of its ranges in order, visited epoch by epoch in the

@@ -235,7 +235,8 @@ static inline void ds_read_file(const char* path, Json* root) {
     FILE* f = fopen(path, "rb");
     if (!f) keel_usage_error("--deepspeed_config %s: cannot open: %s", path, strerror(errno));
     fclose(f);
-    std::string text = file_read_all(path), err;
+    std::string text = file_read_all(path, FLAGS_FILE_MAX_BYTES), err;  // (a DeepSpeed config is a few hundred bytes)
+    if (text.size() > FLAGS_FILE_MAX_BYTES) keel_usage_error("--deepspeed_config %s: larger than 1 MiB: not a DeepSpeed config", path);
     if (!json_parse(text.data(), text.size(), root, &err)) keel_usage_error("--deepspeed_config %s: malformed JSON: %s", path, err.c_str());
     if (root->type != JSON_OBJECT) keel_usage_error("--deepspeed_config %s: the top level must be a JSON object", path);
 }

@@ -589,12 +589,15 @@ static inline bool arglex_next(ArgLexer* lx, std::string* word, bool* quoted) {
     return in_word;
 }
 
+static const size_t FLAGS_FILE_MAX_BYTES = 1 << 20;
+
 static inline void flags_read_file(const char* path, std::vector<std::string>* out, int depth) {
     if (depth > 8) keel_usage_error("@%s: @file nesting deeper than 8", path);
     FILE* f = fopen(path, "rb");
     if (!f) keel_usage_error("@%s: cannot open: %s", path, strerror(errno));
     fclose(f);
-    std::string text = file_read_all(path), word;
+    std::string text = file_read_all(path, FLAGS_FILE_MAX_BYTES), word;
+    if (text.size() > FLAGS_FILE_MAX_BYTES) keel_usage_error("@%s: larger than 1 MiB: an @file holds a block of arguments", path);
     ArgLexer lx;
     lx.path = path;
     lx.text = &text;
@@ -646,6 +649,8 @@ static inline std::string flags_unknown_name(const std::string& name) {
     std::string dashed = name;
     std::replace(dashed.begin(), dashed.end(), '_', '-');
     for (int i = 0; i < NUM_FLAGS; i++) {
+        size_t len = strlen(FLAGS[i].name);  // the distance is at least the length difference: skip the
+        if (name.size() > len + 2 || len > name.size() + 2) continue;  // quadratic work on a long word
         size_t d = dashed == FLAGS[i].name ? 0 : flags_edit_distance(name, FLAGS[i].name);
         if (d < best_d) { best = &FLAGS[i]; best_d = d; }
     }

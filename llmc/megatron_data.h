@@ -159,7 +159,8 @@ static inline void megatron_open(MegatronData* md, const std::string& prefix, in
                  md->bin_path.c_str(), (int64_t)sb.st_size < want ? "truncated" : "trailing bytes", (long long)md->ix.ntok,
                  (long long)want, (long long)sb.st_size);
     // One pass over the ids, as for llm.c shards: a bad id is reported here, by position.
-    FILE* f = fopen_check(md->bin_path.c_str(), "rb");
+    FilePtr file(fopen_check(md->bin_path.c_str(), "rb"));
+    FILE* f = file.get();
     std::vector<uint8_t> buf((size_t)md->ix.width << 20);
     for (int64_t done = 0; done < md->ix.ntok;) {
         size_t k = (size_t)std::min<int64_t>(1 << 20, md->ix.ntok - done);
@@ -175,7 +176,6 @@ static inline void megatron_open(MegatronData* md, const std::string& prefix, in
         }
         done += k;
     }
-    fclose(f);
 }
 
 // ---- which sequences a run reads: --split and the weighted split paths' START:END ----------------

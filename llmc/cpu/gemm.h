@@ -137,9 +137,15 @@ static inline int gemm_threads() {
 #endif
 }
 
-// Per-thread packing buffers, allocated once at their largest size.
+// Per-thread packing buffers, allocated once at their largest size and freed when their thread
+// ends (OpenMP retires threads when the thread count drops: LeakSanitizer, test/sanitize.sh).
+struct GemmBuffers {
+    float* buf[2] = {nullptr, nullptr};
+    ~GemmBuffers() { free(buf[0]); free(buf[1]); }
+};
 static inline float* gemm_buffer(int which, size_t floats) {
-    static thread_local float* buf[2] = {nullptr, nullptr};
+    static thread_local GemmBuffers buffers;
+    float** buf = buffers.buf;
     if (!buf[which]) {
         void* p = nullptr;
         if (posix_memalign(&p, 64, floats * sizeof(float)) != 0) {
