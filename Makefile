@@ -5,6 +5,7 @@
 #   make data       prepare the default data set (Brown corpus shards + GPT-2 BPE files) alone
 #   make test-cuda  the CUDA kernels and trainer under the CPU emulation of CUDA (no GPU needed)
 #   make test-gpu   the same tests on a real GPU (nvcc-built), plus train_gpt vs train_gpt_cpu
+#   make test-extra the measurements make test leaves out (8-bit vs 32-bit Adam on Brown, 2 minutes)
 #   make bench      print ms/iteration, tokens/s and GFLOP/s for fixed configurations
 #   make fuzz       build the libFuzzer targets (test/fuzz) and fuzz each for FUZZ_SECONDS (default 60)
 #   make test-sanitize  the CPU trainer and unit tests under ASan + UBSan on a representative set (test/sanitize.sh)
@@ -125,7 +126,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile fuzz fuzz-build asan-build test-sanitize test-crash
+.PHONY: all run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile fuzz fuzz-build asan-build test-sanitize test-crash test-extra
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -232,6 +233,12 @@ test-sanitize: setup
 	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) asan-build train_gpt_cpu
 	@$(MAKE) --no-print-directory data
 	@bash test/sanitize.sh full
+
+# The measurements make test leaves out (test/run_tests.sh `extra`: the 8-bit vs 32-bit Adam quality margin).
+test-extra: setup
+	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all tests
+	@$(MAKE) --no-print-directory data
+	@KEEL_TEST_EXTRA=1 bash test/run_tests.sh adam8bit_brown
 
 # SIGKILL at KILLS random instants of a run that saves every iteration or two, each resumed: every
 # run must end byte-identical to an uninterrupted one (test/test_crash_random.sh).

@@ -2,11 +2,11 @@
 # test_fuzz_smoke.sh — the libFuzzer targets (test/fuzz/, README "Hardening") in make test: builds
 # each with clang (ASan + UBSan + libFuzzer; scripts/setup.sh installs clang and its runtime), runs it
 # over its seed corpus test/fuzz/corpus/<target> (every input that ever crashed a reader is kept
-# there) and fuzzes it KEEL_FUZZ_SMOKE_SECONDS (default 5) more, from a fresh temporary corpus.
+# there) and fuzzes it KEEL_FUZZ_SMOKE_SECONDS (default 3) more, from a fresh temporary corpus.
 # Fails on any finding (a crash, a sanitizer report, a hang past 10 s, memory past 2 GiB, a target's
 # invariant), naming the target and the input. `make fuzz` is the long run.
 source "$(dirname "$0")/lib.sh"
-seconds=${KEEL_FUZZ_SMOKE_SECONDS:-5}
+seconds=${KEEL_FUZZ_SMOKE_SECONDS:-3}
 probe='#include <cstdint>
 #include <cstddef>
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }'
