@@ -109,14 +109,19 @@ static inline void adam8bit_update_pieces(float* p, F* p_c, const float* g, uint
     }
 }
 
-// One segment's moments (adam8bit_update's first pass): m[j], v[j] for j < len.
-static inline void adam8bit_segment_moments(float* m, float* v, const float* g, const uint8_t* code_m, const uint8_t* code_v,
-                                            float am, float av, int64_t len, const Adam8bitMaps* q, AdamHyper h, float gnorm_scale) {
-    for (int64_t j = 0; j < len; j++) {
-        float gj = g[j] * gnorm_scale;
-        m[j] = q->map_m[code_m[j]] * am * h.beta1 + (1.0f - h.beta1) * gj;
-        v[j] = q->map_v[code_v[j]] * av * h.beta2 + (1.0f - h.beta2) * gj * gj;
+// Segment k of a split table: its elements' moments (adam8bit_update's first pass) into m[], v[];
+// returns its length.
+static inline int64_t adam8bit_segment_moments(float* m, float* v, const AdamPieces* t, int64_t k, const float* g, const uint8_t* code_m,
+                                               const uint8_t* code_v, const float* absmax_m, const float* absmax_v,
+                                               const Adam8bitMaps* q, AdamHyper h, const float* gnorm_scale) {
+    int64_t e = t->offset_param[k], s = t->offset_state[k], b = t->offset_block[k], n = t->numel[k];
+    float am = absmax_m[b], av = absmax_v[b];
+    for (int64_t j = 0; j < n; j++) {
+        float gj = g[e + j] * gnorm_scale[k];
+        m[j] = q->map_m[code_m[s + j]] * am * h.beta1 + (1.0f - h.beta1) * gj;
+        v[j] = q->map_v[code_v[s + j]] * av * h.beta2 + (1.0f - h.beta2) * gj * gj;
     }
+    return n;
 }
 
 static inline void adam8bit_split_check(const AdamPieces* t, const char* op) {
@@ -136,8 +141,7 @@ static inline void adam8bit_split_maxima(const float* g, const uint8_t* code_m, 
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < np; k++) {
         float m[ADAM8BIT_MAX_BLOCK], v[ADAM8BIT_MAX_BLOCK];
-        int64_t e = t->offset_param[k], s = t->offset_state[k], b = t->offset_block[k], n = t->numel[k];
-        adam8bit_segment_moments(m, v, g + e, code_m + s, code_v + s, absmax_m[b], absmax_v[b], n, q, h, gnorm_scale[k]);
+        int64_t n = adam8bit_segment_moments(m, v, t, k, g, code_m, code_v, absmax_m, absmax_v, q, h, gnorm_scale);
         seg[2 * k] = row_max_abs(m, (int)n);
         seg[2 * k + 1] = row_max_abs(v, (int)n);
     }
@@ -158,10 +162,10 @@ static inline void adam8bit_split_apply(float* p, F* p_c, const float* g, uint8_
 #pragma omp parallel for schedule(static)
     for (int64_t k = 0; k < np; k++) {
         float m[ADAM8BIT_MAX_BLOCK], v[ADAM8BIT_MAX_BLOCK];
-        int64_t e = t->offset_param[k], s = t->offset_state[k], b = t->offset_block[k], n = t->numel[k];
+        int64_t n = adam8bit_segment_moments(m, v, t, k, g, code_m, code_v, absmax_m, absmax_v, q, h, gnorm_scale);
+        int64_t e = t->offset_param[k], s = t->offset_state[k], b = t->offset_block[k];
         float wd = t->decay[k] ? h.wd : 0.0f;
         float step_size = -h.lr * h.c2 / h.c1, eps = h.c2 * h.eps, decay = 1.0f - h.lr * wd;
-        adam8bit_segment_moments(m, v, g + e, code_m + s, code_v + s, absmax_m[b], absmax_v[b], n, q, h, gnorm_scale[k]);
         for (int64_t j = 0; j < n; j++) {
             float pj = p[e + j] + step_size * (m[j] / (std::sqrt(v[j]) + eps));
             p[e + j] = wd > 0.0f ? pj * decay : pj;
