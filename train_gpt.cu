@@ -602,6 +602,60 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     return losses;
 }
 
+// The loss scaler's part of a step, on this rank's shard of the reduced gradients (trainer_accumulate
+// left the mean there): [--fp16: round to binary16,] unscale, check for inf/NaN over every rank,
+// update the scale. Returns found_inf (false without a scaler).
+template <typename A>
+static bool trainer_unscale_grads(Trainer<A>* tr, int64_t it, double scale) {
+    const Comm* comm = &tr->comm;
+    TrainState* st = &tr->st;
+    float* grads = tr->model.grads;
+    int64_t lo = tr->opt.shard_lo[comm->rank], n = tr->opt.shard_lo[comm->rank + 1] - lo;
+    if (test_hooks_inject_inf(&tr->hooks, it) && comm->rank == 0) {  // test hook KEEL_INJECT_INF
+        const float inf = INFINITY;
+        backend_copy_to_device(grads, &inf, sizeof inf);
+    }
+    if (!st->scaler.enabled) return false;
+    if (tr->cfg.fp16) grad_round_fp16(grads + lo, (size_t)n);
+    bool found_inf = comm_any(&tr->world, grad_unscale_check(grads + lo, (size_t)n, 1.0 / scale));
+    LossScaler before = st->scaler;
+    std::string line = loss_scaler_describe(&before, &st->scaler, loss_scaler_update(&st->scaler, found_inf), it);
+    if (!line.empty()) printf("%s\n", line.c_str());
+    return found_inf;
+}
+
+// After an applied update, the weights the next forward reads. ZeRO-1: every rank updated its shard,
+// and the bf16/fp16 compute copy the update wrote is all-gathered (2 bytes per parameter; the fp32
+// master stays sharded), or without a copy the fp32 parameters themselves. A copy the update did not
+// write is refreshed from the master (a no-op without a copy).
+template <typename A>
+static void trainer_share_update(Trainer<A>* tr, const StepResult* r) {
+    if (tr->cfg.zero_stage == 1) {
+        if (r->compute_copy_written) comm_allgather_shards(&tr->comm, tr->model.params_c, tr->opt.shard_lo);
+        else comm_allgather_shards(&tr->comm, tr->model.params, tr->opt.shard_lo);
+    }
+    if (!r->compute_copy_written) gpt_params_changed(&tr->model);
+}
+
+// --log-layer-norms-interval's statistics of this iteration: gradient and weight norms per layer and
+// the activations' (act_sumsq: (L+1) per micro-batch step, act_count values each), summed over ranks.
+template <typename A>
+static LayerStats* trainer_layer_stats(Trainer<A>* tr, const std::vector<double>& act_sumsq, int64_t accum, double act_count) {
+    LayerStats* ls = &tr->layer_stats;
+    int L = tr->gcfg.num_layers;
+    layer_stats_grads(ls, &tr->opt, &tr->model.table);
+    const float* master = trainer_whole_master(tr);  // (every data-parallel rank takes part; the gradients are spent)
+    if (tr->comm.rank == 0) layer_stats_weights(ls, &tr->opt, &tr->model.table, master);
+    ls->act_sumsq = trainer_sum_global_order(&tr->comm, act_sumsq.data(), accum, L + 1);
+    ls->act_count = act_count;
+    // each stage filled its own entries (llmc/layer_stats.h), each tensor rank its slices (the
+    // replicated tensors once); the stream is replicated over tensor ranks, so its sums go over stages
+    comm_allreduce_sum_f64(&tr->mp, ls->grad_sumsq.data(), (int)ls->grad_sumsq.size());
+    comm_allreduce_sum_f64(&tr->mp, ls->weight_sumsq.data(), (int)ls->weight_sumsq.size());
+    comm_allreduce_sum_f64(&tr->pipe, ls->act_sumsq.data(), (int)ls->act_sumsq.size());
+    return ls;
+}
+
 // One training iteration: accumulate gradients over the micro-batches, then one optimizer step.
 // Returns false for an iteration of a skip range (nothing to log).
 template <typename A>
@@ -635,35 +689,16 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     int P = tr->grid.pp;
     double loss = trainer_sum_global_order(comm, losses.data(), accum, 1)[0] / (double)(accum * dp);
     comm_broadcast(&tr->pipe, &loss, sizeof loss, P - 1);  // the last stage computed it
-    float* grads = tr->model.grads;
     Optimizer* o = &tr->opt;
-    // (trainer_accumulate reduced the gradients: this rank's shard holds the mean)
-    int64_t lo = o->shard_lo[comm->rank], n = o->shard_lo[comm->rank + 1] - lo;
-    if (test_hooks_inject_inf(&tr->hooks, it) && comm->rank == 0) {  // test hook KEEL_INJECT_INF
-        const float inf = INFINITY;
-        backend_copy_to_device(grads, &inf, sizeof inf);
-    }
-    bool found_inf = false;
-    if (st->scaler.enabled) {
-        if (c->fp16) grad_round_fp16(grads + lo, (size_t)n);
-        found_inf = comm_any(&tr->world, grad_unscale_check(grads + lo, (size_t)n, 1.0 / scale));
-        LossScaler before = st->scaler;
-        std::string line = loss_scaler_describe(&before, &st->scaler, loss_scaler_update(&st->scaler, found_inf), it);
-        if (!line.empty()) printf("%s\n", line.c_str());
-    }
-    if (c->zero_stage == 0) comm_allgather_shards(comm, grads, o->shard_lo);  // every rank updates everything
+    bool found_inf = trainer_unscale_grads(tr, it, scale);
+    if (c->zero_stage == 0) comm_allgather_shards(comm, tr->model.grads, o->shard_lo);  // every rank updates everything
     double lr = lr_schedule_get(&st->schedule) * spike_lr_factor(&st->spike, c, it);
     StepResult r = optimizer_step(o, comm, &tr->mp, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
     if (r.spike.spike) trainer_on_spike(tr, &r.spike, it);
-    // ZeRO-1: every rank updated its shard; the weights the next forward reads are all-gathered — the
-    // bf16/fp16 compute copy the update wrote (2 bytes per parameter; the fp32 master stays sharded),
-    // or without a copy the fp32 parameters themselves
-    if (c->zero_stage == 1 && !r.skipped) {
-        if (r.compute_copy_written) comm_allgather_shards(comm, tr->model.params_c, o->shard_lo);
-        else comm_allgather_shards(comm, tr->model.params, o->shard_lo);
+    if (!r.skipped) {
+        trainer_share_update(tr, &r);
+        lr_schedule_step(&st->schedule, gbs, st->consumed_tokens);
     }
-    if (!r.skipped && !r.compute_copy_written) gpt_params_changed(&tr->model);  // (a no-op without a copy)
-    if (!r.skipped) lr_schedule_step(&st->schedule, gbs, st->consumed_tokens);
     double optimizer_ms = 0;
     trainer_timer_add(tr, t_opt, &optimizer_ms);
     st->iteration = it;
@@ -685,20 +720,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
         rec->backward_s = tr->timer_backward_ms / 1000.0;
         rec->optimizer_s = optimizer_ms / 1000.0;
     }
-    if (stats) {
-        LayerStats* ls = &tr->layer_stats;
-        layer_stats_grads(ls, o, &tr->model.table);
-        const float* master = trainer_whole_master(tr);  // (every data-parallel rank takes part; the gradients are spent)
-        if (comm->rank == 0) layer_stats_weights(ls, o, &tr->model.table, master);
-        ls->act_sumsq = trainer_sum_global_order(comm, act_sumsq.data(), accum, L + 1);
-        ls->act_count = (double)gbs * T * c->hidden_size;
-        // each stage filled its own entries (llmc/layer_stats.h), each tensor rank its slices (the
-        // replicated tensors once); the stream is replicated over tensor ranks, so its sums go over stages
-        comm_allreduce_sum_f64(&tr->mp, ls->grad_sumsq.data(), (int)ls->grad_sumsq.size());
-        comm_allreduce_sum_f64(&tr->mp, ls->weight_sumsq.data(), (int)ls->weight_sumsq.size());
-        comm_allreduce_sum_f64(&tr->pipe, ls->act_sumsq.data(), (int)ls->act_sumsq.size());
-        rec->layers = ls;
-    }
+    if (stats) rec->layers = trainer_layer_stats(tr, act_sumsq, accum, (double)gbs * T * c->hidden_size);
     return true;
 }
 
