@@ -65,8 +65,7 @@ else
     ifneq ($(NCCL_INC),)
       $(info ✓ NCCL ($(NCCL_INC)))
     else
-      $(info ✗ NCCL (nccl.h not found): train_gpt is not built)
-      NVCC :=
+      $(info ✗ NCCL (nccl.h not found): train_gpt is built for one GPU)
     endif
   else
     $(info ✗ nvcc (not found): train_gpt (CUDA) is not built)
@@ -118,11 +117,14 @@ GPU_ARCH_STAMP := build/gpu_arch_flags
 
 HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh)
 TARGETS := train_gpt_cpu tokenize_gpt2 batch_lookup layer_norms megatron_data
+# Without MPI, train_gpt is a single-GPU build: no NCCL (its bootstrap needs MPI), one process.
 ifneq ($(NVCC),)
-  ifneq ($(MPI_LIBS),)
-    TARGETS += train_gpt
+  TARGETS += train_gpt
+  ifneq ($(and $(MPI_LIBS),$(NCCL_INC)),)
+    TRAIN_GPT_COMM := -DKEEL_MPI $(MPI_CFLAGS)
+    TRAIN_GPT_COMM_LIBS := -lnccl $(MPI_LIBS)
   else
-    $(info ✗ train_gpt needs MPI for NCCL bootstrap: not built)
+    $(info ✗ MPI + NCCL for train_gpt: it is built for one GPU (no mpirun); scripts/setup.sh installs OpenMPI)
   endif
 endif
 
@@ -146,8 +148,8 @@ FORCE:
 # The same train_gpt.cu, compiled by nvcc and linked against cuBLASLt, NCCL and MPI.
 NVCC_FLAGS ?= -O3 -std=c++17 --expt-relaxed-constexpr
 train_gpt: train_gpt.cu $(HEADERS) $(GPU_ARCH_STAMP)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -DKEEL_CUDA -DKEEL_MPI -I. -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno $(MPI_CFLAGS) $< -o $@ \
-	  -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lnccl $(MPI_LIBS) -lm
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -DKEEL_CUDA $(TRAIN_GPT_COMM) -I. -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno $< -o $@ \
+	  -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas $(TRAIN_GPT_COMM_LIBS) -lm
 
 tokenize_gpt2: dev/tokenize_gpt2.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
