@@ -272,7 +272,8 @@ test-cuda: setup
 
 # On a machine with a GPU: the same kernel tests compiled by nvcc, and the real train_gpt against
 # the CPU trainer.
-GPU_TEST_BINS := $(patsubst test/%.cpp,build/gpu/%,$(wildcard test/test_cuda_*.cpp))
+# (test_cuda_emu tests the emulator itself: it has no GPU build)
+GPU_TEST_BINS := $(patsubst test/%.cpp,build/gpu/%,$(filter-out test/test_cuda_emu.cpp,$(wildcard test/test_cuda_*.cpp)))
 build/gpu/test_cuda_%: test/test_cuda_%.cpp $(HEADERS) $(GPU_ARCH_STAMP)
 	@mkdir -p build/gpu
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -I. -x cu $< -o $@ -Xcompiler -fopenmp -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas

@@ -103,10 +103,16 @@ static inline size_t layernorm_scratch_bytes(int N_max, int C_max) {
 }
 
 // flash attention (cuda/flash_attention.cuh): the configurations its kernels cover — head size 64
-// or 128 in bf16/fp16 (WMMA) — and its scratch, D (B,NH,T) fp32; the model keeps lse (B,NH,T) fp32
-// per layer instead of the (B,NH,T,T) probabilities.
+// or 128 in bf16/fp16 (mma.sync) — and its backward's scratch: D (B,NH,T) fp32, the dQ partial sums
+// dq_acc (B,NH,T,hs) fp32 = B·T·C floats, and the dQ chain's counters (B,NH,⌈T/32⌉) int, each
+// rounded up to 256 bytes. The model keeps lse (B,NH,T) fp32 per layer instead of the (B,NH,T,T)
+// probabilities.
 static inline bool flash_attention_gpu_supported(int hs, size_t fsize) { return (hs == 64 || hs == 128) && fsize == 2; }
-static inline size_t flash_attention_gpu_scratch_bytes(size_t B, size_t T, size_t C, size_t NH) { return (B * NH * T * sizeof(float) + 255) / 256 * 256; }
+static inline size_t flash_scratch_round(size_t bytes) { return (bytes + 255) / 256 * 256; }
+static inline size_t flash_attention_gpu_scratch_bytes(size_t B, size_t T, size_t C, size_t NH) {
+    return flash_scratch_round(B * NH * T * sizeof(float)) + flash_scratch_round(B * T * C * sizeof(float)) +
+           flash_scratch_round(B * NH * ((T + 31) / 32) * sizeof(int));
+}
 
 // ---- attention (cpu/attention.h, cuda/attention.cuh) -------------------------------------------------
 enum AttnScaling { ATTN_SCALING_STANDARD, ATTN_SCALING_QK_INWARD };

@@ -41,84 +41,149 @@
 
 typedef __nv_bfloat16 bf16;
 
-// ---- 1. the WMMA API ---------------------------------------------------------------------------------
-// One warp: d = a·b + c with a (16×16) read row- or col-major, b likewise, c loaded row-major and d
-// stored in `dlayout`.
-template <typename T, typename LA, typename LB>
-__global__ void wmma_selftest_kernel(float* d, const T* a, const T* b, const float* c, int dcol) {
-    using namespace nvcuda;
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LA> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LB> fb;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-    wmma::load_matrix_sync(fa, a, 16);
-    wmma::load_matrix_sync(fb, b, 16);
-    wmma::load_matrix_sync(fc, c, 16, wmma::mem_row_major);
-    wmma::mma_sync(fc, fa, fb, fc);
-    wmma::store_matrix_sync(d, fc, 16, dcol ? wmma::mem_col_major : wmma::mem_row_major);
+// ---- 1. the instructions (cuda/mma.cuh) ------------------------------------------------------------
+// Each kernel builds its operands by the layouts cuda/mma.cuh documents (plain loads and stores, no
+// ldmatrix), so on a GPU this checks the documentation against the hardware, and under the
+// emulation the emulation against the documentation.
+// d (16×8) = a (16×16, row-major) · b (16×8, row-major k×n) + c (16×8): one warp.
+template <typename T> __global__ void mma_selftest_kernel(float* d, const T* a, const T* b, const float* c) {
+    using namespace keel_cuda;
+    int l = threadIdx.x, g = l / 4, t = l % 4;
+    auto pk = [](T lo, T hi) { return pack2<T>(to_f32(lo), to_f32(hi)); };
+    uint32_t fa[4] = {pk(a[g * 16 + 2 * t], a[g * 16 + 2 * t + 1]), pk(a[(g + 8) * 16 + 2 * t], a[(g + 8) * 16 + 2 * t + 1]),
+                      pk(a[g * 16 + 2 * t + 8], a[g * 16 + 2 * t + 9]), pk(a[(g + 8) * 16 + 2 * t + 8], a[(g + 8) * 16 + 2 * t + 9])};
+    uint32_t fb[2] = {pk(b[(2 * t) * 8 + g], b[(2 * t + 1) * 8 + g]), pk(b[(2 * t + 8) * 8 + g], b[(2 * t + 9) * 8 + g])};
+    float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+    mma_m16n8k16<T>(acc, fa, fb);
+    d[g * 8 + 2 * t] = acc[0];
+    d[g * 8 + 2 * t + 1] = acc[1];
+    d[(g + 8) * 8 + 2 * t] = acc[2];
+    d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+// ldmatrix x4 and x4.trans of 32 rows of 8 16-bit values (row r at lane r's address, rows stored
+// 16 bytes apart in shared memory): out[(variant·32 + lane)·4 + j] = register j.
+__global__ void ldmatrix_selftest_kernel(uint32_t* out, const uint16_t* rows) {
+    using namespace keel_cuda;
+    KEEL_DYNAMIC_SHARED(uint16_t, sm);
+    int l = threadIdx.x;
+    for (int i = 0; i < 8; i++) sm[l * 8 + i] = rows[l * 8 + i];
+    __syncwarp();
+    uint32_t r[4];
+    ldmatrix_x4(r, sm + l * 8);
+    for (int j = 0; j < 4; j++) out[l * 4 + j] = r[j];
+    ldmatrix_x4_trans(r, sm + l * 8);
+    for (int j = 0; j < 4; j++) out[(32 + l) * 4 + j] = r[j];
+}
+// cp.async: lane l copies 16 bytes of src + 8l (16-bit units) to shared memory with src_bytes =
+// 16, except lane 3 (8: the rest zero-filled) and lane 5 (0: all zeros); then the shared bytes out.
+__global__ void cp_async_selftest_kernel(uint16_t* out, const uint16_t* src) {
+    using namespace keel_cuda;
+    KEEL_DYNAMIC_SHARED(uint16_t, sm);
+    int l = threadIdx.x;
+    for (int i = 0; i < 8; i++) sm[l * 8 + i] = 0x7777;  // what a copy that never landed leaves
+    __syncthreads();
+    cp_async16(sm + l * 8, src + l * 8, l == 3 ? 8 : l == 5 ? 0 : 16);
+    cp_async_commit();
+#ifdef KEEL_CUDA_EMULATION
+    out[32 * 8 + l] = sm[l * 8];  // before the wait: the emulation shows the old bytes (a GPU may not)
+#endif
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int i = 0; i < 8; i++) out[l * 8 + i] = sm[((l + 1) % 32) * 8 + i];  // another lane's copy: visible after the barrier
 }
 // A warp whose lane 5 skips the product: undefined on the GPU, an error under emulation.
-__global__ void wmma_divergent_kernel(float* d, const bf16* a) {
-    using namespace nvcuda;
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> fa;
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> fb;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
-    wmma::load_matrix_sync(fa, a, 16);
-    wmma::load_matrix_sync(fb, a, 16);
-    wmma::fill_fragment(fc, 0.0f);
-    if (threadIdx.x != 5) wmma::mma_sync(fc, fa, fb, fc);
+__global__ void mma_divergent_kernel(float* d) {
+    uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float acc[4] = {0, 0, 0, 0};
+    if (threadIdx.x != 5) keel_cuda::mma_m16n8k16<bf16>(acc, a, b);
     __syncwarp();
-    wmma::store_matrix_sync(d, fc, 16, wmma::mem_row_major);
+    d[threadIdx.x] = acc[0];
 }
 
-template <typename T, typename LA, typename LB> static void test_wmma(const char* what, int dcol) {
-    bool acol = std::is_same<LA, nvcuda::wmma::col_major>::value, bcol = std::is_same<LB, nvcuda::wmma::col_major>::value;
-    std::vector<float> a = lowp_rounded<T>(randn(256, 40)), b = lowp_rounded<T>(randn(256, 41)), c = randn(256, 42);  // (16,16) as stored
-    std::vector<float> want(256);  // (16,16) row-major
+template <typename T> static void test_mma(const char* what) {
+    std::vector<float> a = lowp_rounded<T>(randn(256, 40)), b = lowp_rounded<T>(randn(128, 41)), c = randn(128, 42);
+    std::vector<float> want(128);
     for (int i = 0; i < 16; i++)
-        for (int j = 0; j < 16; j++) {
-            double s = c[i * 16 + j];
-            for (int k = 0; k < 16; k++) s += (double)a[acol ? k * 16 + i : i * 16 + k] * b[bcol ? j * 16 + k : k * 16 + j];
-            want[dcol ? j * 16 + i : i * 16 + j] = (float)s;
+        for (int j = 0; j < 8; j++) {
+            double s = c[i * 8 + j];
+            for (int k = 0; k < 16; k++) s += (double)a[i * 16 + k] * b[k * 8 + j];
+            want[i * 8 + j] = (float)s;
         }
     T *da = dev_upload(lowp_store<T>(a)), *db = dev_upload(lowp_store<T>(b));
-    float *dc = dev_upload(c), *dd = dev_upload(std::vector<float>(256));
+    float *dc = dev_upload(c), *dd = dev_upload(std::vector<float>(128, 7.0f));
 #ifdef KEEL_CUDA_EMULATION
     uint64_t flops0 = emu::profile().mma_flops;
 #endif
-    KEEL_LAUNCH(wmma_selftest_kernel<T KEEL_COMMA LA KEEL_COMMA LB>, 1, 32, 0, MAIN_STREAM)(dd, da, db, dc, dcol);
+    KEEL_LAUNCH(mma_selftest_kernel<T>, 1, 32, 0, MAIN_STREAM)(dd, da, db, dc);
     CUDA_CHECK_LAUNCH();
     // (the emulation adds in k order in fp32; a GPU's tensor core in its own order and alignment)
-    check_close(std::string("wmma 16x16x16 ") + what, dev_download(dd, 256), want, 1e-5, 1e-5);
+    check_close(std::string("mma.sync m16n8k16 by the documented fragment layout ") + what, dev_download(dd, 128), want, 1e-5, 1e-5);
 #ifdef KEEL_CUDA_EMULATION
-    check_true(std::string("wmma mma_sync counts 2·16·16·16 FLOPs in mma_flops ") + what, emu::profile().mma_flops - flops0 == 8192);
+    check_true(std::string("mma.sync counts 2·16·8·16 FLOPs in mma_flops ") + what, emu::profile().mma_flops - flops0 == 4096);
 #endif
     dev_free(da), dev_free(db), dev_free(dc), dev_free(dd);
 }
 
-static void test_wmma_all() {
-    using nvcuda::wmma::col_major;
-    using nvcuda::wmma::row_major;
-    test_wmma<bf16, row_major, row_major>("bf16 a row b row d row", 0);
-    test_wmma<bf16, row_major, col_major>("bf16 a row b col d row", 0);
-    test_wmma<bf16, col_major, row_major>("bf16 a col b row d col", 1);
-    test_wmma<__half, col_major, col_major>("fp16 a col b col d row", 0);
+static void test_ldmatrix_cp_async() {
+    std::vector<uint16_t> rows(256);
+    for (int i = 0; i < 256; i++) rows[i] = (uint16_t)(1000 + i);  // row r, element e: 1000 + 8r + e
+    uint16_t* drows = dev_upload(rows);
+    uint32_t* dout = dev_upload(std::vector<uint32_t>(256, 0));
+    KEEL_LAUNCH(ldmatrix_selftest_kernel, 1, 32, 512, MAIN_STREAM)(dout, drows);
+    CUDA_CHECK_LAUNCH();
+    std::vector<uint32_t> got = dev_download(dout, 256);
+    int bad = 0;
+    for (int l = 0; l < 32; l++)
+        for (int j = 0; j < 4; j++)
+            for (int hi = 0; hi < 2; hi++) {
+                int g = l / 4, t = l % 4;
+                // matrix j is rows 8j..8j+7; plain: (row g, element 2t+hi); trans: (row 2t+hi, element g)
+                uint32_t want_plain = 1000 + 8 * (8 * j + g) + 2 * t + hi, want_trans = 1000 + 8 * (8 * j + 2 * t + hi) + g;
+                bad += ((got[l * 4 + j] >> (16 * hi)) & 0xffffu) != want_plain;
+                bad += ((got[(32 + l) * 4 + j] >> (16 * hi)) & 0xffffu) != want_trans;
+            }
+    check_true("ldmatrix x4 and x4.trans deliver the documented elements to every lane and register (" + std::to_string(bad) + " wrong)", bad == 0);
+    uint16_t* dcp = dev_upload(std::vector<uint16_t>(32 * 8 + 32, 0));
+    KEEL_LAUNCH(cp_async_selftest_kernel, 1, 32, 512, MAIN_STREAM)(dcp, drows);
+    CUDA_CHECK_LAUNCH();
+    std::vector<uint16_t> cp = dev_download(dcp, 32 * 8 + 32);
+    bad = 0;
+    for (int l = 0; l < 32; l++) {
+        int src = (l + 1) % 32;
+        for (int i = 0; i < 8; i++) {
+            uint16_t want = src == 5 || (src == 3 && i >= 4) ? 0 : (uint16_t)(1000 + 8 * src + i);
+            bad += cp[l * 8 + i] != want;
+        }
+    }
+    check_true("cp.async 16 bytes with 16, 8 (zero-filled rest) and 0 source bytes, visible to the block after wait + barrier (" +
+                   std::to_string(bad) + " wrong)", bad == 0);
+#ifdef KEEL_CUDA_EMULATION
+    bad = 0;
+    for (int l = 0; l < 32; l++) bad += cp[32 * 8 + l] != 0x7777;
+    check_true("cp.async emulation: the bytes land at the wait (a read before it sees the old bytes)", bad == 0);
+#endif
+    dev_free(drows), dev_free(dout), dev_free(dcp);
+}
+
+static void test_instructions() {
+    test_mma<bf16>("bf16");
+    test_mma<__half>("fp16");
+    test_ldmatrix_cp_async();
 #ifdef KEEL_CUDA_EMULATION
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {  // the child runs the divergent warp; the emulator must exit 3 with a message
         int null = open("/dev/null", O_WRONLY);
         dup2(null, 2);
-        bf16* da = dev_upload(lowp_store<bf16>(randn(256, 43)));
-        float* dd = dev_upload(std::vector<float>(256));
-        KEEL_LAUNCH(wmma_divergent_kernel, 1, 32, 0, MAIN_STREAM)(dd, da);
+        float* dd = dev_upload(std::vector<float>(32));
+        KEEL_LAUNCH(mma_divergent_kernel, 1, 32, 0, MAIN_STREAM)(dd);
         _exit(0);
     }
     int status = 0;
     waitpid(pid, &status, 0);
-    check_true("wmma emulation: a lane skipping mma_sync is an error (exit 3)", WIFEXITED(status) && WEXITSTATUS(status) == 3);
+    check_true("mma.sync emulation: a lane skipping the instruction is an error (exit 3)", WIFEXITED(status) && WEXITSTATUS(status) == 3);
 #endif
 }
-
 
 // ---- double-precision references ---------------------------------------------------------------------
 // The softmax input of (b, h, t, u) from fp32-valued inputs, in double, the variant's way.
@@ -393,7 +458,7 @@ static void test_flash_head_offset_matters(int B, int T, int C, int NH) {
 }
 
 int main() {
-    test_wmma_all();
+    test_instructions();
     const AttnVariant variants[] = {
         {"standard", ATTN_SCALING_STANDARD, 1.0, false, 0.0, 0},
         {"qk-inward", ATTN_SCALING_QK_INWARD, 1.0, false, 0.0, 0},

@@ -10,10 +10,12 @@
 //            2 flash: keel_cuda::flash_attention_forward (writes lse only)
 //   backward 1 gemm:  keel_cuda::attention_backward from the GEMM forward's att
 //            2 flash: keel_cuda::flash_attention_backward from the flash forward's out and lse
+//            3 flash, dQ racing: the same kernel without the dQ chain's ordering (timing only: the
+//              dQ parts race, so its result is wrong) — what determinism costs
 // Flash needs hs ∈ {64, 128} (flash_attention_supported): at other head sizes (the emulated lab's
 // tiny shape) its variants are skipped with a line saying so.
 // FLOPs at full T×T (the MFU convention): forward 4·B·NH·T²·hs, backward 8·B·NH·T²·hs (flash
-// recomputes S in both backward kernels and dP in both: 2 more products than counted; the causal
+// recomputes S in the backward: one product more than counted, FlashAttention-2's five; the causal
 // mask halves the useful work of both paths).
 // Checks: as dev/cuda/attention.cu (bounds relative to |want| + the rms of the element's head slice):
 // out 2e-2, dinp 3e-2; flash rounds the running-max probabilities instead of the normalized ones and
@@ -77,9 +79,16 @@ int main(int argc, char** argv) {
         return std::vector<LabCheck>{lab_compare("dinp (dq, dk, dv)", lab_from(lab_download(d_dinp, n_inp)), dinp, 3e-2, 1.0, 3 * (size_t)C)};
     };
     bwd.variants = {{1, "gemm", [&] { keel_cuda::attention_backward(d_dinp, d_dout, d_inp, d_gemm_att, B, T, C, NH, &o); }}};
-    if (flash_ok)
+    if (flash_ok) {
         bwd.variants.push_back(
             {2, "flash", [&] { keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o); }});
+        // what the deterministic dQ chain costs: the same kernel with its waits and counters left out
+        bwd.variants.push_back({3, "flash, dQ racing", [&] {
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, false>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
+                                    else keel_cuda::flash_backward_launch<bf16, 128, false>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
+                                },
+                                true});
+    }
     failed += lab_run(a, bwd);
     return lab_finish(failed);
 }

@@ -8,7 +8,7 @@
 //                and only OC threads: a few blocks on a GPU of 132 SMs).
 //   1 keel:      keel_cuda::matmul_backward(nullptr, nullptr, dbias, ...): the two-stage column sum
 //                with 16-byte loads (8 bf16 channels a thread, 256 a block).
-//   2 two-stage, scalar: a block per (chunk of DBIAS_ROWS rows, 32 channels): its 32×8 threads sum
+//   2 two-stage, scalar: a block per (chunk of V2_ROWS rows, 32 channels): its 32×8 threads sum
 //                row slices into shared memory, the block adds them in a fixed order into a partial
 //                (nchunks, OC); a second kernel adds the chunk partials in chunk order — keel's shape
 //                with one channel a thread, to show what the vector loads buy.
@@ -36,24 +36,24 @@ __global__ void dbias_naive_kernel(float* dbias, const bf16* dout, int N, int OC
 }
 
 // ---- variant 2: two-stage column reduction -------------------------------------------------------
-enum { DBIAS_COLS = 32, DBIAS_SLICES = 8, DBIAS_ROWS = 256 };
+enum { V2_COLS = 32, V2_SLICES = 8, V2_ROWS = 256 };
 
 // Block (chunk, column block), threads (32 columns, 8 row slices): thread (c, s) sums rows
 // r0 + s, r0 + s + 8, ... of its column (neighbouring threads read neighbouring columns of a row:
 // coalesced), then slice sums are added s ascending.
 __global__ void dbias_partial_kernel(float* partial, const bf16* dout, int N, int OC) {  // partial (nchunks, OC)
-    __shared__ float sums[DBIAS_SLICES][DBIAS_COLS];
-    int c = threadIdx.x % DBIAS_COLS, s = threadIdx.x / DBIAS_COLS;
-    int o = blockIdx.y * DBIAS_COLS + c;
-    int r0 = blockIdx.x * DBIAS_ROWS, r1 = r0 + DBIAS_ROWS < N ? r0 + DBIAS_ROWS : N;
+    __shared__ float sums[V2_SLICES][V2_COLS];
+    int c = threadIdx.x % V2_COLS, s = threadIdx.x / V2_COLS;
+    int o = blockIdx.y * V2_COLS + c;
+    int r0 = blockIdx.x * V2_ROWS, r1 = r0 + V2_ROWS < N ? r0 + V2_ROWS : N;
     float acc = 0;
     if (o < OC)
-        for (int r = r0 + s; r < r1; r += DBIAS_SLICES) acc += keel_cuda::to_f32(dout[(size_t)r * OC + o]);
+        for (int r = r0 + s; r < r1; r += V2_SLICES) acc += keel_cuda::to_f32(dout[(size_t)r * OC + o]);
     sums[s][c] = acc;
     __syncthreads();
     if (s == 0 && o < OC) {
         float t = 0;
-        for (int k = 0; k < DBIAS_SLICES; k++) t += sums[k][c];
+        for (int k = 0; k < V2_SLICES; k++) t += sums[k][c];
         partial[(size_t)blockIdx.x * OC + o] = t;
     }
 }
@@ -65,9 +65,9 @@ __global__ void dbias_final_kernel(float* dbias, const float* partial, int nchun
     dbias[o] += t;
 }
 static void two_stage_dbias(float* dbias, float* partial, const bf16* dout, int N, int OC) {
-    unsigned nchunks = keel_cuda::ceil_div(N, DBIAS_ROWS);
-    dim3 grid(nchunks, keel_cuda::ceil_div(OC, DBIAS_COLS));
-    KEEL_LAUNCH(dbias_partial_kernel, grid, DBIAS_COLS * DBIAS_SLICES, 0, MAIN_STREAM)(partial, dout, N, OC);
+    unsigned nchunks = keel_cuda::ceil_div(N, V2_ROWS);
+    dim3 grid(nchunks, keel_cuda::ceil_div(OC, V2_COLS));
+    KEEL_LAUNCH(dbias_partial_kernel, grid, V2_COLS * V2_SLICES, 0, MAIN_STREAM)(partial, dout, N, OC);
     CUDA_CHECK_LAUNCH();
     KEEL_LAUNCH(dbias_final_kernel, keel_cuda::ceil_div(OC, 256), 256, 0, MAIN_STREAM)(dbias, partial, (int)nchunks, OC);
     CUDA_CHECK_LAUNCH();
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
 
     bf16* d_dout = lab_upload(lab_to<bf16>(dout));
     float *d_dbias = lab_upload(dbias0), *d_dbias0 = lab_upload(dbias0);
-    float* d_partial = lab_upload(std::vector<float>((size_t)keel_cuda::ceil_div(N, DBIAS_ROWS) * OC));
+    float* d_partial = lab_upload(std::vector<float>((size_t)keel_cuda::ceil_div(N, V2_ROWS) * OC));
 
     LabOp op;
     op.title = "matmul_backward dbias N=" + std::to_string(N) + " (B·T) OC=" + std::to_string(OC) + " (4C) bf16 dout, fp32 dbias";

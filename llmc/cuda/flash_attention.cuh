@@ -4,54 +4,44 @@
 // ALiBi, causal mask, dropout on the probabilities keyed by (h + head_offset, t, u)), saving only the
 // log-sum-exp of each row for the backward.
 // Legend: B batch, T time, C channels, NH heads, hs = C/NH head size (HS, a template argument),
-// BH = B·NH head-batches, F the storage type (bf16 or fp16: the matrix products run on tensor cores
-// through nvcuda::wmma, 16×16×16 tiles, fp32 accumulation).
-//   inp = qkv (B,T,3C); out (B,T,C); lse (B,NH,T) fp32; dinp (B,T,3C) accumulated into.
+// BH = B·NH head-batches, F the storage type (bf16 or fp16). inp = qkv (B,T,3C); out (B,T,C);
+// lse (B,NH,T) fp32; dinp (B,T,3C) accumulated into.
 //
-// Coverage (flash_attention_supported): hs ∈ {64, 128}, F = bf16 or fp16, compute capability ≥ 8.0
-// (bf16 WMMA; keel builds for sm_80/sm_90). fp32 runs and other head sizes take the GEMM path
-// (cuda/attention.cuh), which --attention-impl auto selects.
+// Coverage (flash_attention_supported): hs ∈ {64, 128}, F = bf16 or fp16, compute capability ≥ 8.0.
+// fp32 runs and other head sizes take the GEMM path (cuda/attention.cuh).
 //
-// Blocks and warps. Every kernel runs 4 warps (128 threads); a warp owns 16 rows of the block's tile
-// (the M of a 16×16×16 product), so each softmax row lives in one warp and needs no block barrier.
-//   forward: block = (query tile of BR = 64 rows, head-batch). Q's tile is loaded once into the
-//     warp's matrix_a fragments. Loop over key tiles of BC = 64 (ascending; causal: only tiles with a
-//     key ≤ the tile's last query; inside, a warp skips the 16-key column blocks above its last
-//     query): S = Q·Kᵀ on tensor cores → shared fp32; the row's two lanes apply the score variant in
-//     fp32 (alpha = 1/(√hs·coeff), or sq² for qk-inward as in the GEMM path; ALiBi slope·u/coeff;
-//     ·coeff), update the running max m and sum l (online softmax, fp32), write P = F(exp(s - m)·drop)
-//     to shared memory and rescale the row's fp32 O accumulator by exp(m_old - m); then O += P·V on
-//     tensor cores (the accumulator loaded from and stored to shared memory: a per-row rescale is not
-//     possible on a fragment whose element layout is unspecified). Last: out = F(O / l),
-//     lse = m + log(l).
-//   backward (deterministic, no atomics; D_t = dout_t·out_t by a warp-per-row kernel first, which
-//     equals Σ_u drop(att)·datt in exact arithmetic, dropout included):
-//     dK/dV kernel: block = (key tile of BC = 64 keys it owns, head-batch); loops over query steps of
-//       BRB = 32 in ascending order from the diagonal on; per step, for its 16 keys a warp forms
-//       Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, recomputes p = exp(s - lse_t), writes Pᵀ·drop and
-//       dSᵀ = p·(dP·drop - D_t)/√hs as F, and accumulates dV += (P·drop)ᵀ·dO, dK += dSᵀ·Q in fp32
-//       fragments that stay in registers for the whole loop.
-//     dQ kernel: block = (query tile of BR = 64, head-batch), loops over key tiles in ascending
-//       order, recomputes p and dS the same way, dQ += dS·K in register fragments.
-//   Every output element is produced by one warp, summed in an order fixed by the shape (tiles
-//   ascending, 16-wide k-steps ascending, the tensor core's own order inside a step): the same bits
-//   run to run.
-// Tile sizes, why: 16 rows per warp is the WMMA M; 4 warps × 16 = 64 query rows amortise each K/V
-// tile load over 64 queries; BC = 64 keys gives 4 independent 16-column products per k-step. The
-// dK/dV kernel steps over queries by 32 to stay under the 99 KB of shared memory every sm_8x/9x part
-// allows a block at hs = 128. Shared memory (bytes, incl. 128 of alignment; opted in with
-// cudaFuncSetAttribute since some exceed the default 48 KB):
-//     forward  K,V (2·64·hs F) + S (64·64 fp32) + P (64·64 F) + O (64·hs fp32)   hs 64: 56 KB, 128: 88 KB
-//     dK/dV    K,V (2·64·hs F) + Q,dO (2·32·hs F) + lse,D (2·32 fp32) + Sᵀ,dPᵀ (2·64·32 fp32)
-//              + Pᵀ,dSᵀ (2·64·32 F)                                             hs 64: 48.4 KB, 128: 72 KB
-//     dQ       K,V (2·64·hs F) + S,dP (2·64·64 fp32) + dS (64·64 F)             hs 64: 56 KB, 128: 72 KB
-//   (Q and dO are staged through the S/O regions before their fragments are loaded.)
-// Registers per thread: the fragments held across the key/query loop are the forward's Q
-// a-fragments (hs/16 of 8 F), the dK/dV kernel's 2·hs/16 fp32 accumulators, the dQ kernel's Q and dO
-// a-fragments and hs/16 accumulators. ptxas (nvcc 13, bf16, sm_80 and sm_90) reports no spills:
-// forward 80 (hs 64) / 128 (hs 128) registers, dK/dV 128 / 254, dQ 128 / 242 — at hs = 128 the
-// backward runs 2 blocks (8 warps) per SM. Keeping O in registers as well needs mma.sync with its
-// documented fragment layout (the per-row rescale); that is the next step for speed.
+// Instructions (cuda/mma.cuh): every product is mma.sync m16n8k16 (16-bit operands, fp32
+// accumulators) with its operands loaded by ldmatrix from swizzled shared tiles (swz: every warp
+// access conflict-free, test_flash_layout), and tiles arrive by cp.async, the next one in flight
+// while the current one is multiplied. The accumulators never leave registers inside a loop: a score
+// fragment, rescaled and rounded to F, is the A operand of the next product as it stands.
+//
+// Forward: block = (query tile of BR = 64 rows, head-batch), 4 warps, a warp owns 16 query rows: its
+//   Q fragments (hs/16 × 4 registers) are loaded once. Key tiles of BC = 64 ascending (causal: only
+//   tiles with a key ≤ the block's last query; inside, a warp skips the 8-key column blocks above its
+//   last query), K and V double-buffered. Per tile: S = Q·Kᵀ (16 × 64 per warp, fp32 registers); the
+//   score variant in fp32 (alpha = 1/(√hs·coeff), or sq² for qk-inward; ALiBi slope·u/coeff; ·coeff);
+//   running max m and sum l per row (a row's 64 scores sit on the 4 lanes of a quad: two xor
+//   shuffles); P = F(exp(s - m)·drop) packed straight into A fragments; O (16 × hs fp32 registers)
+//   rescaled by exp(m_old - m) and O += P·V. Last: out = F(O / l) staged through shared memory for
+//   16-byte stores, lse = m + log(l).
+// Backward (FlashAttention-2's five products per tile pair, deterministic, no float atomics):
+//   D_t = dout_t·out_t by a warp-per-row kernel first (= Σ_u drop(att)·datt in exact arithmetic).
+//   Then one kernel: block = (key tile of BC = 64 keys, head-batch), a warp owns 16 keys; steps over
+//   query rows of BQ = 64 (hs 64) or 32 (hs 128: the registers of dK and dV) from the diagonal on,
+//   Q and dO double-buffered. Per step a warp forms Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, recomputes
+//   p = exp(s - lse_t), and with Pᵀ·drop and dSᵀ = p·(dP·drop - D_t)/√hs as A fragments adds
+//   dV += (P·drop)ᵀ·dO and dK += dSᵀ·Q into fp32 registers kept for the whole loop. dSᵀ also goes to
+//   shared memory, and the block forms the step's dQ part = dS·K (fifth product).
+//   dQ in a fixed order: a query step's parts are added by its key tiles from the diagonal tile down
+//   to tile 0, each in turn: a per-(head-batch, step) counter in device memory says whose turn it is
+//   (a block spins until it equals the number of tiles before it), the partial sum waits in an fp32
+//   buffer (dq_acc), and tile 0 adds the total into dinp and resets the counter to 0 for the next
+//   launch. Blocks are numbered so that higher key tiles start first (blockIdx.x = 0 is the last
+//   tile): a block only ever waits for one that started before it, so the spin cannot deadlock, and
+//   under the emulation (blocks one after another in launch order) the turn has always come.
+//   Every output element is produced by one warp or one ordered chain, summed in an order fixed by
+//   the shape: the same bits run to run.
 // Numerics vs the GEMM path (cuda/attention.cuh): both multiply F operands exactly and sum in fp32.
 // The GEMM path rounds the normalized probability to F (then ·drop, rounded again) before att·V;
 // here the unnormalized exp(s - m_running)·drop is rounded to F and the fp32 sum is divided by l at
@@ -61,16 +51,18 @@
 // row 0: one key, p = 1, dP·drop = D) the GEMM path's Σ att·datt cancels exactly, while flash's
 // D from the rounded out leaves dS of the order of 2^-9·|dout|·|v|/√hs (FlashAttention-2 has the
 // same property); test_cuda_flash bounds the difference.
-// Scratch: D (B,NH,T) fp32, flash_attention_scratch_bytes (for --dry-run), reserved once by
-// flash_attention_reserve; the caller keeps lse (B,NH,T) fp32 per layer instead of att (B,NH,T,T).
-// Grid: (T/64, B·NH): B·NH ≤ 65535 (gridDim.y).
-// Emulation: test/cuda_emu/mma.h implements the wmma calls used here (one documented fragment layout
-// the kernels do not depend on: fragments are only loaded, stored, filled and multiplied).
+// Shared memory (bytes; opted in with cudaFuncSetAttribute above the default 48 KB):
+//   forward   Q (64·hs F) + K, V (2 buffers each, 64·hs F)                  hs 64: 40 KB, 128: 80 KB
+//   backward  K, V (64·hs F) + Q, dO (2 buffers each, BQ·hs F) + dSᵀ (64·BQ F) + lse, D (2·2·BQ fp32)
+//                                                                           hs 64: 57 KB, 128: 68.5 KB
+// Scratch (flash_attention_scratch_bytes, reserved once by flash_attention_reserve): D (B,NH,T) fp32,
+// dq_acc (B,NH,T,hs) fp32, the dQ counters (B,NH,⌈T/BQ⌉) int (zeroed when allocated; every launch
+// leaves them zero). The caller keeps lse (B,NH,T) fp32 per layer instead of att (B,NH,T,T).
+// Grid: (⌈T/64⌉, B·NH): B·NH ≤ 65535 (gridDim.y).
 #pragma once
-#include <mma.h>
 
-// bf16/fp16 WMMA needs compute capability 8.0. A build for an older target (GPU_ARCH=75) still
-// compiles: there the three tensor-core kernels are a trap, and the model never selects flash on
+// mma.sync with bf16 operands needs compute capability 8.0. A build for an older target
+// (GPU_ARCH=75) still compiles: there the kernels are a trap, and the model never selects flash on
 // such a device (gpt_build asks the device: backend_compute_capability).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
 #define KEEL_FLASH_ARCH_OK 0
@@ -81,35 +73,57 @@
 #include <type_traits>
 
 #include "llmc/cuda/attention.cuh"
+#include "llmc/cuda/mma.cuh"
 
 namespace keel_cuda {
 
 enum {
     FLASH_WARPS = 4,
     FLASH_THREADS = 32 * FLASH_WARPS,
-    FLASH_BR = 16 * FLASH_WARPS,  // query rows of a forward / dQ block
-    FLASH_BC = 64,                // keys of a tile (forward, dQ) and of a dK/dV block
-    FLASH_BRB = 32,               // query rows of one step of the dK/dV kernel
+    FLASH_BR = 16 * FLASH_WARPS,  // query rows of a forward block
+    FLASH_BC = 64,                // keys of a forward tile and of a backward block
 };
+// Query rows of one backward step: dK and dV of a warp's 16 keys take 2·hs/8·4 fp32 registers per
+// lane (64 at hs 64, 128 at hs 128), and Sᵀ, dPᵀ 2·BQ/8·4 more; 32 keeps hs 128 under 255.
+__host__ __device__ constexpr inline int flash_bq(int hs) { return hs == 64 ? 64 : 32; }
 
 // Whether the fused path handles the config; otherwise the caller takes attention_forward/backward.
 static inline bool flash_attention_supported(int hs, size_t fsize) { return flash_attention_gpu_supported(hs, fsize); }  // (llmc/ops.h)
 
-// Device scratch beyond the caller's lse (B,NH,T): D (B,NH,T) fp32 in the backward.
+// Device scratch beyond the caller's lse (B,NH,T): D, dq_acc and the dQ counters (llmc/ops.h).
 static inline size_t flash_attention_scratch_bytes(size_t B, size_t T, size_t C, size_t NH) { return flash_attention_gpu_scratch_bytes(B, T, C, NH); }
 
-// Shared-memory bytes of each kernel (the layouts in the kernels below), 128 for aligning the base.
-static inline size_t flash_forward_smem(int hs, size_t fsize) {
-    return 128 + 2 * FLASH_BC * hs * fsize + FLASH_BR * FLASH_BC * (4 + fsize) + FLASH_BR * hs * 4;
+// Shared-memory bytes of each kernel (the layouts in the kernels below).
+static inline size_t flash_forward_smem(int hs) { return (size_t)(FLASH_BR + 4 * FLASH_BC) * hs * 2; }
+static inline size_t flash_backward_smem(int hs) {
+    size_t bq = (size_t)flash_bq(hs);
+    return (2 * FLASH_BC * hs + 4 * bq * hs + FLASH_BC * bq) * 2 + 4 * bq * sizeof(float);
 }
-static inline size_t flash_dkdv_smem(int hs, size_t fsize) {
-    return 128 + 2 * FLASH_BC * hs * fsize + 2 * FLASH_BRB * hs * fsize + 2 * FLASH_BRB * 4 + FLASH_BC * FLASH_BRB * (8 + 2 * fsize);
-}
-static inline size_t flash_dq_smem(int hs, size_t fsize) { return 128 + 2 * FLASH_BC * hs * fsize + FLASH_BR * FLASH_BC * (8 + fsize); }
 
 __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; }
 
-// Fragment arrays (qf[], dk[], ...) stay in registers only if every index is a compile-time
+// ---- each lane's shared-memory access, by pattern (element offsets in a swizzled tile of `width`) ----
+// The kernels address shared memory only through these, and test_cuda_flash evaluates each for the
+// 32 lanes of a warp at every offset the kernels use and counts bank conflicts (none).
+// ldmatrix_x4, A operand (16 rows × 16 columns from row r0, column c0): lane l names row r0 + l%16 at
+// column c0 + 8·(l/16), so the four matrices are a[0..3] of mma_m16n8k16.
+__host__ __device__ inline int flash_ldm_a(int lane, int r0, int c0, int width) { return swz(r0 + lane % 16, c0 + lane / 16 * 8, width); }
+// ldmatrix_x4, B operands of two 8-column blocks from a tile stored n-major (rows = n, columns = k:
+// K for Q·Kᵀ, Q and dO for K·Qᵀ, V·dOᵀ): rows r0.. r0+15, columns c0..c0+15; registers {0,1} are b of
+// rows r0..r0+7, {2,3} of rows r0+8..r0+15.
+__host__ __device__ inline int flash_ldm_b(int lane, int r0, int c0, int width) { return swz(r0 + lane % 8 + lane / 16 * 8, c0 + lane / 8 % 2 * 8, width); }
+// ldmatrix_x4_trans, B operands of two 8-column blocks from a tile stored k-major (rows = k: V for
+// P·V, dO and Q for Pᵀ·dO and dSᵀ·Q, K for dS·K): rows r0..r0+15, columns c0..c0+15.
+__host__ __device__ inline int flash_ldm_bt(int lane, int r0, int c0, int width) { return swz(r0 + lane % 8 + lane / 8 % 2 * 8, c0 + lane / 16 * 8, width); }
+// ldmatrix_x4_trans, A operand from a tile stored k-major (dS from dSᵀ): rows (k) r0..r0+15, columns
+// (m) c0..c0+15.
+__host__ __device__ inline int flash_ldm_at(int lane, int r0, int c0, int width) { return swz(r0 + lane % 8 + lane / 16 * 8, c0 + lane / 8 % 2 * 8, width); }
+// A C/D fragment's two values of one row as one 32-bit store: row r0 + lane/4, columns c0 + 2·(lane%4).
+__host__ __device__ inline int flash_frag(int lane, int r0, int c0, int width) { return swz(r0 + lane / 4, c0 + lane % 4 * 2, width); }
+// 16-byte chunk i of a tile filled (cp.async) or read out row by row: row i / (width/8).
+__host__ __device__ inline int flash_chunk(int i, int width) { return swz(i / (width / 8), i % (width / 8) * 8, width); }
+
+// Fragment arrays (qf[], oacc[], ...) stay in registers only if every index is a compile-time
 // constant: the loops over them are unrolled (nvcc); g++ (the emulation) does not know the pragma.
 #if defined(__CUDACC__)
 #define FLASH_UNROLL _Pragma("unroll")
@@ -117,149 +131,164 @@ __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; 
 #define FLASH_UNROLL
 #endif
 
-// WMMA needs 256-bit aligned tile pointers: the kernels carve shared memory from a 128-byte boundary.
-__device__ inline char* flash_smem_align(char* p) { return (char*)(((uintptr_t)p + 127) & ~(uintptr_t)127); }
-
-// Rows t0..t0+rows-1 of one head's slice (row t at src + t·stride, HS elements) into dst (rows,HS),
-// rows ≥ T as zeros (a zero K or V row contributes nothing and cannot be NaN). All threads of the
-// block; vec: 16-byte accesses (the host checked alignment), else scalar — the same values.
-template <typename F, int HS> __device__ inline void flash_load_rows(F* dst, const F* src, int t0, int rows, int T, size_t stride, bool vec) {
-    const int V = 16 / sizeof(F), PR = HS / V;  // packs per row
-    if (vec) {
-        for (int i = threadIdx.x; i < rows * PR; i += blockDim.x) {
-            int r = i / PR, c = i % PR * V;
-            Pack<F, V> p;
-            if (t0 + r < T) p = pack_load<F, V>(src + (size_t)(t0 + r) * stride + c);
-            else
-                for (int j = 0; j < V; j++) p.v[j] = from_f32<F>(0.0f);
-            pack_store<F, V>(dst + r * HS + c, p);
-        }
-    } else {
-        for (int i = threadIdx.x; i < rows * HS; i += blockDim.x) {
-            int r = i / HS, c = i % HS;
-            dst[r * HS + c] = t0 + r < T ? src[(size_t)(t0 + r) * stride + c] : from_f32<F>(0.0f);
-        }
+// Rows r0..r0+ROWS-1 of one head's slice (row t at src + t·stride, HS elements) into the swizzled
+// (ROWS,HS) tile dst by cp.async, rows ≥ T as zeros (a zero K or V row contributes nothing and cannot
+// be NaN). All threads of the block; the caller commits the group. The host checked that src and
+// stride give 16-byte aligned rows.
+template <typename F, int HS, int ROWS> __device__ inline void flash_load_tile(F* dst, const F* src, int r0, int T, size_t stride) {
+    constexpr int CH = HS / 8;  // 16-byte chunks per row
+    for (int i = threadIdx.x; i < ROWS * CH; i += FLASH_THREADS) {
+        int r = i / CH;
+        bool real = r0 + r < T;
+        cp_async16(dst + flash_chunk(i, HS), src + (size_t)(real ? r0 + r : 0) * stride + i % CH * 8, real ? 16 : 0);
     }
-}
-
-// dst[c] = F(dst[c] + src[c]) for the HS/2 channels [c0, c0 + HS/2) of one row (one lane's half).
-template <typename F, int HS> __device__ inline void flash_add_half_row(F* dst, const float* src, int c0) {
-    for (int c = c0; c < c0 + HS / 2; c++) dst[c] = from_f32<F>(to_f32(dst[c]) + src[c]);
 }
 
 // ---- forward -------------------------------------------------------------------------------------
 template <typename F, int HS>
 __global__ void __launch_bounds__(FLASH_THREADS)
-    flash_attention_forward_kernel(F* out, float* lse, const F* inp, int T, int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha,
-                                   bool vec) {
+    flash_attention_forward_kernel(F* out, float* lse, const F* inp, int T, int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha) {
 #if KEEL_FLASH_ARCH_OK
-    using namespace nvcuda;
-    const int BR = FLASH_BR, BC = FLASH_BC;
-    KEEL_DYNAMIC_SHARED(char, smem_raw);
-    char* smem = flash_smem_align(smem_raw);
-    F* Ks = (F*)smem;              // (BC,HS)
-    F* Vs = Ks + BC * HS;          // (BC,HS)
-    float* Ss = (float*)(Vs + BC * HS);  // (BR,BC) scores, then softmax inputs
-    F* Ps = (F*)(Ss + BR * BC);    // (BR,BC) exp(s - m)·drop
-    float* Os = (float*)(Ps + BR * BC);  // (BR,HS) unnormalized output; first the Q staging
-    int qt = (int)gridDim.x - 1 - (int)blockIdx.x;  // the longest (last) query tiles start first
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = qt * BR;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    size_t C3 = 3 * (size_t)C;
+    constexpr int BR = FLASH_BR, BC = FLASH_BC, KS = HS / 16, NT = BC / 8, OT = HS / 8;
+    KEEL_DYNAMIC_SHARED(F, smem);
+    F* Qs = smem;              // (BR,HS); at the end the output staging
+    F* Ks = Qs + BR * HS;      // 2 × (BC,HS): the tile being multiplied and the next one
+    F* Vs = Ks + 2 * BC * HS;  // 2 × (BC,HS)
+    const int qt = (int)gridDim.x - 1 - (int)blockIdx.x;  // the longest (last) query tiles start first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = qt * BR;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const size_t C3 = 3 * (size_t)C;
     const F* qsrc = inp + (size_t)b * T * C3 + h * HS;
+    const int nk = (flash_imin(q0 + BR, T) - 1) / BC + 1;  // key tiles holding a key ≤ the block's last query
 
-    F* Qs = (F*)Os;
-    flash_load_rows<F, HS>(Qs, qsrc, q0, BR, T, C3, vec);
+    flash_load_tile<F, HS, BR>(Qs, qsrc, q0, T, C3);
+    cp_async_commit();
+    flash_load_tile<F, HS, BC>(Ks, qsrc + C, 0, T, C3);
+    flash_load_tile<F, HS, BC>(Vs, qsrc + 2 * C, 0, T, C3);
+    cp_async_commit();
+    cp_async_wait<1>();
     __syncthreads();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, F, wmma::row_major> qf[HS / 16];
+    uint32_t qf[KS][4];  // A fragments of the warp's 16 query rows, channels 16kk..16kk+15
     FLASH_UNROLL
-    for (int kk = 0; kk < HS / 16; kk++) wmma::load_matrix_sync(qf[kk], Qs + warp * 16 * HS + kk * 16, HS);
-    __syncthreads();  // the staging becomes O
+    for (int kk = 0; kk < KS; kk++) ldmatrix_x4(qf[kk], Qs + flash_ldm_a(lane, warp * 16, kk * 16, HS));
 
-    // lanes 2r and 2r+1 own row r of the warp (query t): columns [half·BC/2, ...) of S and P,
-    // [half·HS/2, ...) of O; both hold the row's (m, l).
-    int r = lane / 2, half = lane % 2, t = q0 + warp * 16 + r;
-    float* Sw = Ss + warp * 16 * BC;
-    F* Pw = Ps + warp * 16 * BC;
-    float* Ow = Os + warp * 16 * HS;
-    for (int c = half * HS / 2; c < (half + 1) * HS / 2; c++) Ow[r * HS + c] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    int w_first = q0 + warp * 16, w_last = flash_imin(w_first + 15, T - 1);  // the warp's real queries
-    int q_last = flash_imin(q0 + BR, T) - 1;
-    int nk = q_last / BC + 1;  // key tiles holding a key ≤ the tile's last query
+    // this lane: rows g and g+8 of the warp (queries t_r[0], t_r[1]); of every 8-column block,
+    // columns 2tq and 2tq+1
+    float oacc[OT][4];
+    FLASH_UNROLL
+    for (int n = 0; n < OT; n++)
+        for (int e = 0; e < 4; e++) oacc[n][e] = 0.0f;
+    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
+    const int t_r[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
+    const int w_first = q0 + warp * 16, w_last = flash_imin(w_first + 15, T - 1);  // the warp's real queries
     for (int kt = 0; kt < nk; kt++) {
-        int k0 = kt * BC;
-        __syncthreads();  // every warp is done with the previous K, V
-        flash_load_rows<F, HS>(Ks, qsrc + C, k0, BC, T, C3, vec);
-        flash_load_rows<F, HS>(Vs, qsrc + 2 * C, k0, BC, T, C3, vec);
+        const int cur = kt & 1, k0 = kt * BC;
+        if (kt + 1 < nk) {  // the next K, V in flight while this tile is multiplied
+            flash_load_tile<F, HS, BC>(Ks + (cur ^ 1) * BC * HS, qsrc + C, k0 + BC, T, C3);
+            flash_load_tile<F, HS, BC>(Vs + (cur ^ 1) * BC * HS, qsrc + 2 * C, k0 + BC, T, C3);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         __syncthreads();
-        // 16-key column blocks with a key ≤ the warp's last query (warp-uniform)
-        int jn = w_first > w_last || w_last < k0 ? 0 : flash_imin(BC / 16, (w_last - k0) / 16 + 1);
-        if (jn == 0) continue;
-        for (int j = 0; j < jn; j++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf;
-            wmma::fill_fragment(sf, 0.0f);
+        const F* Kc = Ks + cur * BC * HS;
+        const F* Vc = Vs + cur * BC * HS;
+        // 8-key column blocks with a key ≤ the warp's last query (warp-uniform)
+        const int nt = w_first > w_last || w_last < k0 ? 0 : flash_imin(NT, (w_last - k0) / 8 + 1);
+        if (nt > 0) {
+            float s[NT][4];
             FLASH_UNROLL
-            for (int kk = 0; kk < HS / 16; kk++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, F, wmma::col_major> kf;  // Kᵀ: (k = channel, n = key)
-                wmma::load_matrix_sync(kf, Ks + j * 16 * HS + kk * 16, HS);
-                wmma::mma_sync(sf, qf[kk], kf, sf);
+            for (int j = 0; j < NT; j++)
+                for (int e = 0; e < 4; e++) s[j][e] = 0.0f;
+            FLASH_UNROLL
+            for (int kk = 0; kk < KS; kk++) {
+                FLASH_UNROLL
+                for (int j = 0; j < NT; j += 2) {
+                    if (j >= nt) continue;
+                    uint32_t kb[4];  // Kᵀ as B: (channels 16kk.., keys 8j..) and (.., keys 8j+8..)
+                    ldmatrix_x4(kb, Kc + flash_ldm_b(lane, j * 8, kk * 16, HS));
+                    const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
+                    mma_m16n8k16<F>(s[j], qf[kk], b0);
+                    if (j + 1 < nt) mma_m16n8k16<F>(s[j + 1], qf[kk], b1);
+                }
             }
-            wmma::store_matrix_sync(Sw + j * 16, sf, BC, wmma::mem_row_major);
-        }
-        __syncwarp();
-        // online softmax over this tile's half row
-        float* srow = Sw + r * BC;
-        int c0 = half * BC / 2, c1 = c0 + BC / 2;
-        float mt = -INFINITY;
-        for (int c = c0; c < c1; c++) {
-            int u = k0 + c;
-            if (t < T && u <= t) {
-                float s = attention_softmax_input(srow[c] * alpha, h, u, o, sc);
-                srow[c] = s;
-                mt = fmaxf(mt, s);
+            // online softmax: the score variant, the tile's row maxima over the quad, the rescale
+            float mt[2] = {-INFINITY, -INFINITY};
+            FLASH_UNROLL
+            for (int j = 0; j < NT; j++)
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1, u = k0 + j * 8 + 2 * tq + (e & 1), t = t_r[r];
+                    float x = -INFINITY;  // masked (above the diagonal, or a row past T)
+                    if (t < T && u <= t) x = attention_softmax_input(s[j][e] * alpha, h, u, o, sc);
+                    s[j][e] = x;
+                    mt[r] = fmaxf(mt[r], x);
+                }
+            float corr[2];
+            for (int r = 0; r < 2; r++) {
+                mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
+                mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
+                float mn = fmaxf(m_r[r], mt[r]);
+                corr[r] = mn == -INFINITY ? 1.0f : expf(m_r[r] - mn);  // m = -inf (no key yet): 0
+                m_r[r] = mn;
+            }
+            float ps[2] = {0.0f, 0.0f};
+            FLASH_UNROLL
+            for (int j = 0; j < NT; j++)
+                for (int e = 0; e < 4; e++) {
+                    int r = e >> 1;
+                    float p = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - m_r[r]);
+                    ps[r] += p;
+                    s[j][e] = p == 0.0f ? 0.0f : p * attention_drop_mult(o, sc.dscale, b, h, t_r[r], k0 + j * 8 + 2 * tq + (e & 1));
+                }
+            for (int r = 0; r < 2; r++) {
+                ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 1);  // a + b = b + a: the quad holds the same bits
+                ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 2);
+                l_r[r] = l_r[r] * corr[r] + ps[r];
+            }
+            FLASH_UNROLL
+            for (int n = 0; n < OT; n++) {
+                oacc[n][0] *= corr[0];
+                oacc[n][1] *= corr[0];
+                oacc[n][2] *= corr[1];
+                oacc[n][3] *= corr[1];
+            }
+            // O += P·V over the 16-key steps with a key ≤ the warp's last query
+            FLASH_UNROLL
+            for (int k2 = 0; k2 < BC / 16; k2++) {
+                if (2 * k2 >= nt) continue;
+                const uint32_t pa[4] = {pack2<F>(s[2 * k2][0], s[2 * k2][1]), pack2<F>(s[2 * k2][2], s[2 * k2][3]),
+                                        pack2<F>(s[2 * k2 + 1][0], s[2 * k2 + 1][1]), pack2<F>(s[2 * k2 + 1][2], s[2 * k2 + 1][3])};
+                FLASH_UNROLL
+                for (int n = 0; n < OT; n += 2) {
+                    uint32_t vb[4];  // V as B: (keys 16k2.., channels 8n..) and (.., channels 8n+8..)
+                    ldmatrix_x4_trans(vb, Vc + flash_ldm_bt(lane, k2 * 16, n * 8, HS));
+                    const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
+                    mma_m16n8k16<F>(oacc[n], pa, b0);
+                    mma_m16n8k16<F>(oacc[n + 1], pa, b1);
+                }
             }
         }
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-        float mn = fmaxf(m, mt);
-        float corr = mn == -INFINITY ? 1.0f : expf(m - mn);  // m = -inf (first tile): 0
-        float ps = 0.0f;
-        for (int c = c0; c < c1; c++) {
-            int u = k0 + c;
-            float p = 0.0f;
-            if (t < T && u <= t) p = expf(srow[c] - mn);
-            ps += p;
-            Pw[r * BC + c] = from_f32<F>(t < T && u <= t ? p * attention_drop_mult(o, sc.dscale, b, h, t, u) : 0.0f);
-        }
-        ps += __shfl_xor_sync(0xffffffffu, ps, 1);  // a + b = b + a: both lanes hold the same bits
-        l = l * corr + ps;
-        m = mn;
-        for (int c = half * HS / 2; c < (half + 1) * HS / 2; c++) Ow[r * HS + c] *= corr;
-        __syncwarp();
-        // O += P·V over the column blocks that hold a key ≤ the warp's last query
-        FLASH_UNROLL
-        for (int j = 0; j < HS / 16; j++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> of;
-            wmma::load_matrix_sync(of, Ow + j * 16, HS, wmma::mem_row_major);
-            for (int kk = 0; kk < jn; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, F, wmma::row_major> pf;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, F, wmma::row_major> vf;
-                wmma::load_matrix_sync(pf, Pw + kk * 16, BC);
-                wmma::load_matrix_sync(vf, Vs + kk * 16 * HS + j * 16, HS);
-                wmma::mma_sync(of, pf, vf, of);
-            }
-            wmma::store_matrix_sync(Ow + j * 16, of, HS, wmma::mem_row_major);
-        }
-        __syncwarp();
+        __syncthreads();  // every warp is done with this tile's buffers before they are refilled
     }
-    if (t < T) {
-        float inv = 1.0f / l;
-        F* orow = out + ((size_t)b * T + t) * C + h * HS;
-        for (int c = half * HS / 2; c < (half + 1) * HS / 2; c++) orow[c] = from_f32<F>(Ow[r * HS + c] * inv);
-        if (half == 0) lse[(size_t)bh * T + t] = m + logf(l);
+    // out = F(O / l): the warp's rows into the (free) Q tile, then 16-byte stores of whole rows
+    float inv[2];
+    for (int r = 0; r < 2; r++) inv[r] = l_r[r] > 0.0f ? 1.0f / l_r[r] : 0.0f;
+    FLASH_UNROLL
+    for (int n = 0; n < OT; n++) {
+        *(uint32_t*)(Qs + flash_frag(lane, warp * 16, n * 8, HS)) = pack2<F>(oacc[n][0] * inv[0], oacc[n][1] * inv[0]);
+        *(uint32_t*)(Qs + flash_frag(lane, warp * 16 + 8, n * 8, HS)) = pack2<F>(oacc[n][2] * inv[1], oacc[n][3] * inv[1]);
     }
+    __syncwarp();
+    for (int i = lane; i < 16 * HS / 8; i += 32) {
+        int r = i / (HS / 8), c = i % (HS / 8), t = q0 + warp * 16 + r;  // (the warp's rows start a group of 8: its swizzle is the tile's)
+        if (t < T) pack_store<F, 8>(out + ((size_t)b * T + t) * C + h * HS + c * 8, pack_load<F, 8>(Qs + warp * 16 * HS + flash_chunk(i, HS)));
+    }
+    if (tq == 0)
+        for (int r = 0; r < 2; r++)
+            if (t_r[r] < T) lse[(size_t)bh * T + t_r[r]] = m_r[r] + logf(l_r[r]);
 #else
-    __trap();  // bf16/fp16 WMMA needs sm_80; gpt_build never selects flash below it
+    __trap();  // bf16/fp16 mma.sync needs sm_80; gpt_build never selects flash below it
 #endif
 }
 
@@ -279,220 +308,258 @@ __global__ void flash_attention_rowdot_kernel(float* D, const F* dout, const F* 
     if (lane == 0) D[row] = s;
 }
 
-// dK, dV of one key tile (block), summed over query steps in ascending order.
-template <typename F, int HS>
-__global__ void __launch_bounds__(FLASH_THREADS)
-    flash_attention_dkdv_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, int T, int C, int NH, AttentionOpts o,
-                                AttnScoreScale sc, float alpha, bool vec) {
-#if KEEL_FLASH_ARCH_OK
-    using namespace nvcuda;
-    const int BC = FLASH_BC, BRB = FLASH_BRB;
-    KEEL_DYNAMIC_SHARED(char, smem_raw);
-    char* smem = flash_smem_align(smem_raw);
-    F* Ks = (F*)smem;                    // (BC,HS)
-    F* Vs = Ks + BC * HS;                // (BC,HS)
-    F* Qs = Vs + BC * HS;                // (BRB,HS)
-    F* dOs = Qs + BRB * HS;              // (BRB,HS)
-    float* Ss = (float*)(dOs + BRB * HS);  // (BC,BRB) Sᵀ
-    float* dPs = Ss + BC * BRB;          // (BC,BRB) dPᵀ
-    float* lse_s = dPs + BC * BRB;       // (BRB)
-    float* D_s = lse_s + BRB;            // (BRB)
-    F* Pts = (F*)(D_s + BRB);            // (BC,BRB) (p·drop)ᵀ
-    F* dSts = Pts + BC * BRB;            // (BC,BRB) dSᵀ
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = blockIdx.x * BC;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    size_t C3 = 3 * (size_t)C;
-    const F* qsrc = inp + (size_t)b * T * C3 + h * HS;
-    const F* dosrc = dout + (size_t)b * T * C + h * HS;
-
-    flash_load_rows<F, HS>(Ks, qsrc + C, k0, BC, T, C3, vec);
-    flash_load_rows<F, HS>(Vs, qsrc + 2 * C, k0, BC, T, C3, vec);
-    __syncthreads();
-    int u_first = k0 + warp * 16;  // the warp's 16 keys
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> dk[HS / 16], dv[HS / 16];
-    FLASH_UNROLL
-    for (int j = 0; j < HS / 16; j++) {
-        wmma::fill_fragment(dk[j], 0.0f);
-        wmma::fill_fragment(dv[j], 0.0f);
-    }
-    // lanes 2r, 2r+1: key row r (u), query columns [half·BRB/2, ...)
-    int r = lane / 2, half = lane % 2, u = u_first + r;
-    float* Sw = Ss + warp * 16 * BRB;
-    float* dPw = dPs + warp * 16 * BRB;
-    F* Ptw = Pts + warp * 16 * BRB;
-    F* dStw = dSts + warp * 16 * BRB;
-    for (int q0 = k0 / BRB * BRB; q0 < T; q0 += BRB) {
-        __syncthreads();  // every warp is done with the previous step's Q, dO
-        flash_load_rows<F, HS>(Qs, qsrc, q0, BRB, T, C3, vec);
-        flash_load_rows<F, HS>(dOs, dosrc, q0, BRB, T, (size_t)C, vec);
-        for (int i = threadIdx.x; i < BRB; i += blockDim.x) {
-            lse_s[i] = q0 + i < T ? lse[(size_t)bh * T + q0 + i] : 0.0f;
-            D_s[i] = q0 + i < T ? D[(size_t)bh * T + q0 + i] : 0.0f;
-        }
-        __syncthreads();
-        // a 16-query block takes part if it holds a real query ≥ one of the warp's real keys
-        auto needed = [&](int jq) { return u_first < T && q0 + jq * 16 < T && q0 + jq * 16 + 15 >= u_first; };
-        bool any = false;
-        for (int jq = 0; jq < BRB / 16; jq++) {
-            if (!needed(jq)) continue;
-            any = true;
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf, pf;
-            wmma::fill_fragment(sf, 0.0f);
-            wmma::fill_fragment(pf, 0.0f);
-            FLASH_UNROLL
-            for (int kk = 0; kk < HS / 16; kk++) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, F, wmma::row_major> ka, va;
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, F, wmma::col_major> qb, dob;  // Qᵀ, dOᵀ
-                wmma::load_matrix_sync(ka, Ks + warp * 16 * HS + kk * 16, HS);
-                wmma::load_matrix_sync(qb, Qs + jq * 16 * HS + kk * 16, HS);
-                wmma::mma_sync(sf, ka, qb, sf);
-                wmma::load_matrix_sync(va, Vs + warp * 16 * HS + kk * 16, HS);
-                wmma::load_matrix_sync(dob, dOs + jq * 16 * HS + kk * 16, HS);
-                wmma::mma_sync(pf, va, dob, pf);
-            }
-            wmma::store_matrix_sync(Sw + jq * 16, sf, BRB, wmma::mem_row_major);
-            wmma::store_matrix_sync(dPw + jq * 16, pf, BRB, wmma::mem_row_major);
-        }
-        if (!any) continue;  // warp-uniform: this warp has nothing in this step
-        __syncwarp();
-        for (int c = half * BRB / 2; c < (half + 1) * BRB / 2; c++) {
-            int t = q0 + c;
-            float pd = 0.0f, ds = 0.0f;
-            if (t < T && u <= t) {
-                float p = expf(attention_softmax_input(Sw[r * BRB + c] * alpha, h, u, o, sc) - lse_s[c]);
-                float mult = attention_drop_mult(o, sc.dscale, b, h, t, u);
-                pd = p * mult;
-                ds = p * (dPw[r * BRB + c] * mult - D_s[c]) * sc.scale;
-            }
-            Ptw[r * BRB + c] = from_f32<F>(pd);
-            dStw[r * BRB + c] = from_f32<F>(ds);
-        }
-        __syncwarp();
-        for (int jq = 0; jq < BRB / 16; jq++) {
-            if (!needed(jq)) continue;
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, F, wmma::row_major> pa, dsa;
-            wmma::load_matrix_sync(pa, Ptw + jq * 16, BRB);
-            wmma::load_matrix_sync(dsa, dStw + jq * 16, BRB);
-            FLASH_UNROLL
-            for (int j = 0; j < HS / 16; j++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, F, wmma::row_major> dob, qb;
-                wmma::load_matrix_sync(dob, dOs + jq * 16 * HS + j * 16, HS);
-                wmma::mma_sync(dv[j], pa, dob, dv[j]);
-                wmma::load_matrix_sync(qb, Qs + jq * 16 * HS + j * 16, HS);
-                wmma::mma_sync(dk[j], dsa, qb, dk[j]);
-            }
-        }
-    }
-    // dK, then dV, through an fp32 staging of the warp's 16 rows (over K, V, Q: all reads are done)
-    __syncthreads();
-    float* stage = (float*)smem + warp * 16 * HS;
-    FLASH_UNROLL
-    for (int j = 0; j < HS / 16; j++) wmma::store_matrix_sync(stage + j * 16, dk[j], HS, wmma::mem_row_major);
-    __syncwarp();
-    if (u < T) flash_add_half_row<F, HS>(dinp + ((size_t)b * T + u) * C3 + C + h * HS, stage + r * HS, half * HS / 2);
-    __syncwarp();
-    FLASH_UNROLL
-    for (int j = 0; j < HS / 16; j++) wmma::store_matrix_sync(stage + j * 16, dv[j], HS, wmma::mem_row_major);
-    __syncwarp();
-    if (u < T) flash_add_half_row<F, HS>(dinp + ((size_t)b * T + u) * C3 + 2 * C + h * HS, stage + r * HS, half * HS / 2);
+// The dQ chain's counter (one per head-batch and query step), CUTLASS's split-K semaphore protocol:
+// one thread reads it with acquire semantics (gpu scope; through L2, never a stale L1 line) and the
+// block meets at a barrier before reading the partial sum; the block meets at a barrier after writing
+// its part, then one thread stores the next count with release semantics, which the barrier makes
+// cover every thread's writes. No thread of the block fences on its own.
+__device__ inline int flash_turn_load(const int* counter) {
+#ifdef KEEL_CUDA_EMULATION
+    return *counter;
 #else
-    __trap();  // bf16/fp16 WMMA needs sm_80; gpt_build never selects flash below it
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+    return v;
+#endif
+}
+__device__ inline void flash_turn_store(int* counter, int v) {
+#ifdef KEEL_CUDA_EMULATION
+    *counter = v;
+#else
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(v) : "memory");
+#endif
+}
+// Thread 0 waits until the counter, first read into `seen` (issued early, so its latency hides
+// behind other work), equals `turn`.
+__device__ inline void flash_wait_turn(const int* counter, int seen, int turn) {
+#ifdef KEEL_CUDA_EMULATION
+    if (seen != turn) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "the counter is %d, the turn %d", seen, turn);
+        emu::die("kernel %s: a dQ part waits for a key tile that has not run (%s): on a GPU this spins forever", emu::tl_block.kernel_name, msg);
+    }
+    (void)counter;
+#else
+    while (seen != turn) seen = flash_turn_load(counter);
+#endif
+}
+// dq_acc traffic bypasses L1 (another block wrote the partial sum this block reads).
+__device__ inline void flash_load_pair(const float* p, float* x, float* y) {
+#ifdef KEEL_CUDA_EMULATION
+    *x = p[0];
+    *y = p[1];
+#else
+    float2 v = __ldcg((const float2*)p);
+    *x = v.x;
+    *y = v.y;
+#endif
+}
+__device__ inline void flash_store_pair(float* p, float x, float y) {
+#ifdef KEEL_CUDA_EMULATION
+    p[0] = x;
+    p[1] = y;
+#else
+    __stcg((float2*)p, make_float2(x, y));
 #endif
 }
 
-// dQ of one query tile (block), summed over key tiles in ascending order.
-template <typename F, int HS>
+// dK, dV of one key tile (block) over its query steps in ascending order; each step's dQ part into
+// the ordered chain (see the top of the file). ORDERED = false drops the chain's waits and counters
+// (the parts then race: wrong dQ): only the kernel lab uses it, to time what the ordering costs.
+template <typename F, int HS, bool ORDERED = true>
 __global__ void __launch_bounds__(FLASH_THREADS)
-    flash_attention_dq_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, int T, int C, int NH, AttentionOpts o,
-                              AttnScoreScale sc, float alpha, bool vec) {
+    flash_attention_backward_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, float* dq_acc, int* dq_turn, int T,
+                                    int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha) {
 #if KEEL_FLASH_ARCH_OK
-    using namespace nvcuda;
-    const int BR = FLASH_BR, BC = FLASH_BC;
-    KEEL_DYNAMIC_SHARED(char, smem_raw);
-    char* smem = flash_smem_align(smem_raw);
-    F* Ks = (F*)smem;                    // (BC,HS)
-    F* Vs = Ks + BC * HS;                // (BC,HS)
-    float* Ss = (float*)(Vs + BC * HS);  // (BR,BC); first the Q staging
-    float* dPs = Ss + BR * BC;           // (BR,BC); first the dO staging
-    F* dSs = (F*)(dPs + BR * BC);        // (BR,BC)
-    int qt = (int)gridDim.x - 1 - (int)blockIdx.x;
-    int bh = blockIdx.y, b = bh / NH, h = bh % NH, q0 = qt * BR;
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    size_t C3 = 3 * (size_t)C;
+    constexpr int BC = FLASH_BC, BQ = flash_bq(HS), KS = HS / 16, NQ = BQ / 8, OT = HS / 8;
+    constexpr int MQ = BQ / 16;                  // 16-query row blocks of a step (the dQ product's M)
+    constexpr int DQW = HS * MQ / FLASH_WARPS;   // channels of the step's dQ per warp (64)
+    constexpr int DT = DQW / 8;
+    KEEL_DYNAMIC_SHARED(F, smem);
+    F* Ks = smem;                   // (BC,HS)
+    F* Vs = Ks + BC * HS;           // (BC,HS)
+    F* Qs = Vs + BC * HS;           // 2 × (BQ,HS)
+    F* dOs = Qs + 2 * BQ * HS;      // 2 × (BQ,HS)
+    F* dSs = dOs + 2 * BQ * HS;     // (BC,BQ) dSᵀ of the step
+    float* lse_s = (float*)(dSs + BC * BQ);  // 2 × BQ
+    float* D_s = lse_s + 2 * BQ;             // 2 × BQ
+    const int nkt = (T + BC - 1) / BC, kt = nkt - 1 - (int)blockIdx.x;  // the last key tile starts first
+    const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = kt * BC;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+    const size_t C3 = 3 * (size_t)C;
     const F* qsrc = inp + (size_t)b * T * C3 + h * HS;
+    const F* dosrc = dout + (size_t)b * T * C + h * HS;
+    const int nsteps = (T - k0 + BQ - 1) / BQ, nqs = (T + BQ - 1) / BQ;  // steps from the diagonal on; all steps of a head
 
-    flash_load_rows<F, HS>((F*)Ss, qsrc, q0, BR, T, C3, vec);
-    flash_load_rows<F, HS>((F*)dPs, dout + (size_t)b * T * C + h * HS, q0, BR, T, (size_t)C, vec);
-    __syncthreads();
-    wmma::fragment<wmma::matrix_a, 16, 16, 16, F, wmma::row_major> qf[HS / 16], dof[HS / 16];
+    flash_load_tile<F, HS, BC>(Ks, qsrc + C, k0, T, C3);
+    flash_load_tile<F, HS, BC>(Vs, qsrc + 2 * C, k0, T, C3);
+    auto load_step = [&](int i, int buf) {
+        int q0 = k0 + i * BQ;
+        flash_load_tile<F, HS, BQ>(Qs + buf * BQ * HS, qsrc, q0, T, C3);
+        flash_load_tile<F, HS, BQ>(dOs + buf * BQ * HS, dosrc, q0, T, (size_t)C);
+        for (int j = threadIdx.x; j < 2 * BQ; j += FLASH_THREADS) {  // lse and D of the step's rows (0 past T)
+            int row = j % BQ;
+            bool real = q0 + row < T;
+            const float* src = (j < BQ ? lse : D) + (size_t)bh * T + (real ? q0 + row : 0);
+            cp_async4((j < BQ ? lse_s : D_s) + buf * BQ + row, src, real ? 4 : 0);
+        }
+    };
+    load_step(0, 0);
+    cp_async_commit();
+
+    float dk[OT][4], dv[OT][4];
     FLASH_UNROLL
-    for (int kk = 0; kk < HS / 16; kk++) {
-        wmma::load_matrix_sync(qf[kk], (F*)Ss + warp * 16 * HS + kk * 16, HS);
-        wmma::load_matrix_sync(dof[kk], (F*)dPs + warp * 16 * HS + kk * 16, HS);
-    }
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> dq[HS / 16];
-    FLASH_UNROLL
-    for (int j = 0; j < HS / 16; j++) wmma::fill_fragment(dq[j], 0.0f);
-    int r = lane / 2, half = lane % 2, t = q0 + warp * 16 + r;
-    float lse_t = t < T ? lse[(size_t)bh * T + t] : 0.0f, D_t = t < T ? D[(size_t)bh * T + t] : 0.0f;
-    float* Sw = Ss + warp * 16 * BC;
-    float* dPw = dPs + warp * 16 * BC;
-    F* dSw = dSs + warp * 16 * BC;
-    int w_first = q0 + warp * 16, w_last = flash_imin(w_first + 15, T - 1);
-    int nk = (flash_imin(q0 + BR, T) - 1) / BC + 1;
-    for (int kt = 0; kt < nk; kt++) {
-        int k0 = kt * BC;
-        __syncthreads();  // the staging (first tile) or the previous K, V are no longer read
-        flash_load_rows<F, HS>(Ks, qsrc + C, k0, BC, T, C3, vec);
-        flash_load_rows<F, HS>(Vs, qsrc + 2 * C, k0, BC, T, C3, vec);
+    for (int n = 0; n < OT; n++)
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    const int u_first = k0 + warp * 16;                  // the warp's keys
+    const int u_r[2] = {u_first + g, u_first + g + 8};   // this lane's rows of Sᵀ
+    const int mq = warp % MQ, ch0 = warp / MQ * DQW;     // this warp's part of the step's dQ
+    for (int i = 0; i < nsteps; i++) {
+        const int cur = i & 1, q0 = k0 + i * BQ;
+        if (i + 1 < nsteps) {
+            load_step(i + 1, cur ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
         __syncthreads();
-        int jn = w_first > w_last || w_last < k0 ? 0 : flash_imin(BC / 16, (w_last - k0) / 16 + 1);
-        if (jn == 0) continue;
-        for (int j = 0; j < jn; j++) {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> sf, pf;
-            wmma::fill_fragment(sf, 0.0f);
-            wmma::fill_fragment(pf, 0.0f);
+        const F* Qc = Qs + cur * BQ * HS;
+        const F* dOc = dOs + cur * BQ * HS;
+        const float* lse_c = lse_s + cur * BQ;
+        const float* D_c = D_s + cur * BQ;
+        // an 8-query block takes part if it holds a real query ≥ the warp's first real key
+        auto needed = [&](int j) { return u_first < T && q0 + 8 * j < T && q0 + 8 * j + 7 >= u_first; };
+        float s[NQ][4], dp[NQ][4];
+        FLASH_UNROLL
+        for (int j = 0; j < NQ; j++)
+            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+        FLASH_UNROLL
+        for (int kk = 0; kk < KS; kk++) {
+            uint32_t ka[4], va[4];  // A: the warp's 16 keys, channels 16kk..
+            ldmatrix_x4(ka, Ks + flash_ldm_a(lane, warp * 16, kk * 16, HS));
+            ldmatrix_x4(va, Vs + flash_ldm_a(lane, warp * 16, kk * 16, HS));
             FLASH_UNROLL
-            for (int kk = 0; kk < HS / 16; kk++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, F, wmma::col_major> kb, vb;  // Kᵀ, Vᵀ
-                wmma::load_matrix_sync(kb, Ks + j * 16 * HS + kk * 16, HS);
-                wmma::mma_sync(sf, qf[kk], kb, sf);
-                wmma::load_matrix_sync(vb, Vs + j * 16 * HS + kk * 16, HS);
-                wmma::mma_sync(pf, dof[kk], vb, pf);
+            for (int j = 0; j < NQ; j += 2) {
+                if (!needed(j) && !needed(j + 1)) continue;
+                uint32_t qb[4], ob[4];  // Qᵀ, dOᵀ as B: (channels 16kk.., queries 8j..) and (.., 8j+8..)
+                ldmatrix_x4(qb, Qc + flash_ldm_b(lane, j * 8, kk * 16, HS));
+                ldmatrix_x4(ob, dOc + flash_ldm_b(lane, j * 8, kk * 16, HS));
+                const uint32_t q_0[2] = {qb[0], qb[1]}, q_1[2] = {qb[2], qb[3]}, o_0[2] = {ob[0], ob[1]}, o_1[2] = {ob[2], ob[3]};
+                mma_m16n8k16<F>(s[j], ka, q_0);
+                mma_m16n8k16<F>(s[j + 1], ka, q_1);
+                mma_m16n8k16<F>(dp[j], va, o_0);
+                mma_m16n8k16<F>(dp[j + 1], va, o_1);
             }
-            wmma::store_matrix_sync(Sw + j * 16, sf, BC, wmma::mem_row_major);
-            wmma::store_matrix_sync(dPw + j * 16, pf, BC, wmma::mem_row_major);
         }
-        __syncwarp();
-        for (int c = half * BC / 2; c < (half + 1) * BC / 2; c++) {
-            int u = k0 + c;
-            float ds = 0.0f;
-            if (t < T && u <= t) {
-                float p = expf(attention_softmax_input(Sw[r * BC + c] * alpha, h, u, o, sc) - lse_t);
-                ds = p * (dPw[r * BC + c] * attention_drop_mult(o, sc.dscale, b, h, t, u) - D_t) * sc.scale;
+        // s ← p·drop, dp ← dS (fp32), masked entries 0
+        FLASH_UNROLL
+        for (int j = 0; j < NQ; j++)
+            for (int e = 0; e < 4; e++) {
+                int u = u_r[e >> 1], tl = 8 * j + 2 * tq + (e & 1), t = q0 + tl;
+                float pd = 0.0f, ds = 0.0f;
+                if (t < T && u <= t) {
+                    float p = expf(attention_softmax_input(s[j][e] * alpha, h, u, o, sc) - lse_c[tl]);
+                    float mult = attention_drop_mult(o, sc.dscale, b, h, t, u);
+                    pd = p * mult;
+                    ds = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
+                }
+                s[j][e] = pd;
+                dp[j][e] = ds;
             }
-            dSw[r * BC + c] = from_f32<F>(ds);
+        // dSᵀ of the warp's 16 keys to shared memory for the dQ product
+        FLASH_UNROLL
+        for (int j = 0; j < NQ; j++) {
+            *(uint32_t*)(dSs + flash_frag(lane, warp * 16, 8 * j, BQ)) = pack2<F>(dp[j][0], dp[j][1]);
+            *(uint32_t*)(dSs + flash_frag(lane, warp * 16 + 8, 8 * j, BQ)) = pack2<F>(dp[j][2], dp[j][3]);
         }
-        __syncwarp();
-        for (int kk = 0; kk < jn; kk++) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, F, wmma::row_major> dsa;
-            wmma::load_matrix_sync(dsa, dSw + kk * 16, BC);
+        // dV += (P·drop)ᵀ·dO, dK += dSᵀ·Q over the 16-query steps
+        FLASH_UNROLL
+        for (int kq = 0; kq < BQ / 16; kq++) {
+            if (!needed(2 * kq) && !needed(2 * kq + 1)) continue;
+            const uint32_t pa[4] = {pack2<F>(s[2 * kq][0], s[2 * kq][1]), pack2<F>(s[2 * kq][2], s[2 * kq][3]),
+                                    pack2<F>(s[2 * kq + 1][0], s[2 * kq + 1][1]), pack2<F>(s[2 * kq + 1][2], s[2 * kq + 1][3])};
+            const uint32_t da[4] = {pack2<F>(dp[2 * kq][0], dp[2 * kq][1]), pack2<F>(dp[2 * kq][2], dp[2 * kq][3]),
+                                    pack2<F>(dp[2 * kq + 1][0], dp[2 * kq + 1][1]), pack2<F>(dp[2 * kq + 1][2], dp[2 * kq + 1][3])};
             FLASH_UNROLL
-            for (int j = 0; j < HS / 16; j++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, F, wmma::row_major> kb;
-                wmma::load_matrix_sync(kb, Ks + kk * 16 * HS + j * 16, HS);
-                wmma::mma_sync(dq[j], dsa, kb, dq[j]);
+            for (int n = 0; n < OT; n += 2) {
+                uint32_t ob[4], qb[4];  // dO, Q as B: (queries 16kq.., channels 8n..) and (.., 8n+8..)
+                ldmatrix_x4_trans(ob, dOc + flash_ldm_bt(lane, kq * 16, n * 8, HS));
+                ldmatrix_x4_trans(qb, Qc + flash_ldm_bt(lane, kq * 16, n * 8, HS));
+                const uint32_t o_0[2] = {ob[0], ob[1]}, o_1[2] = {ob[2], ob[3]}, q_0[2] = {qb[0], qb[1]}, q_1[2] = {qb[2], qb[3]};
+                mma_m16n8k16<F>(dv[n], pa, o_0);
+                mma_m16n8k16<F>(dv[n + 1], pa, o_1);
+                mma_m16n8k16<F>(dk[n], da, q_0);
+                mma_m16n8k16<F>(dk[n + 1], da, q_1);
             }
         }
+        __syncthreads();  // dSᵀ complete
+        // the chain: key tiles last_kt, last_kt - 1, ..., 0 add their parts in this order; the
+        // counter's first read goes out now and lands while the part is computed
+        const int last_kt = q0 / BC;
+        int* turn = dq_turn + (size_t)bh * nqs + q0 / BQ;
+        int seen = ORDERED && threadIdx.x == 0 ? flash_turn_load(turn) : 0;
+        // the step's dQ part: rows qm.. of the step (16 queries), channels ch0..ch0+DQW, Σ over the tile's keys
+        const int qm = q0 + mq * 16, qm_last = flash_imin(qm + 15, T - 1);
+        float dq[DT][4];
+        FLASH_UNROLL
+        for (int n = 0; n < DT; n++)
+            for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
+        FLASH_UNROLL
+        for (int kb = 0; kb < BC / 16; kb++) {
+            if (k0 + kb * 16 > qm_last) continue;  // keys above every query of the block: dS = 0
+            uint32_t da[4];  // dS as A (queries × keys) from dSᵀ: transposed
+            ldmatrix_x4_trans(da, dSs + flash_ldm_at(lane, kb * 16, mq * 16, BQ));
+            FLASH_UNROLL
+            for (int n = 0; n < DT; n += 2) {
+                uint32_t kb4[4];  // K as B: (keys 16kb.., channels ch0 + 8n..) and (.., +8)
+                ldmatrix_x4_trans(kb4, Ks + flash_ldm_bt(lane, kb * 16, ch0 + n * 8, HS));
+                const uint32_t k_0[2] = {kb4[0], kb4[1]}, k_1[2] = {kb4[2], kb4[3]};
+                mma_m16n8k16<F>(dq[n], da, k_0);
+                mma_m16n8k16<F>(dq[n + 1], da, k_1);
+            }
+        }
+        if (ORDERED && threadIdx.x == 0) flash_wait_turn(turn, seen, last_kt - kt);
+        __syncthreads();
+        FLASH_UNROLL
+        for (int n = 0; n < DT; n++)
+            for (int r = 0; r < 2; r++) {
+                int t = qm + g + 8 * r, c = ch0 + n * 8 + 2 * tq;
+                if (t >= T) continue;
+                float vx = dq[n][2 * r], vy = dq[n][2 * r + 1];
+                float* pacc = dq_acc + ((size_t)bh * T + t) * HS + c;
+                if (kt != last_kt) {
+                    float px, py;
+                    flash_load_pair(pacc, &px, &py);
+                    vx = px + vx;
+                    vy = py + vy;
+                }
+                if (kt == 0) {  // the last part: into dinp's q section
+                    F* dst = dinp + ((size_t)b * T + t) * C3 + h * HS + c;
+                    dst[0] = from_f32<F>(to_f32(dst[0]) + vx);
+                    dst[1] = from_f32<F>(to_f32(dst[1]) + vy);
+                } else {
+                    flash_store_pair(pacc, vx, vy);
+                }
+            }
+        __syncthreads();  // the whole part is written (and the step's buffers read) before the turn passes
+        if (ORDERED && threadIdx.x == 0) flash_turn_store(turn, kt == 0 ? 0 : last_kt - kt + 1);  // 0 after the last: ready for the next launch
     }
-    __syncthreads();
-    float* stage = (float*)smem + warp * 16 * HS;
+    // dK, dV of the lane's two key rows into dinp's k and v sections
     FLASH_UNROLL
-    for (int j = 0; j < HS / 16; j++) wmma::store_matrix_sync(stage + j * 16, dq[j], HS, wmma::mem_row_major);
-    __syncwarp();
-    if (t < T) flash_add_half_row<F, HS>(dinp + ((size_t)b * T + t) * C3 + h * HS, stage + r * HS, half * HS / 2);
+    for (int n = 0; n < OT; n++)
+        for (int r = 0; r < 2; r++) {
+            int u = u_r[r], c = n * 8 + 2 * tq;
+            if (u >= T) continue;
+            F* pk = dinp + ((size_t)b * T + u) * C3 + C + h * HS + c;
+            F* pv = pk + C;
+            pk[0] = from_f32<F>(to_f32(pk[0]) + dk[n][2 * r]);
+            pk[1] = from_f32<F>(to_f32(pk[1]) + dk[n][2 * r + 1]);
+            pv[0] = from_f32<F>(to_f32(pv[0]) + dv[n][2 * r]);
+            pv[1] = from_f32<F>(to_f32(pv[1]) + dv[n][2 * r + 1]);
+        }
 #else
-    __trap();  // bf16/fp16 WMMA needs sm_80; gpt_build never selects flash below it
+    __trap();  // bf16/fp16 mma.sync needs sm_80; gpt_build never selects flash below it
 #endif
 }
 
@@ -501,10 +568,31 @@ static inline DeviceScratch* flash_attention_scratch() {
     static DeviceScratch s;
     return &s;
 }
-// Sizes the backward's D for micro-batches of up to (B,T), so that no training step allocates.
-template <typename F> void flash_attention_reserve(int B, int T, int C, int NH) {
-    scratch_reserve(flash_attention_scratch(), flash_attention_scratch_bytes(B, T, C, NH));
+static inline DeviceScratch* flash_attention_counters() {
+    static DeviceScratch s;
+    return &s;
 }
+// The backward's scratch for (B,T,C,NH) (flash_attention_gpu_scratch_bytes in all): D and dq_acc in
+// one buffer, the dQ counters in another, zeroed when it is allocated (every launch leaves its
+// counters at 0; a buffer that once held other data would not start so).
+struct FlashScratch {
+    float* D;
+    float* dq_acc;
+    int* dq_turn;
+};
+static inline FlashScratch flash_scratch(size_t B, size_t T, size_t C, size_t NH) {
+    size_t d_bytes = flash_scratch_round(B * NH * T * sizeof(float)), acc_bytes = flash_scratch_round(B * T * C * sizeof(float));
+    size_t turn_bytes = flash_attention_scratch_bytes(B, T, C, NH) - d_bytes - acc_bytes;
+    char* p = (char*)scratch_reserve(flash_attention_scratch(), d_bytes + acc_bytes);
+    DeviceScratch* c = flash_attention_counters();
+    if (turn_bytes > c->bytes) {
+        scratch_reserve(c, turn_bytes);
+        CUDA_CHECK(cudaMemsetAsync(c->ptr, 0, c->bytes, MAIN_STREAM));
+    }
+    return FlashScratch{(float*)p, (float*)(p + d_bytes), (int*)c->ptr};
+}
+// Sizes the backward's scratch for micro-batches of up to (B,T), so that no training step allocates.
+template <typename F> void flash_attention_reserve(int B, int T, int C, int NH) { flash_scratch(B, T, C, NH); }
 
 // Opts a kernel into `bytes` of dynamic shared memory once (the attribute is per kernel function).
 template <typename K> static void flash_smem_optin(K kernel, size_t bytes, bool* done) {
@@ -513,37 +601,41 @@ template <typename K> static void flash_smem_optin(K kernel, size_t bytes, bool*
     *done = true;
 }
 
+// cp.async moves 16-byte rows: the qkv and dout slices must start 16-byte aligned (C is a multiple
+// of 64 here, so every row then is).
+template <typename F> static void flash_check_aligned(const F* p, const char* what) {
+    if (!aligned16(p)) keel_die("flash attention: %s is not 16-byte aligned (cp.async copies 16-byte rows)", what);
+}
+
 template <typename F, int HS> static void flash_forward_launch(F* out, float* lse, const F* inp, int B, int T, int C, int NH, const AttentionOpts* o) {
     AttnScoreScale sc = attention_score_scale(o, HS);
     float alpha = o->scaling == ATTN_SCALING_QK_INWARD ? sc.sq * sc.sq : sc.alpha;
-    bool vec = aligned16(inp) && C % (16 / (int)sizeof(F)) == 0;  // (out is written by scalar stores)
-    size_t smem = flash_forward_smem(HS, sizeof(F));
+    flash_check_aligned(inp, "the qkv input");
+    flash_check_aligned(out, "the output");
+    size_t smem = flash_forward_smem(HS);
     static bool optin = false;
     flash_smem_optin(flash_attention_forward_kernel<F, HS>, smem, &optin);
     KEEL_LAUNCH(flash_attention_forward_kernel<F KEEL_COMMA HS>, dim3(ceil_div(T, FLASH_BR), B * NH), FLASH_THREADS, smem, MAIN_STREAM)(
-        out, lse, inp, T, C, NH, *o, sc, alpha, vec);
+        out, lse, inp, T, C, NH, *o, sc, alpha);
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename F, int HS>
+template <typename F, int HS, bool ORDERED = true>
 static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F* out, const float* lse, int B, int T, int C, int NH,
                                   const AttentionOpts* o) {
     AttnScoreScale sc = attention_score_scale(o, HS);
     float alpha = o->scaling == ATTN_SCALING_QK_INWARD ? sc.sq * sc.sq : sc.alpha;
-    bool vec = aligned16(inp) && aligned16(dout) && C % (16 / (int)sizeof(F)) == 0;
-    float* D = (float*)scratch_reserve(flash_attention_scratch(), flash_attention_scratch_bytes(B, T, C, NH));
+    flash_check_aligned(inp, "the qkv input");
+    flash_check_aligned(dout, "the output gradient");
+    FlashScratch sc_ = flash_scratch(B, T, C, NH);
     size_t rows = (size_t)B * NH * T;
-    KEEL_LAUNCH(flash_attention_rowdot_kernel<F>, ceil_div(rows, 8), 256, 0, MAIN_STREAM)(D, dout, out, B, T, C, NH);
+    KEEL_LAUNCH(flash_attention_rowdot_kernel<F>, ceil_div(rows, 8), 256, 0, MAIN_STREAM)(sc_.D, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
-    size_t smem_kv = flash_dkdv_smem(HS, sizeof(F)), smem_q = flash_dq_smem(HS, sizeof(F));
-    static bool optin_kv = false, optin_q = false;
-    flash_smem_optin(flash_attention_dkdv_kernel<F, HS>, smem_kv, &optin_kv);
-    flash_smem_optin(flash_attention_dq_kernel<F, HS>, smem_q, &optin_q);
-    KEEL_LAUNCH(flash_attention_dkdv_kernel<F KEEL_COMMA HS>, dim3(ceil_div(T, FLASH_BC), B * NH), FLASH_THREADS, smem_kv, MAIN_STREAM)(
-        dinp, dout, inp, lse, D, T, C, NH, *o, sc, alpha, vec);
-    CUDA_CHECK_LAUNCH();
-    KEEL_LAUNCH(flash_attention_dq_kernel<F KEEL_COMMA HS>, dim3(ceil_div(T, FLASH_BR), B * NH), FLASH_THREADS, smem_q, MAIN_STREAM)(
-        dinp, dout, inp, lse, D, T, C, NH, *o, sc, alpha, vec);
+    size_t smem = flash_backward_smem(HS);
+    static bool optin = false;
+    flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED>, smem, &optin);
+    KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED>, dim3(ceil_div(T, FLASH_BC), B * NH), FLASH_THREADS, smem, MAIN_STREAM)(
+        dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, T, C, NH, *o, sc, alpha);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -12,7 +12,7 @@
 // dbias are fp32 whatever the storage type (DESIGN §3: gradients accumulate in fp32). cuBLASLt picks one
 // algorithm per shape from its heuristic and is deterministic for it on a given GPU and library
 // version (no split-K reduction with atomics is requested: the workspace is fixed and the heuristic
-// is asked for the first result only, once per shape). dbias is keel's own deterministic two-stage
+// is asked for the first result only, once per shape; split-K partial sums only in fp32). dbias is keel's own deterministic two-stage
 // column sum (matmul_dbias below; no atomics).
 //
 // The MLP's up-projection and GeLU, fused into cuBLASLt's epilogues (the contract of cpu/matmul.h's twins):
@@ -168,6 +168,11 @@ static void lt_matmul(Out* d, const F* a, const F* b, const Out* bias, int m, in
         CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
         uint64_t ws = ctx->workspace_bytes;
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws));
+        // split-K only with its partial sums in fp32: the library's default also allows reductions in
+        // the output type, which an H100 picked for small bf16 products (measured: a cancelling
+        // dinp += dout·W came out 0 instead of 4e-3, the fp32 sum rounded to bf16 before adding C)
+        uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reductions, sizeof reductions));
         const cublasLtMatmulPreferenceAttributes_t which[] = {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                               CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         const uint32_t align[] = {(uint32_t)key.align_a, (uint32_t)key.align_b, (uint32_t)key.align_d, (uint32_t)key.align_d};  // C is D

@@ -49,7 +49,9 @@ typedef enum { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4, CUBLAS
 typedef enum { CUBLASLT_MATMUL_DESC_TRANSA = 3, CUBLASLT_MATMUL_DESC_TRANSB = 4, CUBLASLT_MATMUL_DESC_EPILOGUE = 7,
                CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
                CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12 } cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+typedef enum { CUBLASLT_REDUCTION_SCHEME_NONE = 0, CUBLASLT_REDUCTION_SCHEME_INPLACE = 1, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2,
+               CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4, CUBLASLT_REDUCTION_SCHEME_MASK = 7 } cublasLtReductionScheme_t;
+typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
                CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8 } cublasLtMatmulPreferenceAttributes_t;
 typedef enum { CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT = 5, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET = 6 } cublasLtMatrixLayoutAttribute_t;
@@ -74,6 +76,7 @@ struct emu_lt_layout {
 struct emu_lt_pref {
     uint64_t workspace = 0;
     uint32_t align[4] = {256, 256, 256, 256};  // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_{A,B,C,D}_BYTES (the library's default: 256)
+    uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_MASK;  // the library's default: every split-K reduction scheme
 };
 typedef emu_lt_handle* cublasLtHandle_t;
 typedef emu_lt_desc* cublasLtMatmulDesc_t;
@@ -182,6 +185,11 @@ inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
         memcpy(&p->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, sizeof(uint32_t));
         return CUBLAS_STATUS_SUCCESS;
     }
+    if (attr == CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK) {
+        if (size != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&p->reduction_mask, buf, sizeof(uint32_t));
+        return CUBLAS_STATUS_SUCCESS;
+    }
     if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != sizeof(uint64_t)) return emu_lt_refuse("preference attribute", attr);
     memcpy(&p->workspace, buf, sizeof(uint64_t));
     return CUBLAS_STATUS_SUCCESS;
@@ -196,9 +204,17 @@ inline uint64_t emu_lt_pointer_alignment(const void* p) {
 enum { EMU_ALGO_ALIGN_A = 0, EMU_ALGO_ALIGN_D = 3, EMU_ALGO_EPILOGUE = 4, EMU_ALGO_ALIGN_BIAS = 5, EMU_ALGO_ALIGN_AUX = 6 };
 
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t pref, int requested,
+                                                     cublasLtMatrixLayout_t, cublasLtMatrixLayout_t ldd, cublasLtMatmulPreference_t pref, int requested,
                                                      cublasLtMatmulHeuristicResult_t* results, int* returned) {
     if (requested < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    // A split-K reduction in the output type (OUTPUT_TYPE, or INPLACE in the output buffer) rounds
+    // every partial sum to bf16/fp16: on an H100 the heuristic picks one for small products, and a
+    // result that cancels comes out wrong by a 16-bit rounding of the terms. keel allows only
+    // reductions in the compute type; the emulation (which never splits) refuses the query otherwise.
+    if (ldd->type != CUDA_R_32F && (pref->reduction_mask & (CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE))) {
+        fprintf(stderr, "cuBLASLt emulation: a 16-bit output with a split-K reduction scheme in the output type allowed (mask %u)\n", pref->reduction_mask);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
     memset(results, 0, sizeof *results);
     // the algorithm remembers the alignments it was chosen for: a matmul on less aligned pointers is
     // refused, as the real library may fault on it (cublasLtMatmul below); and the epilogue

@@ -770,3 +770,6 @@ inline int __float_as_int(float f) { int x; memcpy(&x, &f, 4); return x; }
 inline unsigned __float_as_uint(float f) { unsigned x; memcpy(&x, &f, 4); return x; }
 inline float __uint_as_float(unsigned x) { float f; memcpy(&f, &x, 4); return f; }
 template <typename T> inline T __ldg(const T* p) { return *p; }
+// Memory fences: blocks run one after another here, so every write is visible before the next read.
+inline void __threadfence() {}
+inline void __threadfence_block() {}
