@@ -7,6 +7,7 @@
 #   make test-gpu   the same tests on a real GPU (nvcc-built), plus train_gpt vs train_gpt_cpu
 #   make test-extra the measurements make test leaves out (8-bit vs 32-bit Adam on Brown, 2 minutes)
 #   make bench      print ms/iteration, tokens/s and GFLOP/s for fixed configurations
+#   make ptxas-report  registers, stack, spills and shared memory of every CUDA kernel (sm_80, sm_90)
 #   make fuzz       build the libFuzzer targets (test/fuzz) and fuzz each for FUZZ_SECONDS (default 60)
 #   make test-sanitize  the CPU trainer and unit tests under ASan + UBSan on a representative set (test/sanitize.sh)
 #   make test-crash     SIGKILL at KILLS random instants (default 200), every resume byte-identical
@@ -128,7 +129,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile fuzz fuzz-build asan-build test-sanitize test-crash test-extra
+.PHONY: all run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-extra
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -321,6 +322,11 @@ bench: train_gpt_cpu build/fma_peak
 
 # The GPU trainer's step profile without a GPU (the emulator's KEEL_EMU_PROFILE counts): launches,
 # tensor-core FLOPs against the model's, syncs, allocations and bytes per iteration (issue 21).
+# Registers, stack frame, spills and shared memory of every kernel for sm_80 and sm_90 (nvcc, no GPU);
+# fails when any kernel has a stack frame or spills (test_ptxas runs it).
+ptxas-report:
+	@bash scripts/ptxas_report.sh $(or $(PTXAS_ARCH),80 90)
+
 gpu-profile:
 	@bash scripts/gpu_profile.sh
 

@@ -30,6 +30,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "llmc/cpu/attention.h"
@@ -40,6 +41,67 @@
 #include "test/cuda_test.h"
 
 typedef __nv_bfloat16 bf16;
+
+// ---- 0. the shared-memory layouts ---------------------------------------------------------------------
+// Shared memory has 32 banks of 4 bytes (bank = (byte address / 4) % 32). A warp's access of `bytes`
+// per lane is served in phases of 128 bytes: 16-byte accesses (ldmatrix rows, cp.async, vector loads)
+// in 4 phases of 8 lanes (for ldmatrix each phase is one 8×8 matrix: lanes 8j..8j+7 name its rows),
+// 4-byte accesses in one phase of 32 lanes. A phase's conflict degree is the largest number of
+// distinct 4-byte words in one bank (1: conflict-free; k: the phase takes k passes).
+static int bank_degree(const std::vector<long>& byte_addr, int bytes) {
+    int per_phase = 128 / bytes, worst = 0;
+    for (int p0 = 0; p0 < 32; p0 += per_phase) {
+        std::vector<std::vector<long>> bank(32);
+        for (int l = p0; l < p0 + per_phase; l++)
+            for (int w = 0; w < bytes / 4; w++) {
+                long word = byte_addr[l] / 4 + w;
+                auto& b = bank[word % 32];
+                if (std::find(b.begin(), b.end(), word) == b.end()) b.push_back(word);
+            }
+        for (auto& b : bank) worst = std::max(worst, (int)b.size());
+    }
+    return worst;
+}
+// The worst degree of one pattern (element offset of each lane, 16-bit elements) over all the
+// (r0, c0) the kernels use with it: r0 from 0 to rows - dr by dr, c0 from 0 to width - dc by dc.
+template <typename P> static int pattern_degree(P pat, int rows, int width, int dr, int dc, int bytes) {
+    int worst = 0;
+    for (int r0 = 0; r0 + dr <= rows; r0 += dr)
+        for (int c0 = 0; c0 + dc <= width; c0 += dc) {
+            std::vector<long> a(32);
+            for (int l = 0; l < 32; l++) a[l] = 2L * pat(l, r0, c0, width);
+            worst = std::max(worst, bank_degree(a, bytes));
+        }
+    return worst;
+}
+static void test_layouts() {
+    using namespace keel_cuda;
+    struct Case {
+        std::string what;
+        int degree;
+    };
+    std::vector<Case> cases;
+    for (int hs : {64, 128}) {
+        int bq = flash_bq(hs);
+        std::string h = " (hs " + std::to_string(hs) + ")";
+        auto add = [&](std::string w, int d) { cases.push_back({w + h, d}); };
+        // forward: Q fragments, K as B, V as B (trans), the output staging (4-byte stores, 16-byte reads)
+        add("ldmatrix A (Q; K and V in the backward)", pattern_degree(flash_ldm_a, FLASH_BR, hs, 16, 16, 16));
+        add("ldmatrix B (K for Q·Kᵀ; Q, dO for K·Qᵀ, V·dOᵀ)", pattern_degree(flash_ldm_b, FLASH_BC, hs, 16, 16, 16));
+        add("ldmatrix.trans B (V for P·V; dO, Q, K in the backward)", pattern_degree(flash_ldm_bt, FLASH_BC, hs, 16, 16, 16));
+        add("fragment stores (the output staging)", pattern_degree(flash_frag, FLASH_BR, hs, 8, 8, 4));
+        add("16-byte chunks (cp.async fills, the output read-out)",
+            pattern_degree([](int l, int r0, int, int w) { return flash_chunk(r0 * (w / 8) + l, w); }, 64, hs, 256 / hs, hs, 16));  // a warp's 32 chunks: 256/hs rows
+        // backward: dSᵀ (width BQ) written as fragments, read transposed as the A of dS·K
+        add("fragment stores of dSᵀ (width " + std::to_string(bq) + ")", pattern_degree(flash_frag, FLASH_BC, bq, 8, 8, 4));
+        add("ldmatrix.trans A (dS from dSᵀ, width " + std::to_string(bq) + ")", pattern_degree(flash_ldm_at, FLASH_BC, bq, 16, 16, 16));
+    }
+    for (const Case& c : cases) check_true(std::string("shared-memory layout: ") + c.what + " conflict-free (degree " + std::to_string(c.degree) + ")", c.degree == 1);
+    // negative control: the same ldmatrix rows in a plain row-major tile of 128-byte rows all fall on
+    // one group of 4 banks (8 passes), and the checker says so
+    int plain = pattern_degree([](int l, int r0, int c0, int w) { return (r0 + l % 16) * w + c0 + l / 16 * 8; }, 64, 64, 16, 16, 16);
+    check_true("negative control: ldmatrix A on an unswizzled 64-wide tile is 8-way conflicted (degree " + std::to_string(plain) + ")", plain == 8);
+}
 
 // ---- 1. the instructions (cuda/mma.cuh) ------------------------------------------------------------
 // Each kernel builds its operands by the layouts cuda/mma.cuh documents (plain loads and stores, no
@@ -458,6 +520,7 @@ static void test_flash_head_offset_matters(int B, int T, int C, int NH) {
 }
 
 int main() {
+    test_layouts();
     test_instructions();
     const AttnVariant variants[] = {
         {"standard", ATTN_SCALING_STANDARD, 1.0, false, 0.0, 0},

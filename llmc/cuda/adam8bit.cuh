@@ -46,14 +46,6 @@
 
 namespace keel_cuda {
 
-// nvcc keeps m[], v[] in registers only if the loops over them are unrolled; g++ (the emulation)
-// does not know the pragma.
-#if defined(__CUDACC__)
-#define ADAM8BIT_UNROLL _Pragma("unroll")
-#else
-#define ADAM8BIT_UNROLL
-#endif
-
 enum { ADAM8BIT_THREADS = 256, ADAM8BIT_PER_THREAD = ADAM8BIT_MAX_BLOCK / ADAM8BIT_THREADS };
 
 // The per-step constants, computed once on the host exactly as the CPU op computes them.
@@ -96,7 +88,7 @@ __device__ inline void adam8bit_block(float* p, F* p_c, const float* g, uint8_t*
     float m[ADAM8BIT_PER_THREAD], v[ADAM8BIT_PER_THREAD];  // this thread's new moments, fp32
     float am = absmax_m[b], av = absmax_v[b];                // read by all before thread 0 writes
     float max_m = 0.0f, max_v = 0.0f;
-ADAM8BIT_UNROLL
+KEEL_UNROLL
     for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
         int j = threadIdx.x + k * ADAM8BIT_THREADS;
         if (j >= len) break;
@@ -107,7 +99,7 @@ ADAM8BIT_UNROLL
         max_v = max_abs_acc(max_v, v[k]);
     }
     float new_am = block_max(max_m, shared), new_av = block_max(max_v, shared);
-ADAM8BIT_UNROLL
+KEEL_UNROLL
     for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
         int j = threadIdx.x + k * ADAM8BIT_THREADS;
         if (j >= len) break;
@@ -153,7 +145,7 @@ __device__ inline int adam8bit_segment_moments(float* m, float* v, float* max_m,
     int len = (int)r->numel;
     float am = absmax_m[r->offset_block], av = absmax_v[r->offset_block];
     *max_m = *max_v = 0.0f;
-ADAM8BIT_UNROLL
+KEEL_UNROLL
     for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
         int j = threadIdx.x + k * ADAM8BIT_THREADS;
         if (j >= len) break;
@@ -211,7 +203,7 @@ __global__ void adam8bit_split_apply_kernel(float* p, F* p_c, const float* g, ui
     const AdamPieceRow* r = rows + blockIdx.x;
     int len = adam8bit_segment_moments(m, v, &max_m, &max_v, r, g, code_m, code_v, absmax_m, absmax_v, q, h, gnorm_scale[blockIdx.x]);
     float new_am = blk_m[r->offset_block], new_av = blk_v[r->offset_block], wd = r->decay ? h.wd : 0.0f;
-ADAM8BIT_UNROLL
+KEEL_UNROLL
     for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
         int j = threadIdx.x + k * ADAM8BIT_THREADS;
         if (j >= len) break;
@@ -257,7 +249,8 @@ __global__ void adam32_update_pieces_kernel(float* p, F* p_c, const float* g, fl
     float wd = r->decay ? h.wd : 0.0f, scale = gnorm_scale[r - rows];
     Pack<float, ADAM_VEC> pp = adam_vec_load(p + e, len), gg = adam_vec_load(g + e, len);
     Pack<float, ADAM_VEC> mm = adam_vec_load(m + st, len), vv = adam_vec_load(v + st, len);
-    for (int j = 0; j < len; j++) adam32_element(&pp.v[j], &mm.v[j], &vv.v[j], gg.v[j], h, wd, s, scale);
+    KEEL_UNROLL for (int j = 0; j < ADAM_VEC; j++)  // (a constant trip count: the packs stay in registers)
+        if (j < len) adam32_element(&pp.v[j], &mm.v[j], &vv.v[j], gg.v[j], h, wd, s, scale);
     adam_vec_store(m + st, mm, len);
     adam_vec_store(v + st, vv, len);
     adam_vec_store(p + e, pp, len);

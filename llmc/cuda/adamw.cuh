@@ -161,18 +161,19 @@ template <typename T> __device__ inline bool adam_vec_whole(const T* x, int len)
 template <typename T> __device__ inline Pack<T, ADAM_VEC> adam_vec_load(const T* x, int len) {
     if (adam_vec_whole(x, len)) return pack_load<T, ADAM_VEC>(x);
     Pack<T, ADAM_VEC> r;
-    for (int j = 0; j < ADAM_VEC; j++) r.v[j] = j < len ? x[j] : T(0);
+    KEEL_UNROLL for (int j = 0; j < ADAM_VEC; j++) r.v[j] = j < len ? x[j] : T(0);
     return r;
 }
 template <typename T> __device__ inline void adam_vec_store(T* x, const Pack<T, ADAM_VEC>& r, int len) {
     if (adam_vec_whole(x, len)) pack_store<T, ADAM_VEC>(x, r);
     else
-        for (int j = 0; j < len; j++) x[j] = r.v[j];
+        KEEL_UNROLL for (int j = 0; j < ADAM_VEC; j++)
+            if (j < len) x[j] = r.v[j];
 }
 // The compute copy of ADAM_VEC updated parameters, rounded as cast_from_f32 rounds.
 template <typename F> __device__ inline void adam_vec_store_copy(F* x, const Pack<float, ADAM_VEC>& p, int len) {
     Pack<F, ADAM_VEC> r;
-    for (int j = 0; j < ADAM_VEC; j++) r.v[j] = from_f32<F>(p.v[j]);
+    KEEL_UNROLL for (int j = 0; j < ADAM_VEC; j++) r.v[j] = from_f32<F>(p.v[j]);
     adam_vec_store(x, r, len);
 }
 
@@ -199,7 +200,8 @@ __global__ void adamw_update_pieces_kernel(float* p, F* p_c, const float* g, flo
     float wd_piece = r->decay ? wd : 0.0f;
     Pack<float, ADAM_VEC> pp = adam_vec_load(p + e, len), gg = adam_vec_load(g + e, len);
     Pack<float, ADAM_VEC> mm = adam_vec_load(m + s, len), vv = adam_vec_load(v + s, len);
-    for (int j = 0; j < len; j++) adamw_element(&pp.v[j], &mm.v[j], &vv.v[j], gg.v[j], lr, beta1, beta2, eps, wd_piece, bc1, bc2);
+    KEEL_UNROLL for (int j = 0; j < ADAM_VEC; j++)  // (a constant trip count: the packs stay in registers)
+        if (j < len) adamw_element(&pp.v[j], &mm.v[j], &vv.v[j], gg.v[j], lr, beta1, beta2, eps, wd_piece, bc1, bc2);
     adam_vec_store(m + s, mm, len);
     adam_vec_store(v + s, vv, len);
     adam_vec_store(p + e, pp, len);

@@ -28,6 +28,15 @@
 #include "llmc/cuda/stream.h"
 #include "llmc/ops.h"
 
+// KEEL_UNROLL before a loop with a constant trip count: nvcc unrolls it, so register arrays indexed
+// by its counter stay in registers (a run-time index puts them in local memory: a stack frame in
+// the ptxas report). g++ (the emulation) does not know the pragma.
+#if defined(__CUDACC__)
+#define KEEL_UNROLL _Pragma("unroll")
+#else
+#define KEEL_UNROLL
+#endif
+
 #ifndef KEEL_LAUNCH
 #define KEEL_LAUNCH(kernel, grid, block, smem, stream) kernel<<<(grid), (block), (smem), (stream)>>>
 #define KEEL_DYNAMIC_SHARED(T, name)                      \

@@ -123,14 +123,6 @@ __host__ __device__ inline int flash_frag(int lane, int r0, int c0, int width) {
 // 16-byte chunk i of a tile filled (cp.async) or read out row by row: row i / (width/8).
 __host__ __device__ inline int flash_chunk(int i, int width) { return swz(i / (width / 8), i % (width / 8) * 8, width); }
 
-// Fragment arrays (qf[], oacc[], ...) stay in registers only if every index is a compile-time
-// constant: the loops over them are unrolled (nvcc); g++ (the emulation) does not know the pragma.
-#if defined(__CUDACC__)
-#define FLASH_UNROLL _Pragma("unroll")
-#else
-#define FLASH_UNROLL
-#endif
-
 // Rows r0..r0+ROWS-1 of one head's slice (row t at src + t·stride, HS elements) into the swizzled
 // (ROWS,HS) tile dst by cp.async, rows ≥ T as zeros (a zero K or V row contributes nothing and cannot
 // be NaN). All threads of the block; the caller commits the group. The host checked that src and
@@ -169,13 +161,13 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     cp_async_wait<1>();
     __syncthreads();
     uint32_t qf[KS][4];  // A fragments of the warp's 16 query rows, channels 16kk..16kk+15
-    FLASH_UNROLL
+    KEEL_UNROLL
     for (int kk = 0; kk < KS; kk++) ldmatrix_x4(qf[kk], Qs + flash_ldm_a(lane, warp * 16, kk * 16, HS));
 
     // this lane: rows g and g+8 of the warp (queries t_r[0], t_r[1]); of every 8-column block,
     // columns 2tq and 2tq+1
     float oacc[OT][4];
-    FLASH_UNROLL
+    KEEL_UNROLL
     for (int n = 0; n < OT; n++)
         for (int e = 0; e < 4; e++) oacc[n][e] = 0.0f;
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
@@ -198,12 +190,12 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         const int nt = w_first > w_last || w_last < k0 ? 0 : flash_imin(NT, (w_last - k0) / 8 + 1);
         if (nt > 0) {
             float s[NT][4];
-            FLASH_UNROLL
+            KEEL_UNROLL
             for (int j = 0; j < NT; j++)
                 for (int e = 0; e < 4; e++) s[j][e] = 0.0f;
-            FLASH_UNROLL
+            KEEL_UNROLL
             for (int kk = 0; kk < KS; kk++) {
-                FLASH_UNROLL
+                KEEL_UNROLL
                 for (int j = 0; j < NT; j += 2) {
                     if (j >= nt) continue;
                     uint32_t kb[4];  // Kᵀ as B: (channels 16kk.., keys 8j..) and (.., keys 8j+8..)
@@ -215,7 +207,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             }
             // online softmax: the score variant, the tile's row maxima over the quad, the rescale
             float mt[2] = {-INFINITY, -INFINITY};
-            FLASH_UNROLL
+            KEEL_UNROLL
             for (int j = 0; j < NT; j++)
                 for (int e = 0; e < 4; e++) {
                     int r = e >> 1, u = k0 + j * 8 + 2 * tq + (e & 1), t = t_r[r];
@@ -233,7 +225,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                 m_r[r] = mn;
             }
             float ps[2] = {0.0f, 0.0f};
-            FLASH_UNROLL
+            KEEL_UNROLL
             for (int j = 0; j < NT; j++)
                 for (int e = 0; e < 4; e++) {
                     int r = e >> 1;
@@ -246,7 +238,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                 ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 2);
                 l_r[r] = l_r[r] * corr[r] + ps[r];
             }
-            FLASH_UNROLL
+            KEEL_UNROLL
             for (int n = 0; n < OT; n++) {
                 oacc[n][0] *= corr[0];
                 oacc[n][1] *= corr[0];
@@ -254,12 +246,12 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                 oacc[n][3] *= corr[1];
             }
             // O += P·V over the 16-key steps with a key ≤ the warp's last query
-            FLASH_UNROLL
+            KEEL_UNROLL
             for (int k2 = 0; k2 < BC / 16; k2++) {
                 if (2 * k2 >= nt) continue;
                 const uint32_t pa[4] = {pack2<F>(s[2 * k2][0], s[2 * k2][1]), pack2<F>(s[2 * k2][2], s[2 * k2][3]),
                                         pack2<F>(s[2 * k2 + 1][0], s[2 * k2 + 1][1]), pack2<F>(s[2 * k2 + 1][2], s[2 * k2 + 1][3])};
-                FLASH_UNROLL
+                KEEL_UNROLL
                 for (int n = 0; n < OT; n += 2) {
                     uint32_t vb[4];  // V as B: (keys 16k2.., channels 8n..) and (.., channels 8n+8..)
                     ldmatrix_x4_trans(vb, Vc + flash_ldm_bt(lane, k2 * 16, n * 8, HS));
@@ -274,7 +266,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     // out = F(O / l): the warp's rows into the (free) Q tile, then 16-byte stores of whole rows
     float inv[2];
     for (int r = 0; r < 2; r++) inv[r] = l_r[r] > 0.0f ? 1.0f / l_r[r] : 0.0f;
-    FLASH_UNROLL
+    KEEL_UNROLL
     for (int n = 0; n < OT; n++) {
         *(uint32_t*)(Qs + flash_frag(lane, warp * 16, n * 8, HS)) = pack2<F>(oacc[n][0] * inv[0], oacc[n][1] * inv[0]);
         *(uint32_t*)(Qs + flash_frag(lane, warp * 16 + 8, n * 8, HS)) = pack2<F>(oacc[n][2] * inv[1], oacc[n][3] * inv[1]);
@@ -408,7 +400,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     cp_async_commit();
 
     float dk[OT][4], dv[OT][4];
-    FLASH_UNROLL
+    KEEL_UNROLL
     for (int n = 0; n < OT; n++)
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
     const int u_first = k0 + warp * 16;                  // the warp's keys
@@ -431,15 +423,15 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         // an 8-query block takes part if it holds a real query ≥ the warp's first real key
         auto needed = [&](int j) { return u_first < T && q0 + 8 * j < T && q0 + 8 * j + 7 >= u_first; };
         float s[NQ][4], dp[NQ][4];
-        FLASH_UNROLL
+        KEEL_UNROLL
         for (int j = 0; j < NQ; j++)
             for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-        FLASH_UNROLL
+        KEEL_UNROLL
         for (int kk = 0; kk < KS; kk++) {
             uint32_t ka[4], va[4];  // A: the warp's 16 keys, channels 16kk..
             ldmatrix_x4(ka, Ks + flash_ldm_a(lane, warp * 16, kk * 16, HS));
             ldmatrix_x4(va, Vs + flash_ldm_a(lane, warp * 16, kk * 16, HS));
-            FLASH_UNROLL
+            KEEL_UNROLL
             for (int j = 0; j < NQ; j += 2) {
                 if (!needed(j) && !needed(j + 1)) continue;
                 uint32_t qb[4], ob[4];  // Qᵀ, dOᵀ as B: (channels 16kk.., queries 8j..) and (.., 8j+8..)
@@ -453,7 +445,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             }
         }
         // s ← p·drop, dp ← dS (fp32), masked entries 0
-        FLASH_UNROLL
+        KEEL_UNROLL
         for (int j = 0; j < NQ; j++)
             for (int e = 0; e < 4; e++) {
                 int u = u_r[e >> 1], tl = 8 * j + 2 * tq + (e & 1), t = q0 + tl;
@@ -468,20 +460,20 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                 dp[j][e] = ds;
             }
         // dSᵀ of the warp's 16 keys to shared memory for the dQ product
-        FLASH_UNROLL
+        KEEL_UNROLL
         for (int j = 0; j < NQ; j++) {
             *(uint32_t*)(dSs + flash_frag(lane, warp * 16, 8 * j, BQ)) = pack2<F>(dp[j][0], dp[j][1]);
             *(uint32_t*)(dSs + flash_frag(lane, warp * 16 + 8, 8 * j, BQ)) = pack2<F>(dp[j][2], dp[j][3]);
         }
         // dV += (P·drop)ᵀ·dO, dK += dSᵀ·Q over the 16-query steps
-        FLASH_UNROLL
+        KEEL_UNROLL
         for (int kq = 0; kq < BQ / 16; kq++) {
             if (!needed(2 * kq) && !needed(2 * kq + 1)) continue;
             const uint32_t pa[4] = {pack2<F>(s[2 * kq][0], s[2 * kq][1]), pack2<F>(s[2 * kq][2], s[2 * kq][3]),
                                     pack2<F>(s[2 * kq + 1][0], s[2 * kq + 1][1]), pack2<F>(s[2 * kq + 1][2], s[2 * kq + 1][3])};
             const uint32_t da[4] = {pack2<F>(dp[2 * kq][0], dp[2 * kq][1]), pack2<F>(dp[2 * kq][2], dp[2 * kq][3]),
                                     pack2<F>(dp[2 * kq + 1][0], dp[2 * kq + 1][1]), pack2<F>(dp[2 * kq + 1][2], dp[2 * kq + 1][3])};
-            FLASH_UNROLL
+            KEEL_UNROLL
             for (int n = 0; n < OT; n += 2) {
                 uint32_t ob[4], qb[4];  // dO, Q as B: (queries 16kq.., channels 8n..) and (.., 8n+8..)
                 ldmatrix_x4_trans(ob, dOc + flash_ldm_bt(lane, kq * 16, n * 8, HS));
@@ -502,15 +494,15 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         // the step's dQ part: rows qm.. of the step (16 queries), channels ch0..ch0+DQW, Σ over the tile's keys
         const int qm = q0 + mq * 16, qm_last = flash_imin(qm + 15, T - 1);
         float dq[DT][4];
-        FLASH_UNROLL
+        KEEL_UNROLL
         for (int n = 0; n < DT; n++)
             for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
-        FLASH_UNROLL
+        KEEL_UNROLL
         for (int kb = 0; kb < BC / 16; kb++) {
             if (k0 + kb * 16 > qm_last) continue;  // keys above every query of the block: dS = 0
             uint32_t da[4];  // dS as A (queries × keys) from dSᵀ: transposed
             ldmatrix_x4_trans(da, dSs + flash_ldm_at(lane, kb * 16, mq * 16, BQ));
-            FLASH_UNROLL
+            KEEL_UNROLL
             for (int n = 0; n < DT; n += 2) {
                 uint32_t kb4[4];  // K as B: (keys 16kb.., channels ch0 + 8n..) and (.., +8)
                 ldmatrix_x4_trans(kb4, Ks + flash_ldm_bt(lane, kb * 16, ch0 + n * 8, HS));
@@ -521,7 +513,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         }
         if (ORDERED && threadIdx.x == 0) flash_wait_turn(turn, seen, last_kt - kt);
         __syncthreads();
-        FLASH_UNROLL
+        KEEL_UNROLL
         for (int n = 0; n < DT; n++)
             for (int r = 0; r < 2; r++) {
                 int t = qm + g + 8 * r, c = ch0 + n * 8 + 2 * tq;
@@ -546,7 +538,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         if (ORDERED && threadIdx.x == 0) flash_turn_store(turn, kt == 0 ? 0 : last_kt - kt + 1);  // 0 after the last: ready for the next launch
     }
     // dK, dV of the lane's two key rows into dinp's k and v sections
-    FLASH_UNROLL
+    KEEL_UNROLL
     for (int n = 0; n < OT; n++)
         for (int r = 0; r < 2; r++) {
             int u = u_r[r], c = n * 8 + 2 * tq;

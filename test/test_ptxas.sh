@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Every CUDA kernel of train_gpt compiles for sm_80 and sm_90 without a stack frame or a register
+# spill (scripts/ptxas_report.sh): a register array indexed at run time, or a kernel over its
+# register budget, would put its hot loop's data in local memory. Needs nvcc, no GPU (~80 s).
+source "$(dirname "$0")/lib.sh"
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ]; then
+  fail "nvcc not found: the kernels' ptxas figures cannot be checked (scripts/setup.sh does not install CUDA)"; finish
+fi
+out=$(bash scripts/ptxas_report.sh 80 90 2>&1); rc=$?
+echo "$out" | grep -E "flash_attention|adamw_update_pieces|kernel builds" | head -20
+case $rc in
+  0) ok "$(echo "$out" | tail -1)" ;;
+  1) fail "$(echo "$out" | sed -n '/kernels with a stack frame/,$p')" ;;
+  *) fail "ptxas report failed: $(echo "$out" | tail -5)" ;;
+esac
+# the check can fail: a kernel that indexes a register array at run time has a stack frame
+probe=$TMP/probe.cu
+cat >"$probe" <<'CU'
+__global__ void probe(float* x, int n) {
+    float a[64];
+    for (int i = 0; i < 64; i++) a[i] = x[i];
+    for (int i = 0; i < n; i++) a[(i * 7) & 63] += a[i & 63];
+    for (int i = 0; i < 64; i++) x[i] = a[i];
+}
+CU
+nv=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
+"$nv" -gencode arch=compute_90,code=sm_90 -c "$probe" -o "$TMP/probe.o" -Xptxas -v 2>&1 | grep -qE "[1-9][0-9]* bytes stack frame" \
+  && ok "negative control: a run-time-indexed register array shows a stack frame in ptxas's report" \
+  || fail "negative control: ptxas reported no stack frame for a run-time-indexed array"
+finish
