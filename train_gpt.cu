@@ -1118,10 +1118,19 @@ static void trainer_print_layout(Trainer<A>* tr, int B, int T) {
            g->num_layers, g->channels, ffn.c_str(), g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->whole, &whole), (long long)tr->whole.total);
     printf("%s\n", optimizer_describe(&tr->opt, &tr->model.table, c).c_str());
-    printf("attention: %s (--attention-impl %s)\n",
+    std::string why;  // auto on the GPU: the cost model's figures (gpt_attention_cost)
+    if (GPT_ON_GPU && g->attention_impl == ATTN_IMPL_AUTO && tr->model.flash &&
+        backend_compute_capability() >= 80) {
+        TPDims td = gpt_tp_dims(g);
+        AttnCost a = gpt_attention_cost(B, T, td.C, td.NH, backend_compute_capability());
+        char buf[160];
+        snprintf(buf, sizeof buf, ": estimated %.3g ms flash vs %.3g ms gemm per layer, forward + backward (cost model)", a.flash_ms, a.gemm_ms);
+        why = buf;
+    }
+    printf("attention: %s (--attention-impl %s%s)\n",
            tr->model.flash ? "flash (fused, tensor cores, each row's log-sum-exp kept instead of the T x T probabilities)"
                            : "gemm (the materialized softmax: T x T probabilities kept per layer)",
-           c->attention_impl.c_str());
+           c->attention_impl.c_str(), why.c_str());
     printf("gelu fusion: %s (--gelu-fusion %s)\n",
            !GPT_ON_GPU                 ? "n/a (the CPU trainer's GeLU ops compute the same values either way)"
            : g->activation != ACT_GELU ? "n/a (--activation relu)"

@@ -114,7 +114,17 @@ row("bytes moved/iteration", f"h2d {mib(it['h2d_bytes'])} ({it['h2d_copies']} co
     f"d2d {mib(it['d2d_bytes'])}, memset {mib(it['memset_bytes'])} ({it['memsets']} calls)")
 row("NCCL/iteration", f"{it['nccl_calls']} calls, {mib(it['nccl_bytes'])} (one process: no communicator)")
 
+# The flash kernels' warp MMA against FlashAttention-2's count: per layer and micro-batch, 2 products
+# forward and 5 backward on each causal tile pair (64-query by 64-key tiles with a key ≤ a query),
+# 2·64·64·hs FLOPs each. (Under the GEMM path mma_flops is 0 and the line says so.)
+nt = (T + 63) // 64
+fa2 = L * A * B * NH * (nt * (nt + 1) // 2) * 7 * 2 * 64 * 64 * hs
+mma_ratio = it["mma_flops"] / fa2
+row("flash MMA FLOPs/iteration", f"{it['mma_flops'] / G:9.3f} GFLOP = {mma_ratio:.3f}× FlashAttention-2's {fa2 / G:.3f} "
+    f"(7 products per causal 64×64 tile pair)" if it["mma_flops"] else "0 (the GEMM attention path)")
+
 targets = [
+    ("flash products", 0 < mma_ratio <= 1.05, f"flash MMA FLOPs {mma_ratio:.3f}× FlashAttention-2's count (target ≤ 1.05)"),
     ("tensor cores", share >= 0.97, f"{100 * share:.1f}% of model FLOPs on tensor cores (target ≥ 97%; "
      f"without the LM head {100 * share_no_head:.1f}%)"),
     ("allocations", allocs_after_first == 0, f"{allocs_after_first} allocations after the first iteration (target 0)"),
@@ -132,6 +142,7 @@ if out:
         "per_iteration": it,
         "per_iteration_1_micro_batch": it1,
         "tensor_core_share": share,
+        "flash_mma_vs_fa2": mma_ratio,
         "tensor_core_share_without_lm_head": share_no_head,
         "allocations_after_first_iteration": allocs_after_first,
         "peak_device_bytes": prof["a2_n1"]["peak_device_bytes"],

@@ -355,6 +355,14 @@ __device__ inline void flash_store_pair(float* p, float x, float y) {
 #endif
 }
 
+// p[0..1] = F(p[0..1] + (x, y)): one 4-byte load and store (p is 4-byte aligned: an even channel).
+template <typename F> __device__ inline void flash_add_pair(F* p, float x, float y) {
+    Pack<F, 2> v = pack_load<F, 2>(p);
+    v.v[0] = from_f32<F>(to_f32(v.v[0]) + x);
+    v.v[1] = from_f32<F>(to_f32(v.v[1]) + y);
+    pack_store<F, 2>(p, v);
+}
+
 // dK, dV of one key tile (block) over its query steps in ascending order; each step's dQ part into
 // the ordered chain (see the top of the file). ORDERED = false drops the chain's waits and counters
 // (the parts then race: wrong dQ): only the kernel lab uses it, to time what the ordering costs.
@@ -527,9 +535,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                     vy = py + vy;
                 }
                 if (kt == 0) {  // the last part: into dinp's q section
-                    F* dst = dinp + ((size_t)b * T + t) * C3 + h * HS + c;
-                    dst[0] = from_f32<F>(to_f32(dst[0]) + vx);
-                    dst[1] = from_f32<F>(to_f32(dst[1]) + vy);
+                    flash_add_pair(dinp + ((size_t)b * T + t) * C3 + h * HS + c, vx, vy);
                 } else {
                     flash_store_pair(pacc, vx, vy);
                 }
@@ -544,11 +550,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             int u = u_r[r], c = n * 8 + 2 * tq;
             if (u >= T) continue;
             F* pk = dinp + ((size_t)b * T + u) * C3 + C + h * HS + c;
-            F* pv = pk + C;
-            pk[0] = from_f32<F>(to_f32(pk[0]) + dk[n][2 * r]);
-            pk[1] = from_f32<F>(to_f32(pk[1]) + dk[n][2 * r + 1]);
-            pv[0] = from_f32<F>(to_f32(pv[0]) + dv[n][2 * r]);
-            pv[1] = from_f32<F>(to_f32(pv[1]) + dv[n][2 * r + 1]);
+            flash_add_pair(pk, dk[n][2 * r], dk[n][2 * r + 1]);
+            flash_add_pair(pk + C, dv[n][2 * r], dv[n][2 * r + 1]);
         }
 #else
     __trap();  // bf16/fp16 mma.sync needs sm_80; gpt_build never selects flash below it
