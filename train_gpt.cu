@@ -1077,9 +1077,9 @@ static void trainer_claim_outputs(Trainer<A>* tr, int64_t load_it) {
 // Before anything is allocated or written: the checkpoint to resume (a --load whose `latest` exists
 // but cannot be read is refused, never trained over and replaced), the outputs that hold an earlier
 // run's files (llmc/outputs.h: refused, or moved aside under --start-over), the --save directory
-// (created and probed, not found unwritable at the first save), and the data (a shard too short for one sample of
-// T+1 tokens is refused here, not after an allocation sized by T). Returns the iteration to resume
-// (-1: none). The sampler's key is set once the checkpoint is loaded.
+// (created and probed, not found unwritable at the first save), and the data (a shard too short for
+// one sample of T+1 tokens is refused here, not after an allocation sized by T). Returns the
+// iteration to resume (-1: none). The sampler's key is set once the checkpoint is loaded.
 template <typename A>
 static int64_t trainer_open_inputs(Trainer<A>* tr, int T) {
     const Config* c = &tr->cfg;

@@ -95,7 +95,8 @@ static inline std::string output_describe_checkpoints(const std::string& dir, co
         long long it = -1;
         if (got > 0 && sscanf(text, "%lld", &it) == 1) return "checkpoints up to iteration " + std::to_string(it);
     }
-    return std::to_string(names.size()) + " checkpoint entr" + (names.size() == 1 ? "y" : "ies") + " (" + names[0] + ", no readable latest_checkpointed_iteration.txt)";
+    return std::to_string(names.size()) + " checkpoint entr" + (names.size() == 1 ? "y" : "ies") + " (" + names[0] +
+           ", no readable latest_checkpointed_iteration.txt)";
 }
 
 // The records of a JSONL file ("" when it is missing or empty): "6 records up to iteration 4".
