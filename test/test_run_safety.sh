@@ -112,10 +112,10 @@ lane() {  # lane FIRST LAST: runs FIRST..LAST, one line "KIND ok|lost DETAIL" ea
   done
 }
 hogs=(); for i in 1 2 3 4; do yes >/dev/null & hogs+=($!); done
+trap 'kill "${hogs[@]}" 2>/dev/null; rm -rf "$TMP"' EXIT  # no hog outlives the test
 lane 1 25 >"$TMP/lane1" & l1=$!
 lane 26 50 >"$TMP/lane2" & l2=$!
 wait $l1 $l2
-kill "${hogs[@]}"
 cat "$TMP/lane1" "$TMP/lane2" >"$TMP/lanes"
 grep lost "$TMP/lanes" | head -n 2 | sed 's/^/  /'
 for kind in flag save; do
