@@ -38,6 +38,7 @@
 #include "llmc/log.h"
 #include "llmc/model.h"
 #include "llmc/optimizer.h"
+#include "llmc/outputs.h"
 #include "llmc/parallel.h"
 #include "llmc/planner.h"
 #include "llmc/schedule.h"
@@ -1059,17 +1060,33 @@ static void trainer_free_groups(Trainer<A>* tr) {
     comm_finalize(&tr->world);
 }
 
+// The outputs that hold an earlier run's files (llmc/outputs.h): rank 0 decides, refusing or moving
+// them aside, while the others wait for its verdict; on a refusal only rank 0 prints, and the others
+// leave after it (keel_exit_after_root), never racing its error line.
+template <typename A>
+static void trainer_claim_outputs(Trainer<A>* tr, int64_t load_it) {
+    OutputsVerdict v;
+    if (tr->world.rank == 0) v = outputs_claim(&tr->cfg, load_it);
+    int refused = !v.error.empty();
+    comm_broadcast(&tr->world, &refused, sizeof refused, 0);
+    if (!refused) return;
+    if (tr->world.rank == 0) keel_flag_error(v.hint.c_str(), "%s", v.error.c_str());
+    keel_exit_after_root(KEEL_EXIT_USAGE);
+}
+
 // Before anything is allocated or written: the checkpoint to resume (a --load whose `latest` exists
-// but cannot be read is refused, never trained over and replaced), the --save directory (created and
-// probed, not found unwritable at the first save), and the data (a shard too short for one sample of
-// T+1 tokens is refused here, not after an allocation sized by T). Returns the iteration to resume
-// (-1: none). The sampler's key is set once the checkpoint is loaded.
+// but cannot be read is refused, never trained over and replaced), the outputs that hold an earlier
+// run's files (llmc/outputs.h: refused, or moved aside under --start-over), the --save directory
+// (created and probed, not found unwritable at the first save), and the data (a shard too short for
+// one sample of T+1 tokens is refused here, not after an allocation sized by T). Returns the
+// iteration to resume (-1: none). The sampler's key is set once the checkpoint is loaded.
 template <typename A>
 static int64_t trainer_open_inputs(Trainer<A>* tr, int T) {
     const Config* c = &tr->cfg;
     int64_t load_it = c->load.empty() ? -1 : ckpt_latest(c->load);
     if (!c->eval_only.empty() && load_it < 0)
         keel_usage_error("--eval-only: no checkpoint in --load %s (no latest_checkpointed_iteration.txt)", c->load.c_str());
+    if (c->eval_only.empty()) trainer_claim_outputs(tr, load_it);  // --eval-only writes nothing but its validation record
     if (!c->save.empty() && c->eval_only.empty()) ckpt_check_save_dir(c->save);  // --eval-only never writes there
     dataloader_open(&tr->train_data, c, true, T, tr->gcfg.vocab_size, (uint64_t)c->seed);
     if (dataloader_open(&tr->valid_data, c, false, T, tr->gcfg.vocab_size, (uint64_t)c->seed)) {
@@ -1199,7 +1216,7 @@ static void trainer_logger_flags(Trainer<A>* tr) {
 // What the run writes and keeps beside the model: the tokenizer for samples, the token dump (test
 // hook), the metrics and TensorBoard files, the per-layer statistics, the spike autopilot's snapshot.
 template <typename A>
-static void trainer_open_outputs(Trainer<A>* tr, bool resumed) {
+static void trainer_open_outputs(Trainer<A>* tr) {
     const Config* c = &tr->cfg;
     const GPTConfig* g = &tr->gcfg;
     int B = (int)c->micro_batch_size, T = (int)c->seq_length, stage = tr->grid.pp_rank;
@@ -1219,8 +1236,8 @@ static void trainer_open_outputs(Trainer<A>* tr, bool resumed) {
     tr->inputs.resize((size_t)B * T);
     tr->targets.resize((size_t)B * T);
     std::string metrics = tr->world.rank == 0 ? c->metrics_file : "";  // rank 0 writes the files
-    if (resumed && c->eval_only.empty()) logger_truncate_after(metrics, tr->st.iteration);  // --eval-only appends only
-    logger_open(&tr->log, metrics, resumed, tr->train_iters);
+    if (!c->load.empty() && c->eval_only.empty()) logger_keep_through(metrics, tr->st.iteration);  // --eval-only appends only
+    logger_open(&tr->log, metrics, tr->train_iters);
     tr->log.show_loss_scale = c->fp16;
     tr->log.show_seqlen = tr->curriculum.enabled;
     tr->log.show_pclip = c->adam8bit_percentile_clipping < 100;
@@ -1295,7 +1312,6 @@ static void trainer_setup(Trainer<A>* tr) {
     update_guard_init(&tr->st.guard, c);
     spike_init(&tr->st.spike, c);
     ResumeKind kind = c->load.empty() ? RESUME_NONE : trainer_resume(tr, load_it);
-    bool resumed = kind == RESUME_FULL;
     if (kind != RESUME_NONE && (!c->load_llmc.empty() || !c->load_hf.empty()))
         printf(" > note: weights from the checkpoint, so --load-%s %s is not used\n", c->load_hf.empty() ? "llmc" : "hf",
                (c->load_hf.empty() ? c->load_llmc : c->load_hf).c_str());
@@ -1308,7 +1324,7 @@ static void trainer_setup(Trainer<A>* tr) {
                "Megatron's rules (README: Megatron indexed data)\n");
     if (tr->have_valid)
         printf("valid data: %s%s\n", dataloader_describe(&tr->valid_data).c_str(), c->eval_interval > 0 ? "" : " (not used: --eval-interval 0)");
-    trainer_open_outputs(tr, resumed);
+    trainer_open_outputs(tr);
 }
 
 // Stops the run after iteration st.iteration, for the kill switch or --exit-duration-in-mins, as

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <memory>
 #include <string>
 #include <vector>
@@ -30,12 +31,24 @@ static inline int keel_launcher_rank() {
     return -1;
 }
 
-static inline void keel_vprint_error(const char* hint, const char* fmt, va_list ap) {
+// The error line (and hint) in one write. Under a launcher a newline goes first: the launcher
+// forwards stdout and stderr separately and may cut a stdout line anywhere (the flags printout
+// arrives in chunks), so the error starts a line of its own rather than landing mid-line.
+// rank >= 0: the line names the rank that meets the error (one that only it meets).
+static inline void keel_vprint_error(const char* hint, const char* fmt, va_list ap, int rank = -1) {
     fflush(stdout);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    if (hint) fprintf(stderr, "hint: %s\n", hint);
+    char body[2048];
+    vsnprintf(body, sizeof body, fmt, ap);
+    std::string text = keel_launcher_rank() >= 0 ? "\nerror: " : "error: ";
+    if (rank >= 0) text += "rank " + std::to_string(rank) + ": ";
+    text += body;
+    text += "\n";
+    if (hint) text += std::string("hint: ") + hint + "\n";
+    for (size_t done = 0; done < text.size();) {
+        ssize_t w = write(STDERR_FILENO, text.data() + done, text.size() - done);
+        if (w <= 0) break;  // nowhere left to report to
+        done += (size_t)w;
+    }
 }
 
 #ifdef KEEL_FUZZ
@@ -61,10 +74,25 @@ struct KeelError { int code; std::string message; };
     exit(code);
 }
 
+// How long a rank > 0 waits for rank 0 to report an error they share and end the job.
+enum { KEEL_ROOT_ERROR_WAIT_S = 30 };
+
+// A rank > 0 that knows rank 0 reports the error (a refusal rank 0 decided and broadcast) exits
+// only after this wait, silently: a launcher that sees any rank exit kills the rest, and a rank > 0
+// that exited first could take rank 0 down before its line was written. Rank 0's exit ends the job
+// long before the wait does.
+[[noreturn]] static inline void keel_exit_after_root(int code) {
+    fflush(stdout);
+    sleep(KEEL_ROOT_ERROR_WAIT_S);
+    exit(code);
+}
+
 // A flag error (exit 2) comes from the command line, which every rank shares (the trainer checks
-// that they agree), so under a launcher only rank 0 prints it: the others exit with the same code
-// silently instead of interleaving N copies. Errors that can differ between ranks (a directory, a
-// file, a device) use keel_die_code and stay per rank.
+// that they agree), so under a launcher only rank 0 prints it; the other ranks wait for rank 0 to
+// end the job (keel_exit_after_root) instead of racing its line. An error only a rank > 0 meets
+// (rank 0 goes on, and blocks in the next collective) is printed by that rank after the wait.
+// Errors that can differ between ranks (a directory, a file, a device) use keel_die_code and stay
+// per rank.
 [[noreturn]] static inline void keel_flag_error(const char* hint, const char* fmt, ...) {
     fflush(stdout);
     va_list ap;
@@ -72,8 +100,9 @@ struct KeelError { int code; std::string message; };
 #ifdef KEEL_FUZZ
     KEEL_THROW_ERROR(KEEL_EXIT_USAGE, fmt, ap);
 #endif
-    if (keel_launcher_rank() > 0) exit(KEEL_EXIT_USAGE);
-    keel_vprint_error(hint, fmt, ap);
+    int rank = keel_launcher_rank();
+    if (rank > 0) sleep(KEEL_ROOT_ERROR_WAIT_S);
+    keel_vprint_error(hint, fmt, ap, rank > 0 ? rank : -1);
     va_end(ap);
     exit(KEEL_EXIT_USAGE);
 }

@@ -95,6 +95,7 @@ struct Config {
     std::string load_hf, export_hf, export_dtype = "fp32";  // Hugging Face directories (llmc/hf.h)
     int64_t save_interval = 0;
     bool no_load_optim = false, no_load_rng = false, finetune = false;  // recovery recipes (KNOBS §3.5)
+    bool start_over = false;  // outputs holding an earlier run's files: moved aside, not refused (llmc/outputs.h)
     // logging and evaluation
     int64_t log_interval = 100, eval_interval = 1000, eval_iters = 100;  // Megatron's defaults; no validation data: no evaluation
     int64_t sample_interval = 0, sample_length = 64;
@@ -319,6 +320,9 @@ static const Flag FLAGS[] = {
     KEEL_FLAG("save", NO_MIN, NO_MAX, FT_STR, save, FK_RUN, nullptr, "checkpoint directory to write"),
     KEEL_FLAG("save-interval", 0, NO_MAX, FT_INT, save_interval, FK_RUN, nullptr, "save every N iterations (and at the end); 0: only at the end"),
     KEEL_FLAG("load", NO_MIN, NO_MAX, FT_STR, load, FK_RUN, nullptr, "checkpoint directory to resume from (latest iteration)"),
+    KEEL_FLAG("start-over", NO_MIN, NO_MAX, FT_BOOL, start_over, FK_RUN, nullptr,
+              "start a new run where --save, --metrics-file, --tensorboard-dir or an export holds an earlier run's files "
+              "(refused without it): they are moved aside to previous_run_N names, never deleted"),
     KEEL_FLAG("no-load-optim", NO_MIN, NO_MAX, FT_BOOL, no_load_optim, FK_RUN, nullptr,
               "on --load, start Adam (moments, step) and the loss scaler fresh (the optimizer-reset recipe)"),
     KEEL_FLAG("no-load-rng", NO_MIN, NO_MAX, FT_BOOL, no_load_rng, FK_RUN, nullptr,

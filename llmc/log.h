@@ -35,6 +35,7 @@
 
 #include "llmc/common.h"
 #include "llmc/layer_stats.h"
+#include "llmc/outputs.h"
 #include "llmc/tensorboard.h"
 
 struct IterationRecord {
@@ -66,11 +67,12 @@ struct Logger {
     TbWriter tb;           // not open: no --tensorboard-dir (or not rank 0)
 };
 
-static inline void logger_open(Logger* lg, const std::string& path, bool append, int64_t train_iters) {
+// Appends: the file is new or empty, or holds what this run keeps (llmc/outputs.h decided which).
+static inline void logger_open(Logger* lg, const std::string& path, int64_t train_iters) {
     lg->jsonl = nullptr;
     size_t slash = path.rfind('/');
     if (slash != std::string::npos && slash > 0) mkdir_p(path.substr(0, slash));
-    if (!path.empty()) lg->jsonl = fopen_check(path.c_str(), append ? "ab" : "wb");
+    if (!path.empty()) lg->jsonl = fopen_check(path.c_str(), "ab");
     lg->train_iters = train_iters;
     lg->loss_sum = lg->time_ms = 0;
     lg->advanced = lg->skipped = lg->nan = 0;
@@ -86,24 +88,40 @@ static inline void logger_open_tensorboard(Logger* lg, const std::string& dir) {
     if (lg->tb.f) printf("tensorboard: writing %s\n", lg->tb.path.c_str());
 }
 
-// A resumed run continues the metrics file after the checkpoint's iteration: records of later
-// iterations (logged by a run that died before its next save) are dropped, via temp + rename.
-static inline void logger_truncate_after(const std::string& path, int64_t iteration) {
+// A run started with --load continues the metrics file after `iteration` (the one it loaded; 0 when
+// it found no checkpoint or took only the weights): the records of later iterations — logged by an
+// attempt that died before its next save, or by another run — and a torn last line are moved into a
+// side file (llmc/outputs.h: m.previous_run_N.jsonl), written and synced before the file is cut.
+static inline void logger_keep_through(const std::string& path, int64_t iteration) {
     if (path.empty() || !file_exists(path.c_str())) return;
-    std::string text = file_read_all(path.c_str()), kept;
+    std::string text = file_read_all(path.c_str()), kept, moved;
+    int64_t nmoved = 0;
     for (size_t pos = 0; pos < text.size();) {
         size_t nl = text.find('\n', pos);
-        if (nl == std::string::npos) break;  // a torn last line is dropped too
-        std::string line = text.substr(pos, nl + 1 - pos);
-        pos = nl + 1;
+        std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl + 1 - pos);
+        pos = nl == std::string::npos ? text.size() : nl + 1;
         long long it = -1;
-        if (sscanf(line.c_str(), "{\"iteration\": %lld", &it) == 1 && it <= iteration) kept += line;
+        bool whole = nl != std::string::npos;
+        if (whole && sscanf(line.c_str(), "{\"iteration\": %lld", &it) == 1 && it <= iteration) {
+            kept += line;
+        } else {
+            moved += whole ? line : line + "\n";
+            nmoved++;
+        }
     }
-    std::string tmp = path + ".tmp";
-    FILE* f = fopen_check(tmp.c_str(), "wb");
+    if (nmoved == 0) return;
+    std::string aside = output_aside_file(path), tmp = path + ".tmp";
+    FILE* f = fopen_check(aside.c_str(), "wb");
+    fwrite_check(moved.data(), 1, moved.size(), f, aside.c_str());
+    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", aside.c_str());
+    FILE_CHECK(fclose(f) == 0, "fclose", aside.c_str());
+    f = fopen_check(tmp.c_str(), "wb");
     fwrite_check(kept.data(), 1, kept.size(), f, tmp.c_str());
+    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", tmp.c_str());
     FILE_CHECK(fclose(f) == 0, "fclose", tmp.c_str());
     FILE_CHECK(rename(tmp.c_str(), path.c_str()) == 0, "rename", tmp.c_str());
+    printf("--metrics-file %s: moved %lld record(s) after iteration %lld aside to %s\n", path.c_str(), (long long)nmoved,
+           (long long)iteration, aside.c_str());
 }
 
 static inline void logger_close(Logger* lg) {

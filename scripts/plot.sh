@@ -15,8 +15,8 @@
 #   rollback.dat  "spike": "rollback" records                iteration tokens restored_iteration metric value
 # Repeated iterations: a training record whose iteration is not above the previous one's starts
 # over from there; the training and validation records read so far from that iteration on are
-# dropped, so later lines win. (keel truncates the file to the checkpoint's iteration when it
-# resumes, so this takes a file joined by hand or one from a run resumed without that.) A validation
+# dropped, so later lines win. (keel cuts the file at the checkpoint's iteration when it
+# resumes, moving the later records to a side file, so this takes a file joined by hand or one from a run resumed without that.) A validation
 # record of an iteration already seen replaces the earlier one (after a spike-autopilot rollback, an
 # evaluation can fall in the skipped window and be logged again).
 # A validation or rollback record sits at the consumed_tokens of its iteration's training record as

@@ -17,8 +17,8 @@
 #      LayerNorm or with ReLU, the embedding LayerNorm with learned positions), into a directory
 #      holding other files or onto a file, with GPT-2's vocabulary but no tokenizer files — all at
 #      start-up; a weight beyond fp16's range under --export-dtype fp16 at export;
-#   6. an export killed after writing but before publishing (KEEL_FAULT_SAVE=hf) leaves the previous
-#      export byte-identical, and the next export replaces it whole.
+#   6. an export of a resumed run killed after writing but before publishing (KEEL_FAULT_SAVE=hf)
+#      leaves the previous export byte-identical, and the next export replaces it whole.
 source "$(dirname "$0")/lib.sh"
 REF="python3 test/hf_reference.py"
 RUN=(--seq-length 8 --micro-batch-size 2 --make-vocab-size-divisible-by 16 --train-data-path "$TMP/tiny.bin" --lr 0 --train-iters 1
@@ -136,14 +136,16 @@ expect_fail 1 "--export-hf: transformer.wte.weight element 0 is 100000, beyond f
 [ ! -e "$TMP/h16" ] && ok "the refused fp16 export published nothing" || fail "$TMP/h16 exists after a refused export"
 $KEEL "${RUN[@]}" --load-hf "$TMP/huge" --export-hf "$TMP/h16" --export-dtype bf16 >/dev/null 2>&1 && ok "the same weights export as bf16" || fail "bf16 export of the huge weight"
 
-# 6. killed mid-export: the previous export stays whole
-$KEEL "${RUN[@]}" --load-hf "$GOOD" --export-hf "$TMP/pub" >/dev/null 2>&1 || fail "first export"
+# 6. killed mid-export: the previous export stays whole. A resumed run (--load) replaces its own
+# export (a fresh run refuses an existing one: test_run_safety); bf16 tells the new one apart.
+$KEEL "${RUN[@]}" --load-hf "$GOOD" --save "$TMP/pubck" --export-hf "$TMP/pub" >/dev/null 2>&1 || fail "first export"
 cp -r "$TMP/pub" "$TMP/pub.copy"
-KEEL_FAULT_SAVE=hf $KEEL "${RUN[@]}" --load-hf "$TMP/opt" --export-hf "$TMP/pub" >/dev/null 2>&1
+R=(--load-hf "$GOOD" --load "$TMP/pubck" --save "$TMP/pubck" --export-hf "$TMP/pub" --export-dtype bf16)
+KEEL_FAULT_SAVE=hf $KEEL "${RUN[@]}" "${R[@]}" >/dev/null 2>&1
 rc=$?
 [ $rc -eq 137 ] && diff -r "$TMP/pub" "$TMP/pub.copy" >/dev/null && [ -d "$TMP/pub.tmp" ] \
   && ok "killed before publishing (exit $rc): the previous export is byte-identical, the new one sits in pub.tmp" || fail "after the kill: exit $rc"
-$KEEL "${RUN[@]}" --load-hf "$TMP/opt" --export-hf "$TMP/pub" >/dev/null 2>&1 || fail "export after the kill"
-grep -q '"model_type": "opt"' "$TMP/pub/config.json" && [ ! -e "$TMP/pub.tmp" ] && [ ! -e "$TMP/pub.old" ] \
-  && ok "the next export replaced it whole (OPT now), nothing left beside it" || fail "the next export: $(ls "$TMP" | grep pub | tr '\n' ' ')"
+$KEEL "${RUN[@]}" "${R[@]}" >/dev/null 2>&1 || fail "export after the kill"
+grep -q '"torch_dtype": "bfloat16"' "$TMP/pub/config.json" && [ ! -e "$TMP/pub.tmp" ] && [ ! -e "$TMP/pub.old" ] \
+  && ok "the next export replaced it whole (bf16 now), nothing left beside it" || fail "the next export: $(ls "$TMP" | grep pub | tr '\n' ' ')"
 finish

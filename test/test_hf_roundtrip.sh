@@ -65,9 +65,10 @@ for a in "${ARCHS[@]}"; do
     && cmp -s <(grep -v '"init' "$TMP/$a.hf/config.json") <(grep -v '"init' "$TMP/$a.hf2/config.json") \
     && ok "$a: HF -> keel -> HF: model.safetensors and config.json byte-identical" || fail "$a: HF -> keel -> HF differs"
   for layout in "--tensor-model-parallel-size 2" "--pipeline-model-parallel-size 2"; do
-    keel "$TMP/$a.par.log" timeout -k 10 120 mpirun --oversubscribe -np 2 $KEEL "${RUN[@]}" "${HOLD[@]}" $layout \
-      --load-hf "$TMP/$a.hf" --export-hf "$TMP/$a.par" || continue
-    cmp -s "$TMP/$a.hf/model.safetensors" "$TMP/$a.par/model.safetensors" \
+    par="$TMP/$a.par.$(cut -d- -f3 <<<"$layout")"  # one export directory per layout (a fresh run refuses a used one)
+    keel "$par.log" timeout -k 10 120 mpirun --oversubscribe -np 2 $KEEL "${RUN[@]}" "${HOLD[@]}" $layout \
+      --load-hf "$TMP/$a.hf" --export-hf "$par" || continue
+    cmp -s "$TMP/$a.hf/model.safetensors" "$par/model.safetensors" \
       && ok "$a $layout: loaded into the split model and gathered back byte-identical" || fail "$a $layout: the export differs"
   done
   # 4. a directory made the way published ones look, loaded with no shape or architecture flags
