@@ -3,9 +3,17 @@
 // (cuda/attention.cuh), for every score variant (standard, qk-inward, layer coefficient 3, both,
 // ALiBi), attention dropout p = 0.25 with and without a tensor-parallel head_offset, and all of them
 // together.
-//   1. The WMMA emulation (test/cuda_emu/mma.h; on a GPU the real API): a 16×16×16 product in
-//      several operand layouts against a loop, bf16 and fp16, 2·16³ FLOPs each in the step profile's
-//      mma_flops, and a warp whose lanes do not all call mma_sync dying with exit 3 (emulation only).
+//   0. The shared-memory layouts: every per-lane access pattern of the flash kernels (the functions
+//      flash_ldm_*, flash_frag, flash_chunk the kernels address shared memory through) evaluated for
+//      the 32 lanes of a warp at every offset the kernels use, in each tile width: no bank conflict
+//      (degree 1), and a negative control (the same ldmatrix rows unswizzled: 8-way) the checker sees.
+//   1. The instructions (cuda/mma.cuh; under the emulation test/cuda_emu/ptx.h): mma.sync m16n8k16
+//      in bf16 and fp16 with operands built by the documented fragment layouts against a loop,
+//      ldmatrix x4 / x4.trans delivering the documented element to every lane and register, cp.async
+//      of 16, 8 and 0 source bytes; so on a GPU this checks the documentation against the hardware,
+//      and under the emulation the emulation against the documentation. Emulation only: 2·16·8·16
+//      FLOPs per mma in mma_flops, cp.async bytes landing at the wait, a lane skipping mma.sync
+//      stopping the program (exit 3).
 //   2. The CPU twin (fp32) against cpu/attention.h on the same inputs, head sizes 8, 12, 64: out the
 //      same value (1e-6), lse = log Σ exp(s) in double (1e-6), dinp from the recomputed
 //      probabilities (1e-5 relative plus 1e-6·rms: ds = att·(datt - D) cancels where datt ≈ D).

@@ -235,9 +235,11 @@ template <typename L> static void test_gelu_lowp(const char* name, int N, int C,
 #ifdef KEEL_CUDA_EMULATION
     check_true("fused dpre one rounding closer to fp32: squared error " + std::to_string(e_fused) + " < unfused " + std::to_string(e_unfused) + sz,
                e_fused < e_unfused);
-#else  // an H200's DGELU epilogue (cuBLASLt 13.0) was seen to take the product already rounded: no closer, never farther
-    check_true("fused dpre no farther from fp32: squared error " + std::to_string(e_fused) + " <= unfused " + std::to_string(e_unfused) + sz,
-               e_fused <= e_unfused);
+#else  // an H200's DGELU epilogue (cuBLASLt 13.0) was seen to take the product already rounded to bf16, as
+       // the unfused path does: the two errors agreed to 5 digits, the fused one a rounding larger
+    check_true("fused dpre as close to fp32 as unfused (within 0.1%): squared error " + std::to_string(e_fused) + " vs unfused " +
+                   std::to_string(e_unfused) + sz,
+               e_fused <= 1.001 * e_unfused);
 #endif
     size_t bytes = dpre.size() * sizeof(L);
     keel_cuda::zero_on_ops_stream(t_dact.p, bytes);

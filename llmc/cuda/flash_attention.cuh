@@ -101,6 +101,9 @@ static inline size_t flash_backward_smem(int hs) {
 }
 
 __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; }
+// The softmax runs in base 2 (exp2 is one instruction on the GPU): x·log2(e) in, ln(2) back out.
+#define FLASH_LOG2E 1.4426950408889634f
+#define FLASH_LN2 0.6931471805599453f
 
 // ---- each lane's shared-memory access, by pattern (element offsets in a swizzled tile of `width`) ----
 // The kernels address shared memory only through these, and test_cuda_flash evaluates each for the
@@ -173,6 +176,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
     const int t_r[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
     const int w_first = q0 + warp * 16, w_last = flash_imin(w_first + 15, T - 1);  // the warp's real queries
+    const bool plain = o.alibi == nullptr && o.coeff == 1.0, dropout = o.dropout.p > 0;
+    const float scale2 = alpha * FLASH_LOG2E;  // (plain scores: x = s·alpha·log2(e))
     for (int kt = 0; kt < nk; kt++) {
         const int cur = kt & 1, k0 = kt * BC;
         if (kt + 1 < nk) {  // the next K, V in flight while this tile is multiplied
@@ -205,33 +210,50 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                     if (j + 1 < nt) mma_m16n8k16<F>(s[j + 1], qf[kk], b1);
                 }
             }
-            // online softmax: the score variant, the tile's row maxima over the quad, the rescale
+            // online softmax, in base 2 (one ex2 per element, the exponent's scale folded into the
+            // score's): x = s·log2(e); the score variant, the tile's row maxima over the quad, the rescale.
+            // The common case — no ALiBi, no layer coefficient, no element of the tile masked for
+            // this warp — is one multiply per element.
+            const bool full = nt == NT && k0 + BC - 1 <= w_first && w_first + 15 < T;  // warp-uniform
             float mt[2] = {-INFINITY, -INFINITY};
-            KEEL_UNROLL
-            for (int j = 0; j < NT; j++)
-                for (int e = 0; e < 4; e++) {
-                    int r = e >> 1, u = k0 + j * 8 + 2 * tq + (e & 1), t = t_r[r];
-                    float x = -INFINITY;  // masked (above the diagonal, or a row past T)
-                    if (t < T && u <= t) x = attention_softmax_input(s[j][e] * alpha, h, u, o, sc);
-                    s[j][e] = x;
-                    mt[r] = fmaxf(mt[r], x);
-                }
-            float corr[2];
+            if (plain && full) {
+                KEEL_UNROLL
+                for (int j = 0; j < NT; j++)
+                    KEEL_UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        s[j][e] *= scale2;
+                        mt[e >> 1] = fmaxf(mt[e >> 1], s[j][e]);
+                    }
+            } else {
+                KEEL_UNROLL
+                for (int j = 0; j < NT; j++)
+                    KEEL_UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        int r = e >> 1, u = k0 + j * 8 + 2 * tq + (e & 1), t = t_r[r];
+                        float x = -INFINITY;  // masked (above the diagonal, or a row past T)
+                        if (t < T && u <= t) x = attention_softmax_input(s[j][e] * alpha, h, u, o, sc) * FLASH_LOG2E;
+                        s[j][e] = x;
+                        mt[r] = fmaxf(mt[r], x);
+                    }
+            }
+            float corr[2], mb[2];
             for (int r = 0; r < 2; r++) {
                 mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
                 mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
                 float mn = fmaxf(m_r[r], mt[r]);
-                corr[r] = mn == -INFINITY ? 1.0f : expf(m_r[r] - mn);  // m = -inf (no key yet): 0
+                corr[r] = mn == -INFINITY ? 1.0f : exp2f(m_r[r] - mn);  // m = -inf (no key yet): 0
                 m_r[r] = mn;
+                mb[r] = mn == -INFINITY ? 0.0f : mn;  // a row with no key yet (past T): every x is -inf, p = 0
             }
             float ps[2] = {0.0f, 0.0f};
             KEEL_UNROLL
             for (int j = 0; j < NT; j++)
+                KEEL_UNROLL
                 for (int e = 0; e < 4; e++) {
                     int r = e >> 1;
-                    float p = s[j][e] == -INFINITY ? 0.0f : expf(s[j][e] - m_r[r]);
+                    float p = exp2f(s[j][e] - mb[r]);
                     ps[r] += p;
-                    s[j][e] = p == 0.0f ? 0.0f : p * attention_drop_mult(o, sc.dscale, b, h, t_r[r], k0 + j * 8 + 2 * tq + (e & 1));
+                    s[j][e] = dropout && p != 0.0f ? p * attention_drop_mult(o, sc.dscale, b, h, t_r[r], k0 + j * 8 + 2 * tq + (e & 1)) : p;
                 }
             for (int r = 0; r < 2; r++) {
                 ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 1);  // a + b = b + a: the quad holds the same bits
@@ -278,7 +300,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     }
     if (tq == 0)
         for (int r = 0; r < 2; r++)
-            if (t_r[r] < T) lse[(size_t)bh * T + t_r[r]] = m_r[r] + logf(l_r[r]);
+            if (t_r[r] < T) lse[(size_t)bh * T + t_r[r]] = m_r[r] * FLASH_LN2 + logf(l_r[r]);  // (m in base 2)
 #else
     __trap();  // bf16/fp16 mma.sync needs sm_80; gpt_build never selects flash below it
 #endif
@@ -414,6 +436,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     const int u_first = k0 + warp * 16;                  // the warp's keys
     const int u_r[2] = {u_first + g, u_first + g + 8};   // this lane's rows of Sᵀ
     const int mq = warp % MQ, ch0 = warp / MQ * DQW;     // this warp's part of the step's dQ
+    const bool plain = o.alibi == nullptr && o.coeff == 1.0, dropout = o.dropout.p > 0;
+    const float scale2 = alpha * FLASH_LOG2E;  // (plain scores: x = s·alpha·log2(e))
     for (int i = 0; i < nsteps; i++) {
         const int cur = i & 1, q0 = k0 + i * BQ;
         if (i + 1 < nsteps) {
@@ -452,21 +476,38 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                 mma_m16n8k16<F>(dp[j + 1], va, o_1);
             }
         }
-        // s ← p·drop, dp ← dS (fp32), masked entries 0
-        KEEL_UNROLL
-        for (int j = 0; j < NQ; j++)
-            for (int e = 0; e < 4; e++) {
-                int u = u_r[e >> 1], tl = 8 * j + 2 * tq + (e & 1), t = q0 + tl;
-                float pd = 0.0f, ds = 0.0f;
-                if (t < T && u <= t) {
-                    float p = expf(attention_softmax_input(s[j][e] * alpha, h, u, o, sc) - lse_c[tl]);
-                    float mult = attention_drop_mult(o, sc.dscale, b, h, t, u);
-                    pd = p * mult;
-                    ds = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
+        // s ← p·drop, dp ← dS (fp32), masked entries 0; p = exp2(x - lse·log2(e)) with x = s·log2(e)
+        // (base 2, as the forward). The common case — plain scores, every query of the step at or
+        // after every key of the warp, all real — takes no mask test and one multiply-add per score.
+        const bool full = q0 >= u_first + 15 && q0 + BQ <= T;  // warp-uniform
+        if (plain && full) {
+            KEEL_UNROLL
+            for (int j = 0; j < NQ; j++)
+                KEEL_UNROLL
+                for (int e = 0; e < 4; e++) {
+                    int tl = 8 * j + 2 * tq + (e & 1);
+                    float p = exp2f(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
+                    float mult = dropout ? attention_drop_mult(o, sc.dscale, b, h, q0 + tl, u_r[e >> 1]) : 1.0f;
+                    s[j][e] = p * mult;
+                    dp[j][e] = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
                 }
-                s[j][e] = pd;
-                dp[j][e] = ds;
-            }
+        } else {
+            KEEL_UNROLL
+            for (int j = 0; j < NQ; j++)
+                KEEL_UNROLL
+                for (int e = 0; e < 4; e++) {
+                    int u = u_r[e >> 1], tl = 8 * j + 2 * tq + (e & 1), t = q0 + tl;
+                    float pd = 0.0f, ds = 0.0f;
+                    if (t < T && u <= t) {
+                        float p = exp2f(attention_softmax_input(s[j][e] * alpha, h, u, o, sc) * FLASH_LOG2E - lse_c[tl] * FLASH_LOG2E);
+                        float mult = dropout ? attention_drop_mult(o, sc.dscale, b, h, t, u) : 1.0f;
+                        pd = p * mult;
+                        ds = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
+                    }
+                    s[j][e] = pd;
+                    dp[j][e] = ds;
+                }
+        }
         // dSᵀ of the warp's 16 keys to shared memory for the dQ product
         KEEL_UNROLL
         for (int j = 0; j < NQ; j++) {

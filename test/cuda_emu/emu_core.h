@@ -282,7 +282,7 @@ inline unsigned warp_ballot(unsigned mask, bool pred) {
 //   gemm_calls, gemm_flops         cublasLtMatmul calls and 2·m·n·k·batch summed over them
 //   tensor_core_flops              the part with bf16/fp16 A and B (fp32 inputs under
 //                                  CUBLAS_COMPUTE_32F run on CUDA cores, not tensor cores)
-//   mma_flops                      warp-level MMA in keel's own kernels (profile_mma; none use it yet)
+//   mma_flops                      warp-level MMA in keel's own kernels (profile_mma: the flash attention's mma.sync)
 //   syncs = sync_calls + d2h_copies   host waits: cudaDeviceSynchronize / cudaStreamSynchronize /
 //                                  cudaEventSynchronize calls, and blocking device→host cudaMemcpy
 //   d2h_async_copies               cudaMemcpyAsync device→host (not a host wait; bytes in d2h_bytes)
@@ -365,7 +365,7 @@ inline void profile_gemm(uint64_t flops, bool tensor_cores) {
     p.gemm_flops += flops;
     if (tensor_cores) p.tensor_core_flops += flops;
 }
-// For a kernel that issues warp-level MMA (mma.sync / wmma): its FLOPs, 2·m·n·k per tile product.
+// For a kernel that issues warp-level MMA (mma.sync, test/cuda_emu/ptx.h): its FLOPs, 2·m·n·k per tile product.
 inline void profile_mma(uint64_t flops) { profile().mma_flops += flops; }
 inline void profile_sync() {
     profile().sync_calls++;

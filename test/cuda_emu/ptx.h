@@ -15,7 +15,7 @@
 //                     kernel that reads shared memory before waiting reads the old bytes, as it may on
 //                     a GPU; a wait for groups this thread never committed is fine (no-op).
 // A lane that is missing from a collective (finished, or in another branch) stops the program naming
-// the kernel, as the wmma emulation does.
+// the kernel (exit 3): on a GPU that is undefined behaviour.
 #pragma once
 #include <cstdint>
 #include <cstring>
