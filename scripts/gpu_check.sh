@@ -95,6 +95,7 @@ run_step gpu 'NVIDIA-SMI|Driver Version|^[0-9]+,' bash -c \
 gpu_tests=()
 for src in test/test_cuda_*.cpp; do
   [ -e "$src" ] || continue
+  [ "$src" = test/test_cuda_emu.cpp ] && continue  # the emulator's own test: no GPU build
   t=${src#test/}; gpu_tests+=("build/gpu/${t%.cpp}")
 done
 run_step build '^✓|^✗|error|Error' make --no-print-directory train_gpt_cpu train_gpt "${gpu_tests[@]}"
