@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
-# Which tensors weight decay touches, read from the checkpoints alone. The first update of a run with
-# every gradient zeroed (test hook KEEL_TEST_ZERO_GRADS: m = v = 0, so Adam's step is 0) is weight
-# decay alone: p ← p − lr·wd·p (AdamW; 8-bit Adam: p·(1 − lr·wd)). Against a run whose first update is
-# skipped (KEEL_INJECT_INF: the initial weights, saved), the test's own list of Megatron-DeepSpeed's
+# Which tensors weight decay touches, read from the checkpoints alone. A run trains 2 iterations and
+# saves (every tensor moved off its initial value, biases and LayerNorms included); resumed with a
+# fresh optimizer (--no-load-optim: m = v = 0), its next update has every gradient zeroed (test hook
+# KEEL_TEST_ZERO_GRADS), so Adam's step is 0 and the update is weight decay alone:
+# p ← p − lr·wd·p (AdamW; 8-bit Adam: p·(1 − lr·wd)). The test's own list of Megatron-DeepSpeed's
 # groups is checked tensor by tensor: the weights of linear layers and the embeddings shrink by
 # exactly lr·wd (to 1 ulp); biases, LayerNorm weights and biases and NormFormer's gains stay byte
 # for byte. The layout comes from model.bin's header and state.txt's model.* keys, not keel's table.
 source "$(dirname "$0")/lib.sh"
 LR=0.01 WD=0.1
 export TMP
-ARGS=("${TINY[@]}" --lr $LR --weight-decay $WD --lr-decay-style constant --lr-warmup-iters 0 --train-iters 1)
+ARGS=("${TINY[@]}" --lr $LR --weight-decay $WD --lr-decay-style constant --lr-warmup-iters 0 --train-iters 3)
 check() {  # check NAME DIR_BEFORE DIR_AFTER
-  python3 - "$2/iter_0000001" "$3/iter_0000001" $LR $WD <<'PY' && ok "$1: $(tail -1 "$TMP/check.out")" || fail "$1: $(cat "$TMP/check.out")"
+  python3 - "$2/iter_0000002" "$3/iter_0000003" $LR $WD <<'PY' && ok "$1: $(tail -1 "$TMP/check.out")" || fail "$1: $(cat "$TMP/check.out")"
 import array, math, os, struct, sys
 before_dir, after_dir, lr, wd = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
 out = open(os.environ["TMP"] + "/check.out", "w")
@@ -28,7 +29,7 @@ def model(d):
     assert nbytes == 4 * count == len(raw) - 64, "payload size"
     return raw[64:]
 s0, s1 = state(before_dir), state(after_dir)
-assert s0["optimizer_step"] == "0" and s1["optimizer_step"] == "1", ("optimizer steps", s0["optimizer_step"], s1["optimizer_step"])
+assert s0["optimizer_step"] == "2" and s1["optimizer_step"] == "1", ("optimizer steps", s0["optimizer_step"], s1["optimizer_step"])
 L, C, H = (int(s1["model." + k]) for k in ("num_layers", "channels", "ffn_hidden_size"))
 Vp, T, NH = (int(s1["model." + k]) for k in ("padded_vocab_size", "max_seq_len", "num_heads"))
 eln, nf = int(s1["model.embed_layernorm"]), int(s1["model.normformer"])
@@ -60,6 +61,8 @@ for name, n, decay in tensors:
             bad.append(f"{name}: unchanged (should decay)")
         decayed.append(name)
     else:
+        if all(x == 0 for x in a):
+            bad.append(f"{name}: all zero before the step (a decay of it would not show)")
         if ra != rb:
             i = next(i for i in range(n) if ra[4 * i:4 * i + 4] != rb[4 * i:4 * i + 4])
             bad.append(f"{name}: element {i} changed {a[i]!r} → {b[i]!r} (should not decay)")
@@ -77,8 +80,9 @@ for opt in adam adam8bit; do
     what="$opt${knobs:+ $knobs}"
     d0="$TMP/before" d1="$TMP/after"
     rm -rf "$d0" "$d1"
-    KEEL_INJECT_INF=1 $KEEL "${ARGS[@]}" "${extra[@]}" $knobs --save "$d0" >"$TMP/before.log" 2>&1 || { fail "$what: skipped-update run"; continue; }
-    KEEL_TEST_ZERO_GRADS=1 $KEEL "${ARGS[@]}" "${extra[@]}" $knobs --save "$d1" >"$TMP/after.log" 2>&1 || { fail "$what: zero-gradient run"; continue; }
+    $KEEL "${ARGS[@]}" "${extra[@]}" $knobs --exit-interval 2 --save "$d0" >"$TMP/before.log" 2>&1 || { fail "$what: first 2 iterations"; continue; }
+    KEEL_TEST_ZERO_GRADS=3 $KEEL "${ARGS[@]}" "${extra[@]}" $knobs --load "$d0" --no-load-optim --save "$d1" >"$TMP/after.log" 2>&1 \
+      || { fail "$what: zero-gradient run"; continue; }
     check "$what" "$d0" "$d1"
   done
 done
