@@ -6,7 +6,8 @@
 #      iter_N was fsync'd after its last write, iter_N.tmp/ after its files were created, and the
 #      save directory after iter_N.tmp/ became iter_N/; latest's temp file was fsync'd before the
 #      rename, and the directories above it were created durably; by the end of the run every entry and every file under the directory is durable
-#      (the save directory's own creation included), also those of --export-llmc.
+#      (the save directory's own creation included), also those of --export-llmc and --export-hf
+#      (into a directory the export creates).
 #   2. power loss: the run is killed right after each recorded call of its two saves in turn; then
 #      what a power loss may undo is undone (a directory entry whose directory was not fsync'd after
 #      it: the create removed, the rename reversed; a file not fsync'd after its last write: emptied,
@@ -132,7 +133,7 @@ PY
 # ---- 1. the order of a whole run's calls --------------------------------------------------------
 mkdir -p "$R"
 KEEL_SHIM_ROOT="$R" KEEL_SHIM_LOG="$TMP/full.log" LD_PRELOAD="$TMP/shim.so" \
-  $KEEL "${RUN[@]}" --export-llmc "$R/model.llmc.bin" >"$TMP/full.out" 2>&1 || fail "the recorded run failed"
+  $KEEL "${RUN[@]}" --export-llmc "$R/model.llmc.bin" --export-hf "$R/exports/hf" >"$TMP/full.out" 2>&1 || fail "the recorded run failed"
 grep -q "^FSYNC" "$TMP/full.log" 2>/dev/null || fail "the shim recorded no fsync (LD_PRELOAD not in effect?)"
 out=$(analyse order "$TMP/full.log" "$R") && ok "order: ${out##*$'\n'}" || fail "order: $out"
 cp -r "$R/save" "$TMP/ref"
