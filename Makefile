@@ -11,6 +11,7 @@
 #   make fuzz       build the libFuzzer targets (test/fuzz) and fuzz each for FUZZ_SECONDS (default 60)
 #   make test-sanitize  the CPU trainer and unit tests under ASan + UBSan on a representative set (test/sanitize.sh)
 #   make test-crash     SIGKILL at KILLS random instants (default 200), every resume byte-identical
+#   make test-mutants   plant each defect of test/mutants/*.patch in a scratch copy: the tests it names must fail
 # Overrides: make NO_CUDA=1 (skip the CUDA trainer), make NO_MPI=1 (build without MPI).
 
 CXX       ?= g++
@@ -129,7 +130,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-extra
+.PHONY: all run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-extra test-mutants
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -250,6 +251,13 @@ test-crash: setup
 	@$(MAKE) --no-print-directory train_gpt_cpu
 	@$(MAKE) --no-print-directory data
 	@KEEL_CRASH_KILLS=$(KILLS) bash test/test_crash_random.sh
+
+# The suite's own test: each planted defect (test/mutants/*.patch, applied one at a time to a copy of
+# the committed tree) must fail the tests the patch names; prints the mutation score
+# (test/mutants/run.sh; MUTANTS="a b" runs only those).
+test-mutants: setup
+	@$(MAKE) --no-print-directory data
+	@bash test/mutants/run.sh $(MUTANTS)
 
 setup:
 	@bash scripts/setup.sh

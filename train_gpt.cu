@@ -612,6 +612,7 @@ static bool trainer_unscale_grads(Trainer<A>* tr, int64_t it, double scale) {
     TrainState* st = &tr->st;
     float* grads = tr->model.grads;
     int64_t lo = tr->opt.shard_lo[comm->rank], n = tr->opt.shard_lo[comm->rank + 1] - lo;
+    if (tr->hooks.zero_grads_at == it) backend_memset_zero(grads + lo, (size_t)n * sizeof(float));  // test hook KEEL_TEST_ZERO_GRADS
     if (test_hooks_inject_inf(&tr->hooks, it) && comm->rank == 0) {  // test hook KEEL_INJECT_INF
         const float inf = INFINITY;
         backend_copy_to_device(grads, &inf, sizeof inf);

@@ -14,7 +14,8 @@
 //
 // Atomic publish: everything is written into DIR/iter_N.tmp/, each file fsync'd, the directory
 // renamed to DIR/iter_N/, then latest_checkpointed_iteration.txt replaced by write-temp, fsync,
-// rename. A crash at any instant leaves `latest` naming a complete checkpoint; a save that fails
+// rename, then DIR fsync'd again; DIR itself, when a save creates it, is fsync'd into its parent. A
+// crash or a power loss at any instant leaves `latest` naming a complete checkpoint; a save that fails
 // (a full disk: keel_die, exit 1) removes its iter_N.tmp/ on the way out. The test hook
 // KEEL_FAULT_SAVE (model | rename | swap | latest; llmc/test_hooks.h) kills the process at that point
 // of a save, for the crash tests.
@@ -120,6 +121,24 @@ static inline void fsync_path(const char* path) {
     FILE_CHECK(fd >= 0, "open for fsync", path);
     FILE_CHECK(fsync(fd) == 0, "fsync", path);
     close(fd);
+}
+
+// mkdir -p whose new directories survive a power loss: a directory's entry is durable only once
+// its parent is fsync'd, and a checkpoint inside a directory that vanishes is lost with it.
+// Returns the errno of the first mkdir that failed (0: all there) and names its directory in *failed.
+static inline int mkdir_p_durable(const std::string& path, std::string* failed) {
+    for (size_t i = 1; i <= path.size(); i++) {
+        if (i < path.size() && path[i] != '/') continue;
+        std::string part = path.substr(0, i);
+        if (mkdir(part.c_str(), 0755) == 0) {
+            size_t slash = part.rfind('/');
+            fsync_path(slash == std::string::npos ? "." : part.substr(0, slash ? slash : 1).c_str());
+        } else if (errno != EEXIST) {
+            *failed = part;
+            return errno;
+        }
+    }
+    return 0;
 }
 
 static inline void ckpt_header(uint8_t header[64], size_t bytes, uint32_t kind, uint64_t count, uint64_t sum) {
@@ -311,7 +330,8 @@ static inline void ckpt_save(const std::string& dir, const Comm* comm, const flo
     std::string final_dir = ckpt_iter_dir(dir, s->iteration), tmp = final_dir + ".tmp", old = final_dir + ".old";
     bool root = comm->rank == 0;
     if (root) {
-        mkdir_p(dir);
+        std::string part;
+        if (int err = mkdir_p_durable(dir, &part)) keel_die("--save %s: cannot create '%s': %s", dir.c_str(), part.c_str(), strerror(err));
         rmtree(tmp);  // a crash of an earlier save may have left one
         FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());
         ckpt_set_pending(tmp);
@@ -397,12 +417,9 @@ static inline void ckpt_check_save_dir(const std::string& dir) {
     const char* hint = "--save names a directory keel may create and write checkpoints into";
     struct stat sb;
     if (stat(dir.c_str(), &sb) == 0 && !S_ISDIR(sb.st_mode)) keel_die_code(KEEL_EXIT_USAGE, hint, "--save %s is not a directory", dir.c_str());
-    for (size_t i = 1; i <= dir.size(); i++) {  // mkdir -p, with the failure named as --save's
-        if (i < dir.size() && dir[i] != '/') continue;
-        std::string part = dir.substr(0, i);
-        if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST)
-            keel_die_code(KEEL_EXIT_USAGE, hint, "--save %s: cannot create '%s': %s", dir.c_str(), part.c_str(), strerror(errno));
-    }
+    std::string part;
+    if (int err = mkdir_p_durable(dir, &part))  // the failure named as --save's
+        keel_die_code(KEEL_EXIT_USAGE, hint, "--save %s: cannot create '%s': %s", dir.c_str(), part.c_str(), strerror(err));
     std::string probe = dir + "/.keel_save_probe_XXXXXX";
     int fd = mkstemp(&probe[0]);
     if (fd < 0) keel_die_code(KEEL_EXIT_USAGE, hint, "--save %s: cannot write there: %s", dir.c_str(), strerror(errno));

@@ -481,7 +481,8 @@ static inline void hf_export(const std::string& dir_flag, const float* params, c
     if (arch == HF_OPT && g->embed_dropout > 0)
         printf(" > note: transformers' OPT has no embedding dropout: --embed-dropout %s is not in config.json (it acts in training only)\n",
                double_repr(g->embed_dropout).c_str());
-    mkdir_p(hf_parent(dir));
+    std::string part;  // (created durably: a directory not fsync'd into its parent can vanish with the export)
+    if (int err = mkdir_p_durable(hf_parent(dir), &part)) keel_die("--export-hf %s: cannot create '%s': %s", dir.c_str(), part.c_str(), strerror(err));
     rmtree(tmp);  // left by an export that crashed
     FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());
     hf_write_weights(tmp + "/model.safetensors", arch, params, pt, g, dtype);

@@ -21,6 +21,9 @@
 //   KEEL_TEST_KILL_SWITCH_AT=K   world rank 0 creates the --kill-switch-path file once iteration K is done,
 //                                as an operator's `touch` would (the check before iteration K+1 finds it):
 //                                test_run_control
+//   KEEL_TEST_ZERO_GRADS=K       zero every reduced gradient of iteration K just before the optimizer step:
+//                                the update is then weight decay alone, on exactly the decayed tensors
+//                                (test_decay_groups)
 //   KEEL_TEST_FAKE_CLOCK=M[@R]   --exit-duration-in-mins reads the run's wall time as M minutes per
 //                                iteration this process ran, on every rank or only on world rank R (the
 //                                others keep the real clock: only the agreement over ranks stops them):
@@ -41,6 +44,7 @@ struct TestHooks {
     bool untie_pipeline_embedding = false;  // KEEL_TEST_UNTIE_PIPELINE_EMBEDDING is set
     std::string dump_tokens;              // KEEL_DUMP_TOKENS's PREFIX ("": off)
     int64_t kill_switch_at = -1;          // KEEL_TEST_KILL_SWITCH_AT (-1: off)
+    int64_t zero_grads_at = -1;           // KEEL_TEST_ZERO_GRADS (-1: off)
     double fake_clock_minutes = -1;       // KEEL_TEST_FAKE_CLOCK's minutes per iteration (< 0: off) ...
     int fake_clock_rank = -1;             // ... and its world rank (-1: every rank)
 };
@@ -71,6 +75,11 @@ static inline TestHooks test_hooks_read() {
         char* end;
         h.kill_switch_at = strtoll(s, &end, 10);
         if (end == s || *end || h.kill_switch_at < 0) keel_die("KEEL_TEST_KILL_SWITCH_AT: expected an iteration >= 0");
+    }
+    if (const char* s = getenv("KEEL_TEST_ZERO_GRADS")) {
+        char* end;
+        h.zero_grads_at = strtoll(s, &end, 10);
+        if (end == s || *end || h.zero_grads_at < 1) keel_die("KEEL_TEST_ZERO_GRADS: expected an iteration >= 1");
     }
     if (const char* s = getenv("KEEL_TEST_FAKE_CLOCK")) {
         char* end;
