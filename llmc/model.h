@@ -1072,17 +1072,15 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
                              a->fch + lh, (int)BT, H, C, m->gelu_fusion);
     } else {  // ReLU, or --normformer: there the activation's gradient comes out of LN_fc's backward, not out of a GEMM
         F* dfcin = nf ? d->lnfc : d->fch_act;
-        zero(d->fch_act, BT * H);
-        if (nf) zero(d->lnfc, BT * H);
-        matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C);
+        if (nf) zero(d->fch_act, BT * H);  // (LN_fc's backward adds into it; the matmul writes dfcin)
+        matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C, true);
         if (nf)
             layernorm_backward(d->fch_act, g[P_LNFCW] + l * H, g[P_LNFCB] + l * H, d->lnfc, a->fch_act + lh, p[P_LNFCW] + l * H,
                                a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H);
         zero(d->fch, BT * H);
         gpt_activation_backward(m, d->fch, d->fch_act, a->fch + lh, BT * H);
     }
-    zero(d->ln, BT * C);
-    matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H);
+    matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H, true);
     gpt_tp_sum(m, d->ln, BT * C);  // column-parallel: the input gradient is the sum of the ranks' parts
     layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
                        p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C);
@@ -1097,21 +1095,20 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     }
     F* attin = nf ? a->atty_hs + la : a->atty + la;
     F* dattin = nf ? d->atty_hs : d->atty;
-    zero(d->atty, BT * Ca);
-    if (nf) zero(d->atty_hs, BT * Ca);
+    if (nf) zero(d->atty, BT * Ca);  // (the head scale's backward adds into it; the matmul writes dattin)
     matmul_backward(dattin, g[P_ATTPROJW] + l * CCa, g[P_ATTPROJB] + l * C, dbranch, attin, p[P_ATTPROJW] + l * CCa,
-                    (int)BT, Ca, C);
+                    (int)BT, Ca, C, true);
     if (nf)
         headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + la, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
-    zero(d->qkv, BT * 3 * Ca);
     AttentionOpts ao = gpt_attention_opts(m, L0 + l);
-    if (m->flash)
-        flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao);
-    else
+    if (m->flash) {  // (writes all of d->qkv)
+        flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao, true);
+    } else {
+        zero(d->qkv, BT * 3 * Ca);
         attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
-    zero(d->ln, BT * C);
+    }
     matmul_backward(d->ln, g[P_QKVW] + l * 3 * CCa, g[P_QKVB] + l * 3 * Ca, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CCa,
-                    (int)BT, C, 3 * Ca);
+                    (int)BT, C, 3 * Ca, true);
     gpt_tp_sum(m, d->ln, BT * C);
     layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
                        a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C);

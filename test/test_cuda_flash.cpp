@@ -527,6 +527,33 @@ static void test_flash_head_offset_matters(int B, int T, int C, int NH) {
                differ > n_out / 4);
 }
 
+// dinp_write: the backward writes every element of dinp without reading it (the model's gradient
+// buffer is not zeroed first). From a NaN-filled dinp it must give the bytes of the accumulating
+// backward from a zeroed one (one rounding of the same fp32 sum either way); an element it missed
+// stays NaN.
+template <typename L> static void test_flash_write(int B, int T, int C, int NH, const AttnVariant& v) {
+    char tag[96];
+    snprintf(tag, sizeof tag, " %s B=%d T=%d C=%d NH=%d", v.name, B, T, C, NH);
+    AttnOptsPair op;
+    attn_opts_make(&op, v, NH);
+    size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_lse = (size_t)B * NH * T;
+    std::vector<float> inp = lowp_rounded<L>(randn(n_inp, 70)), dout = lowp_rounded<L>(randn(n_out, 71));
+    L *d_inp = dev_upload(lowp_store<L>(inp)), *d_dout = dev_upload(lowp_store<L>(dout)), *d_out = dev_upload(lowp_store<L>(std::vector<float>(n_out)));
+    float* d_lse = dev_upload(std::vector<float>(n_lse));
+    L* d_acc = dev_upload(lowp_store<L>(std::vector<float>(n_inp, 0.0f)));
+    L* d_wr = dev_upload(lowp_store<L>(std::vector<float>(n_inp, NAN)));
+    keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &op.dev);
+    keel_cuda::flash_attention_backward(d_acc, d_dout, d_inp, d_out, d_lse, B, T, C, NH, &op.dev);
+    keel_cuda::flash_attention_backward(d_wr, d_dout, d_inp, d_out, d_lse, B, T, C, NH, &op.dev, true);
+    std::vector<L> acc = dev_download(d_acc, n_inp), wr = dev_download(d_wr, n_inp);
+    size_t nan = 0;
+    for (L x : wr) nan += std::isnan(keel_cuda::to_f32(x));
+    check_true(std::string("flash backward dinp_write: every element written (") + std::to_string(nan) + " left NaN)" + tag, nan == 0);
+    check_true(std::string("flash backward dinp_write = accumulating from zero, byte for byte") + tag,
+               memcmp(acc.data(), wr.data(), n_inp * sizeof(L)) == 0);
+    for (void* p : {(void*)d_inp, (void*)d_dout, (void*)d_out, (void*)d_lse, (void*)d_acc, (void*)d_wr}) dev_free(p);
+}
+
 int main() {
     test_layouts();
     test_instructions();
@@ -558,6 +585,8 @@ int main() {
         test_flash<bf16>(1, 130, 256, 2, v, vi == 7, ctl, ctl);
     }
     test_flash<bf16>(1, 64, 64, 1, variants[5], false, false, false);  // T = one whole tile
+    test_flash_write<bf16>(2, 130, 128, 2, variants[7]);
+    test_flash_write<bf16>(1, 100, 256, 2, variants[0]);
     // fp16 storage: the same kernels with __half fragments
     test_flash<__half>(2, 37, 128, 2, variants[0], false, true, false);
     test_flash<__half>(1, 130, 256, 2, variants[7], true, true, true);

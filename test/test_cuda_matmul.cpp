@@ -300,7 +300,28 @@ static void test_emulated_gelu_rules() {
 }
 #endif
 
+// dinp_write: dinp = dout·W written (beta = 0) without reading it — the model's backward passes it
+// instead of zeroing the buffer first. From a NaN-filled dinp it must equal the accumulating backward
+// from a zeroed one (a NaN read would stay NaN); dweight and dbias still accumulate.
+template <typename L> static void test_dinp_write(const char* name, int N, int C, int OC) {
+    std::string sz = std::string(" ") + name + " N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
+    std::vector<float> inp = lowp_rounded<L>(randn((size_t)N * C, 51)), w = lowp_rounded<L>(randn((size_t)OC * C, 52));
+    std::vector<float> dout = lowp_rounded<L>(randn((size_t)N * OC, 53)), dw = randn((size_t)OC * C, 54), db = randn(OC, 55);
+    L *d_inp = dev_upload(lowp_store<L>(inp)), *d_w = dev_upload(lowp_store<L>(w)), *d_dout = dev_upload(lowp_store<L>(dout));
+    L *d_acc = dev_upload(lowp_store<L>(std::vector<float>((size_t)N * C, 0.0f))), *d_wr = dev_upload(lowp_store<L>(std::vector<float>((size_t)N * C, NAN)));
+    float *d_dw1 = dev_upload(dw), *d_db1 = dev_upload(db), *d_dw2 = dev_upload(dw), *d_db2 = dev_upload(db);
+    keel_cuda::matmul_backward(d_acc, d_dw1, d_db1, d_dout, d_inp, d_w, N, C, OC);
+    keel_cuda::matmul_backward(d_wr, d_dw2, d_db2, d_dout, d_inp, d_w, N, C, OC, true);
+    check_close("matmul_backward dinp_write over NaN = accumulating into zeros" + sz, lowp_widen(dev_download(d_wr, (size_t)N * C)),
+                lowp_widen(dev_download(d_acc, (size_t)N * C)), 0.0, 0.0);
+    std::vector<float> dw1 = dev_download(d_dw1, dw.size()), dw2 = dev_download(d_dw2, dw.size());
+    check_true("matmul_backward dinp_write: dweight still accumulated, the same bytes" + sz, memcmp(dw1.data(), dw2.data(), dw1.size() * 4) == 0);
+    for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_dout, (void*)d_acc, (void*)d_wr, (void*)d_dw1, (void*)d_db1, (void*)d_dw2, (void*)d_db2}) dev_free(p);
+}
+
 int main() {
+    test_dinp_write<float>("fp32", 37, 48, 144);
+    test_dinp_write<__nv_bfloat16>("bf16", 64, 260, 33);
 #ifdef KEEL_CUDA_EMULATION
     test_emulated_gelu_rules();
 #endif

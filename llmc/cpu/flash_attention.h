@@ -4,7 +4,8 @@
 // dropout keyed by (h + head_offset, t, u)); this file is the readable reference of the fused
 // algorithm's contract, row by row, not of its tiling.
 // Legend: B batch, T time, C channels, NH heads, hs = C/NH head size.
-//   inp = qkv (B,T,3C); out (B,T,C); lse (B,NH,T) fp32; dinp (B,T,3C) accumulated into.
+//   inp = qkv (B,T,3C); out (B,T,C); lse (B,NH,T) fp32; dinp (B,T,3C) accumulated into (written,
+//   its old contents ignored, with dinp_write).
 //   forward:  for row (b,h,t): s[u] = attention_score(q_t, k_u) for u ≤ t (cpu/attention.h),
 //             max = max_u s, sum = Σ_u exp(s[u] - max), att[u] = exp(s[u] - max)/sum,
 //             out_t = Σ_u drop(att[u])·v_u,  lse[b,h,t] = max + log(sum)
@@ -22,6 +23,7 @@
 #pragma once
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <vector>
 
 #include "llmc/cpu/attention.h"
@@ -51,7 +53,8 @@ template <typename F>
 void flash_attention_backward(F* dinp,                                       // (B,T,3C) accumulated into
                               const F* dout,                                 // (B,T,C)
                               const F* inp, const F* out, const float* lse,  // (B,T,3C), (B,T,C), (B,NH,T)
-                              int B, int T, int C, int NH, const AttentionOpts* o) {
+                              int B, int T, int C, int NH, const AttentionOpts* o, bool dinp_write = false) {
+    if (dinp_write) memset(dinp, 0, (size_t)B * T * 3 * C * sizeof(F));  // (the GPU kernels write without reading)
     int hs = C / NH;
     F scale = (F)1 / std::sqrt((F)hs);  // ∂s/∂(q·k): the layer coefficient and the operand scaling cancel
     size_t C3 = 3 * (size_t)C;

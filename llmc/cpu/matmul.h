@@ -93,7 +93,9 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
 }
 
 template <typename F>
-void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC) {
+void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC,
+                     bool dinp_write = false) {
+    if (dinp && dinp_write) memset(dinp, 0, (size_t)N * C * sizeof(F));  // (the GPU: beta = 0, nothing zeroed first)
     if constexpr (!std::is_same_v<F, float>) {
         matmul_backward_reference(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     } else {

@@ -5,7 +5,8 @@
 // log-sum-exp of each row for the backward.
 // Legend: B batch, T time, C channels, NH heads, hs = C/NH head size (HS, a template argument),
 // BH = B·NH head-batches, F the storage type (bf16 or fp16). inp = qkv (B,T,3C); out (B,T,C);
-// lse (B,NH,T) fp32; dinp (B,T,3C) accumulated into.
+// lse (B,NH,T) fp32; dinp (B,T,3C) accumulated into, or written with dinp_write (every element of it
+// comes from exactly one lane: the model's gradient buffer needs no zeroing first).
 //
 // Coverage (flash_attention_supported): hs ∈ {64, 128}, F = bf16 or fp16, compute capability ≥ 8.0.
 // fp32 runs and other head sizes take the GEMM path (cuda/attention.cuh).
@@ -377,11 +378,18 @@ __device__ inline void flash_store_pair(float* p, float x, float y) {
 #endif
 }
 
-// p[0..1] = F(p[0..1] + (x, y)): one 4-byte load and store (p is 4-byte aligned: an even channel).
-template <typename F> __device__ inline void flash_add_pair(F* p, float x, float y) {
-    Pack<F, 2> v = pack_load<F, 2>(p);
-    v.v[0] = from_f32<F>(to_f32(v.v[0]) + x);
-    v.v[1] = from_f32<F>(to_f32(v.v[1]) + y);
+// p[0..1] = F(p[0..1] + (x, y)), or F(x, y) when `write` (the old values neither read nor needed):
+// one 4-byte access each way (p is 4-byte aligned: an even channel).
+template <typename F> __device__ inline void flash_add_pair(F* p, float x, float y, bool write) {
+    Pack<F, 2> v;
+    if (write) {
+        v.v[0] = from_f32<F>(x);
+        v.v[1] = from_f32<F>(y);
+    } else {
+        v = pack_load<F, 2>(p);
+        v.v[0] = from_f32<F>(to_f32(v.v[0]) + x);
+        v.v[1] = from_f32<F>(to_f32(v.v[1]) + y);
+    }
     pack_store<F, 2>(p, v);
 }
 
@@ -391,7 +399,7 @@ template <typename F> __device__ inline void flash_add_pair(F* p, float x, float
 template <typename F, int HS, bool ORDERED = true>
 __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_backward_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, float* dq_acc, int* dq_turn, int T,
-                                    int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha) {
+                                    int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha, bool write) {
 #if KEEL_FLASH_ARCH_OK
     constexpr int BC = FLASH_BC, BQ = flash_bq(HS), KS = HS / 16, NQ = BQ / 8, OT = HS / 8;
     constexpr int MQ = BQ / 16;                  // 16-query row blocks of a step (the dQ product's M)
@@ -576,7 +584,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                     vy = py + vy;
                 }
                 if (kt == 0) {  // the last part: into dinp's q section
-                    flash_add_pair(dinp + ((size_t)b * T + t) * C3 + h * HS + c, vx, vy);
+                    flash_add_pair(dinp + ((size_t)b * T + t) * C3 + h * HS + c, vx, vy, write);
                 } else {
                     flash_store_pair(pacc, vx, vy);
                 }
@@ -591,8 +599,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             int u = u_r[r], c = n * 8 + 2 * tq;
             if (u >= T) continue;
             F* pk = dinp + ((size_t)b * T + u) * C3 + C + h * HS + c;
-            flash_add_pair(pk, dk[n][2 * r], dk[n][2 * r + 1]);
-            flash_add_pair(pk + C, dv[n][2 * r], dv[n][2 * r + 1]);
+            flash_add_pair(pk, dk[n][2 * r], dk[n][2 * r + 1], write);
+            flash_add_pair(pk + C, dv[n][2 * r], dv[n][2 * r + 1], write);
         }
 #else
     __trap();  // bf16/fp16 mma.sync needs sm_80; gpt_build never selects flash below it
@@ -658,7 +666,7 @@ template <typename F, int HS> static void flash_forward_launch(F* out, float* ls
 
 template <typename F, int HS, bool ORDERED = true>
 static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F* out, const float* lse, int B, int T, int C, int NH,
-                                  const AttentionOpts* o) {
+                                  const AttentionOpts* o, bool dinp_write = false) {
     AttnScoreScale sc = attention_score_scale(o, HS);
     float alpha = o->scaling == ATTN_SCALING_QK_INWARD ? sc.sq * sc.sq : sc.alpha;
     flash_check_aligned(inp, "the qkv input");
@@ -671,7 +679,7 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
     static bool optin = false;
     flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED>, smem, &optin);
     KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED>, dim3(ceil_div(T, FLASH_BC), B * NH), FLASH_THREADS, smem, MAIN_STREAM)(
-        dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, T, C, NH, *o, sc, alpha);
+        dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, T, C, NH, *o, sc, alpha, dinp_write);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -691,18 +699,18 @@ void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)
 }
 
 template <typename F>
-void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated into
+void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated into (written with dinp_write)
                               const F* dout,             // (B,T,C)
                               const F* inp, const F* out, const float* lse,  // (B,T,3C), (B,T,C), (B,NH,T)
-                              int B, int T, int C, int NH, const AttentionOpts* o) {
+                              int B, int T, int C, int NH, const AttentionOpts* o, bool dinp_write = false) {
     int hs = C / NH;
     if (!flash_attention_supported(hs, sizeof(F)))
         keel_die("flash attention: head size %d with %zu-byte floats is not supported (hs 64 or 128, bf16/fp16); use the GEMM path", hs, sizeof(F));
     if ((size_t)B * NH * T == 0) return;
     if ((size_t)B * NH > 65535) keel_die("flash attention: B·NH = %zu head-batches exceed the grid's 65535 rows (gridDim.y)", (size_t)B * NH);
     if constexpr (sizeof(F) == 2) {
-        if (hs == 64) flash_backward_launch<F, 64>(dinp, dout, inp, out, lse, B, T, C, NH, o);
-        else flash_backward_launch<F, 128>(dinp, dout, inp, out, lse, B, T, C, NH, o);
+        if (hs == 64) flash_backward_launch<F, 64>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
+        else flash_backward_launch<F, 128>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
     }
 }
 

@@ -1,12 +1,13 @@
 // cuda/matmul.cuh — the linear layer through cuBLASLt; the contract of cpu/matmul.h:
 //   forward:  out = inp·Wᵀ + bias                      out (N,OC), inp (N,C), weight (OC,C), bias (OC) or null
-//   backward: dinp += dout·W;  dweight += doutᵀ·inp;  dbias += Σ_n dout[n,:]     (accumulated into)
+//   backward: dinp += dout·W;  dweight += doutᵀ·inp;  dbias += Σ_n dout[n,:]     (accumulated into;
+//             with dinp_write, dinp = dout·W: its old contents are neither read nor needed zeroed)
 // Legend: N rows (B*T), C input channels, OC output channels.
 //
 // Layouts: keel's buffers are row-major, cuBLASLt is column-major, so a row-major (R,K) matrix is
 // handed over as the column-major (K,R) matrix with leading dimension K — its transpose, for free:
 //   forward   outᵀ (OC,N)  = op(W as (C,OC), T) · inpᵀ (C,N)          bias epilogue on OC
-//   dinp      dinpᵀ (C,N) += W as (C,OC) · doutᵀ (OC,N)                beta = 1
+//   dinp      dinpᵀ (C,N) += W as (C,OC) · doutᵀ (OC,N)                beta = 1 (0 with dinp_write)
 //   dweight   dWᵀ (C,OC)  += inpᵀ (C,N) · op(doutᵀ as (OC,N), T)       beta = 1
 // Numerics: fp32 accumulation (CUBLAS_COMPUTE_32F) for fp32, bf16 and fp16 storage; dweight and
 // dbias are fp32 whatever the storage type (DESIGN §3: gradients accumulate in fp32). cuBLASLt picks one
@@ -291,9 +292,10 @@ template <typename F> void matmul_forward(F* out, const F* inp, const F* weight,
 }
 
 template <typename F>
-void matmul_backward(F* dinp, float* dweight, float* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC) {
+void matmul_backward(F* dinp, float* dweight, float* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC,
+                     bool dinp_write = false) {
     if (N == 0 || OC == 0) return;
-    if (dinp) lt_matmul(dinp, weight, dout, (const F*)nullptr, C, N, OC, false, false, 1.0f);
+    if (dinp) lt_matmul(dinp, weight, dout, (const F*)nullptr, C, N, OC, false, false, dinp_write ? 0.0f : 1.0f);
     if (dweight) lt_matmul(dweight, inp, dout, (const float*)nullptr, C, OC, N, false, true, 1.0f);
     if (dbias) matmul_dbias(dbias, dout, N, OC);
 }
