@@ -20,17 +20,8 @@
 #include "llmc/init.h"
 #include "llmc/optimizer.h"
 #include "llmc/rand.h"
+#include "test/unit_check.h"
 
-static int fails = 0;
-#define CHECK(cond, ...)                                      \
-    do {                                                      \
-        if (!(cond)) {                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);       \
-            printf(__VA_ARGS__);                              \
-            printf("\n");                                     \
-            fails++;                                          \
-        }                                                     \
-    } while (0)
 
 static double uniform(uint64_t purpose, uint64_t i) { return rng_uniform(99, purpose, 0, i); }
 

@@ -22,17 +22,8 @@
 #include "llmc/init.h"
 #include "llmc/optimizer.h"
 #include "llmc/rand.h"
+#include "test/unit_check.h"
 
-static int fails = 0;
-#define CHECK(cond, ...)                                      \
-    do {                                                      \
-        if (!(cond)) {                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);       \
-            printf(__VA_ARGS__);                              \
-            printf("\n");                                     \
-            fails++;                                          \
-        }                                                     \
-    } while (0)
 
 // Megatron-DeepSpeed's decay group, by name: embeddings and the weights of linear layers.
 static bool decays(const char* name) {
