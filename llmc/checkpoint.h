@@ -116,13 +116,6 @@ static inline void ckpt_fault(const char* fault, const char* stage) {
     }
 }
 
-static inline void fsync_path(const char* path) {
-    int fd = open(path, O_RDONLY);
-    FILE_CHECK(fd >= 0, "open for fsync", path);
-    FILE_CHECK(fsync(fd) == 0, "fsync", path);
-    close(fd);
-}
-
 // mkdir -p whose new directories survive a power loss: a directory's entry is durable only once
 // its parent is fsync'd, and a checkpoint inside a directory that vanishes is lost with it.
 // Returns the errno of the first mkdir that failed (0: all there) and names its directory in *failed.
@@ -131,8 +124,7 @@ static inline int mkdir_p_durable(const std::string& path, std::string* failed) 
         if (i < path.size() && path[i] != '/') continue;
         std::string part = path.substr(0, i);
         if (mkdir(part.c_str(), 0755) == 0) {
-            size_t slash = part.rfind('/');
-            fsync_path(slash == std::string::npos ? "." : part.substr(0, slash ? slash : 1).c_str());
+            fsync_parent_dir(part);
         } else if (errno != EEXIST) {
             *failed = part;
             return errno;
@@ -645,7 +637,5 @@ static inline void llmc_export(const char* path, const float* params, const Para
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", tmp.c_str());
     FILE_CHECK(fclose(f) == 0, "fclose", tmp.c_str());
     FILE_CHECK(rename(tmp.c_str(), path) == 0, "rename", tmp.c_str());
-    std::string parent = path;
-    size_t slash = parent.rfind('/');
-    fsync_path(slash == std::string::npos ? "." : parent.substr(0, slash ? slash : 1).c_str());
+    fsync_parent_dir(path);
 }

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <memory>
@@ -129,6 +130,20 @@ static inline FILE* fopen_check(const char* path, const char* mode) {
 
 static inline void fwrite_check(const void* p, size_t size, size_t n, FILE* f, const char* path) {
     FILE_CHECK(fwrite(p, size, n, f) == n, "fwrite", path);
+}
+
+// Durability: a file's bytes survive a power loss once it is fsync'd, a rename (or a new entry) once
+// its directory is. fsync_path syncs a file or directory by name; fsync_parent_dir the directory
+// that holds `path` (its entries: a rename that publishes a file is durable after this).
+static inline void fsync_path(const char* path) {
+    int fd = open(path, O_RDONLY);
+    FILE_CHECK(fd >= 0, "open for fsync", path);
+    FILE_CHECK(fsync(fd) == 0, "fsync", path);
+    close(fd);
+}
+static inline void fsync_parent_dir(const std::string& path) {
+    size_t slash = path.rfind('/');
+    fsync_path(slash == std::string::npos ? "." : path.substr(0, slash ? slash : 1).c_str());
 }
 
 // Reads a whole file; dies naming the file if it cannot. With max_bytes, stops after max_bytes + 1

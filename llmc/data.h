@@ -31,8 +31,8 @@
 
 enum { SHARD_MAGIC = 20240520, SHARD_VERSION = 1, SHARD_HEADER_INTS = 256 };
 
-// Writes tokens as one shard: to PATH.tmp, then rename, so a crash never leaves a torn shard
-// under the final name.
+// Writes tokens as one shard: to PATH.tmp, synced, then renamed and the directory synced, so neither
+// a crash nor a power loss leaves a torn shard under the final name.
 static inline void shard_write(const char* path, const uint16_t* tokens, size_t ntok) {
     std::string tmp = std::string(path) + ".tmp";
     FILE* f = fopen_check(tmp.c_str(), "wb");
@@ -43,8 +43,10 @@ static inline void shard_write(const char* path, const uint16_t* tokens, size_t 
     header[2] = (int32_t)ntok;
     fwrite_check(header, sizeof(int32_t), SHARD_HEADER_INTS, f, tmp.c_str());
     fwrite_check(tokens, sizeof(uint16_t), ntok, f, tmp.c_str());
+    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", tmp.c_str());
     FILE_CHECK(fclose(f) == 0, "fclose", tmp.c_str());
     FILE_CHECK(rename(tmp.c_str(), path) == 0, "rename", tmp.c_str());
+    fsync_parent_dir(path);  // a shard under its final name is complete after a power loss too
 }
 
 // One contiguous token range of one file, cut into samples of seq_len+1 tokens: a whole llm.c shard,

@@ -120,6 +120,7 @@ static inline void logger_keep_through(const std::string& path, int64_t iteratio
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", tmp.c_str());
     FILE_CHECK(fclose(f) == 0, "fclose", tmp.c_str());
     FILE_CHECK(rename(tmp.c_str(), path.c_str()) == 0, "rename", tmp.c_str());
+    fsync_parent_dir(path);  // the cut file and the side file survive a power loss together
     printf("--metrics-file %s: moved %lld record(s) after iteration %lld aside to %s\n", path.c_str(), (long long)nmoved,
            (long long)iteration, aside.c_str());
 }
