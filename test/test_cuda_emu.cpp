@@ -48,6 +48,14 @@ __global__ void mismatched_barrier_kernel(int* x) {
     x[threadIdx.x] = 1;
 }
 
+// Reads its dynamic shared memory's first float (the launch limits' tests: whether it may launch).
+__global__ void smem_kernel(float* out) {
+    KEEL_DYNAMIC_SHARED(float, sm);
+    sm[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    if (threadIdx.x == 0) out[blockIdx.y] = sm[1];
+}
+
 static int child_status(void (*fn)()) {
     fflush(stdout);
     pid_t pid = fork();
@@ -115,6 +123,39 @@ int main() {
         cudaMemcpy(p, h, sizeof h, cudaMemcpyDeviceToHost);  // direction swapped
     });
     check_true("cudaMemcpy with the wrong direction is refused", WIFEXITED(st) && WEXITSTATUS(st) == 3);
+
+    // launch limits a GPU enforces at run time: dynamic shared memory over 48 KiB only after the
+    // kernel's opt-in (and only up to it), grid y at most 65535
+    st = child_status([] {
+        float* p = nullptr;
+        cudaMalloc((void**)&p, 64);
+        KEEL_LAUNCH(smem_kernel, 1, 32, 64 * 1024, MAIN_STREAM)(p);  // no cudaFuncSetAttribute
+    });
+    check_true("a launch with 64 KiB of dynamic shared memory and no opt-in is refused (exit 3)", WIFEXITED(st) && WEXITSTATUS(st) == 3);
+    st = child_status([] {
+        float* p = nullptr;
+        cudaMalloc((void**)&p, 64);
+        cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 56 * 1024);
+        KEEL_LAUNCH(smem_kernel, 1, 32, 64 * 1024, MAIN_STREAM)(p);  // over the raised limit
+    });
+    check_true("a launch over the kernel's raised shared-memory limit is refused (exit 3)", WIFEXITED(st) && WEXITSTATUS(st) == 3);
+    st = child_status([] {
+        float* p = nullptr;
+        cudaMalloc((void**)&p, 64);
+        KEEL_LAUNCH(smem_kernel, dim3(1, 65536), 32, 0, MAIN_STREAM)(p);
+    });
+    check_true("a grid of 65536 rows (gridDim.y) is refused (exit 3)", WIFEXITED(st) && WEXITSTATUS(st) == 3);
+    {
+        float* p = dev_upload(std::vector<float>(2, 0.0f));
+        check_true("cudaFuncSetAttribute(MaxDynamicSharedMemorySize, 64 KiB) accepted",
+                   cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024) == cudaSuccess);
+        KEEL_LAUNCH(smem_kernel, dim3(1, 2), 32, 64 * 1024, MAIN_STREAM)(p);
+        std::vector<float> got = dev_download(p, 2);
+        check_true("after the opt-in, 64 KiB of dynamic shared memory launches and works", got[0] == 1.0f && got[1] == 1.0f);
+        check_true("an opt-in over 227 KiB is refused", cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024) != cudaSuccess);
+        cudaGetLastError();
+        dev_free(p);
+    }
 
     // round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 → 1 (even); 1 + 3·2^-8 → 1 + 2^-6
     check_true("bf16 rounding: ties to even, NaN stays NaN",

@@ -70,8 +70,15 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
 }
 inline cudaError_t cudaDeviceSynchronize() { emu::profile_sync(); return cudaSuccess; }
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
-template <typename K> inline cudaError_t cudaFuncSetAttribute(K, int, int) { return cudaSuccess; }
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+// Raises a kernel's dynamic shared-memory limit: the launcher then allows up to `value` bytes for it
+// (emu_core.h's launch limits); the only attribute keel sets.
+template <typename K> inline cudaError_t cudaFuncSetAttribute(K kernel, int attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || (size_t)value > emu::MAX_DYNAMIC_SMEM)
+        return emu_last_error = cudaErrorInvalidValue;
+    emu::smem_optin()[(const void*)kernel] = (size_t)value;
+    return cudaSuccess;
+}
 
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
     *p = emu::device_alloc(bytes);

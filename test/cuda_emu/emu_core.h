@@ -664,6 +664,17 @@ inline LaunchStats& stats() {
     return s;
 }
 
+// The launch limits of the GPU, as the hardware enforces them (a launch outside them fails on a GPU
+// with "invalid configuration" or "too many resources", at run time only): block dimensions
+// 1024 × 1024 × 64 and 1024 threads, grid dimensions (2^31 − 1) × 65535 × 65535, and dynamic shared
+// memory above the 48 KiB default only after cudaFuncSetAttribute(kernel,
+// cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) raised the kernel's limit (to at most 227 KiB).
+inline std::map<const void*, size_t>& smem_optin() {  // kernel → its raised dynamic shared-memory limit
+    static std::map<const void*, size_t> m;
+    return m;
+}
+enum : size_t { DEFAULT_DYNAMIC_SMEM = 48 * 1024, MAX_DYNAMIC_SMEM = 227 * 1024 };
+
 template <typename... P> struct Launch {
     void (*kernel)(P...);
     dim3 grid, block;
@@ -674,8 +685,17 @@ template <typename... P> struct Launch {
         std::function<void()> body = [&]() { std::apply(kernel, params); };
         unsigned threads = block.x * block.y * block.z;
         if (threads == 0 || threads > 1024) die("kernel %s: %s threads per block (1..1024)", name, threads == 0 ? "0" : "over 1024");
+        if (block.z > 64) die("kernel %s: a block's z dimension over 64%s", name);
         if (grid.x == 0 || grid.y == 0 || grid.z == 0) die("kernel %s: an empty grid%s", name);
-        if (smem > 227 * 1024) die("kernel %s: dynamic shared memory over 227 KiB%s", name);
+        if (grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+            die("kernel %s: a grid dimension over the GPU's limit (x 2^31 - 1, y and z 65535)%s", name);
+        if (smem > MAX_DYNAMIC_SMEM) die("kernel %s: dynamic shared memory over 227 KiB%s", name);
+        if (smem > DEFAULT_DYNAMIC_SMEM) {
+            auto it = smem_optin().find((const void*)kernel);
+            if (it == smem_optin().end() || smem > it->second)
+                die("kernel %s: dynamic shared memory over 48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize) "
+                    "raising the kernel's limit that far first%s: on a GPU the launch fails", name);
+        }
         DeviceScope open;
         LaunchStats& s = stats();
         s.launches++;
