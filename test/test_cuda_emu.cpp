@@ -56,6 +56,12 @@ __global__ void smem_kernel(float* out) {
     if (threadIdx.x == 0) out[blockIdx.y] = sm[1];
 }
 
+// Reads dynamic shared memory that no thread wrote (the poison test: the output is the pattern).
+__global__ void uninit_smem_kernel(float* out) {
+    KEEL_DYNAMIC_SHARED(float, sm);
+    if (threadIdx.x == 0) out[0] = sm[5];
+}
+
 static int child_status(void (*fn)()) {
     fflush(stdout);
     pid_t pid = fork();
@@ -155,6 +161,29 @@ int main() {
         check_true("an opt-in over 227 KiB is refused", cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024) != cudaSuccess);
         cudaGetLastError();
         dev_free(p);
+    }
+
+    // KEEL_EMU_POISON: fresh device memory and each block's dynamic shared memory hold the pattern
+    {
+        emu::set_poison(1);
+        float* p = nullptr;
+        cudaMalloc((void**)&p, 16);
+        std::vector<float> fresh = dev_download(p, 4);
+        float* out = dev_upload(std::vector<float>(1, 0.0f));
+        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
+        float seen = dev_download(out, 1)[0];
+        check_true("poison nan: a fresh cudaMalloc reads NaN, an unwritten shared word reads NaN", std::isnan(fresh[0]) && std::isnan(seen));
+        emu::set_poison(2, 11);
+        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
+        float r1 = dev_download(out, 1)[0];
+        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
+        float r2 = dev_download(out, 1)[0];
+        uint32_t b1, b2;
+        memcpy(&b1, &r1, 4);
+        memcpy(&b2, &r2, 4);
+        check_true("poison random: an unwritten shared word differs from block to block", b1 != b2);
+        emu::set_poison(0);
+        for (void* q : {(void*)p, (void*)out}) dev_free(q);
     }
 
     // round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 → 1 (even); 1 + 3·2^-8 → 1 + 2^-6

@@ -84,6 +84,10 @@ inline cudaError_t cudaMalloc(void** p, size_t bytes) {
     *p = emu::device_alloc(bytes);
     if (!*p) return emu_last_error = cudaErrorMemoryAllocation;
     emu::profile_malloc(bytes);
+    if (emu::poison().mode && bytes) {  // KEEL_EMU_POISON: fresh memory holds the pattern, not old bytes
+        emu::DeviceScope open;
+        emu::poison_fill(*p, bytes);
+    }
     return cudaSuccess;
 }
 template <typename T> inline cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }

@@ -583,6 +583,44 @@ inline void* device_alloc(size_t bytes) {
     return a.base + off;
 }
 
+// KEEL_EMU_POISON=nan | random:SEED (default: none): what fresh device memory (every cudaMalloc) and
+// each block's dynamic shared memory hold at their start — all bytes 0xFF (a NaN in fp32, bf16 and
+// fp16) or pseudo-random bytes from SEED — instead of what the arena or the previous block left. A
+// kernel whose output changes with the pattern reads memory nothing wrote; with nan the output shows
+// NaN where it did. set_poison overrides the variable (the emulator's own test).
+struct Poison {
+    int mode = 0;  // 0 none, 1 nan, 2 random
+    uint64_t seed = 0;
+};
+inline Poison& poison() {
+    static Poison p = [] {
+        Poison q;
+        const char* e = getenv("KEEL_EMU_POISON");
+        if (!e || !*e || strcmp(e, "none") == 0) return q;
+        if (strcmp(e, "nan") == 0) q.mode = 1;
+        else if (strncmp(e, "random:", 7) == 0) {
+            q.mode = 2;
+            q.seed = strtoull(e + 7, nullptr, 10);
+        } else die("KEEL_EMU_POISON=%s: expected none, nan or random:SEED%s", e);
+        return q;
+    }();
+    return p;
+}
+inline void set_poison(int mode, uint64_t seed = 0) { poison() = Poison{mode, seed}; }
+inline void poison_fill(void* p, size_t n) {
+    Poison& q = poison();
+    if (q.mode == 1) memset(p, 0xFF, n);
+    if (q.mode == 2) {
+        unsigned char* c = (unsigned char*)p;
+        for (size_t i = 0; i < n; i++) {
+            uint64_t z = (q.seed += 0x9E3779B97F4A7C15ull);  // splitmix64
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            c[i] = (unsigned char)(z ^ (z >> 31));
+        }
+    }
+}
+
 inline bool device_free(void* p) {
     Arena& a = arena();
     size_t off = (size_t)((char*)p - a.base);
@@ -616,6 +654,7 @@ inline void run_block(Block* b, unsigned threads) {
     b->block_gen = 0;
     b->block_arrived = 0;
     b->live = (int)threads;
+    if (poison().mode && !b->dynamic_smem.empty()) poison_fill(b->dynamic_smem.data(), b->dynamic_smem.size());
     for (unsigned i = 0; i < threads; i++) {
         fiber_init(b, (int)i);
         b->fibers[i].tid = {i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
