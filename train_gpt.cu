@@ -1002,6 +1002,11 @@ static const char* precision_describe(const Config* c) {
 // this backend (DESIGN §3): the GPU defaults to --bf16; the CPU computes in fp32 (its --fp16 keeps
 // fp32 arithmetic and rounds the gradients to binary16, so the loss scaler sees fp16's range).
 static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** argv) {
+    if (argc == 1) {  // a first try with no arguments: how to run, not the first missing flag's error
+        if (comm->rank > 0) keel_exit_after_root(KEEL_EXIT_USAGE);
+        flags_synopsis(stderr, argv[0]);
+        exit(KEEL_EXIT_USAGE);
+    }
     if (!flags_parse(c, argc, argv)) {
         flags_usage(stdout, argv[0]);
         exit(0);
@@ -1374,6 +1379,19 @@ static void trainer_test_touch_kill_switch(const Trainer<A>* tr, int64_t it) {
     fclose(f);
 }
 
+// After "nothing to train": the command that trains further from the same checkpoints. A longer
+// run is also a longer LR schedule, which a resume refuses unless told (llmc/schedule.h).
+template <typename A>
+static void trainer_print_go_on(const Trainer<A>* tr) {
+    const Config* c = &tr->cfg;
+    const char* flag = c->train_tokens > 0 && tr->st.iteration < tr->train_iters ? "--train-tokens"
+                     : c->train_samples > 0 ? "--train-samples" : "--train-iters";
+    long long now = c->train_tokens > 0 && tr->st.iteration < tr->train_iters ? (long long)c->train_tokens
+                  : c->train_samples > 0 ? (long long)c->train_samples : (long long)c->train_iters;
+    printf("to train further: rerun with %s %lld (or any larger value) and --override-lr-scheduler (the new length "
+           "stretches the LR schedule), keeping --load %s\n", flag, 2 * now, c->load.empty() ? "DIR" : c->load.c_str());
+}
+
 // The run after setup: iterations with their evaluations, samples and checkpoints; then the end
 // of run's validation, save and export. Returns the process's exit status.
 template <typename A>
@@ -1387,9 +1405,11 @@ static int trainer_run(Trainer<A>* tr) {
     // (a checkpoint re-laid out by this run's DP size and ZeRO stage comes out byte-identical).
     bool convert = nothing && !c->save.empty() && c->save != c->load;
     bool saved_now = nothing && !convert, evaluated_now = nothing;
-    if (nothing)
+    if (nothing) {
         printf("nothing to train: iteration %lld of %lld, %lld tokens consumed%s\n", (long long)tr->st.iteration,
                (long long)tr->train_iters, (long long)tr->st.consumed_tokens, convert ? "; writing the loaded state to --save" : "");
+        if (!convert) trainer_print_go_on(tr);
+    }
     while (tr->st.iteration < tr->train_iters) {
         if (trainer_kill_switch(tr))  // before each iteration, as BigScience's loop
             return trainer_stop_early(tr, saved_now, "detected kill switch at " + c->kill_switch_path + ": exiting at iteration " +

@@ -56,7 +56,7 @@ $K "${TINY[@]}" --train-iters 4 --save "$TMP/ck" --export-llmc "$TMP/ck.llmc" >"
 expect_fail 1 "model shape changed" $K "${TINY[@]}" --train-iters 8 --num-layers 3 --load "$TMP/ck"
 expect_fail 2 "AnnealingLR: class input value 0.002 and checkpoint value 0.003 for learning rate do not match" \
   $K "${TINY[@]}" --train-iters 4 --lr 2e-3 --load "$TMP/ck"
-expect_fail 2 "for total number of iterations do not match" $K "${TINY[@]}" --train-iters 8 --load "$TMP/ck"
+expect_fail 2 "for decay samples \(the schedule.s length\) do not match" $K "${TINY[@]}" --train-iters 8 --load "$TMP/ck"
 $K "${TINY[@]}" --train-iters 8 --lr 2e-3 --override-lr-scheduler --load "$TMP/ck" >"$TMP/o.log" 2>&1 \
   && grep -q "overriding learning rate value to 0.002" "$TMP/o.log" && ok "--override-lr-scheduler takes the new LR" || fail "--override-lr-scheduler"
 $K "${TINY[@]}" --train-iters 8 --lr 2e-3 --use-checkpoint-lr-scheduler --load "$TMP/ck" --metrics-file "$TMP/u.jsonl" >"$TMP/u.log" 2>&1 \
