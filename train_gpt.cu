@@ -725,31 +725,60 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     return true;
 }
 
-// Mean loss over the first eval_iters global batches of the validation set (the same samples at
-// every evaluation, so successive values compare).
+// Mean loss over n micro-batches of the validation set: micro-batch i holds the B samples from
+// (first + i·B) mod wrap (wrap: a multiple of B). Rank r of the data-parallel group evaluates
+// micro-batches r, r + DP, ...; the sum is taken in a fixed order, so the mean does not depend on DP.
 template <typename A>
-static double trainer_evaluate(Trainer<A>* tr) {
+static double trainer_evaluate_samples(Trainer<A>* tr, int64_t first, int64_t n, int64_t wrap) {
     const Config* c = &tr->cfg;
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
-    int64_t batches = c->eval_iters * (c->global_batch_size / B);
-    std::vector<double> loss(batches, 0.0);  // rank r evaluates batches r, r + DP, ...; the others' slots stay 0
+    std::vector<double> loss(n, 0.0);  // the other ranks' slots stay 0
     GPT<A>* m = &tr->model;
     int P = tr->grid.pp, stage = tr->grid.pp_rank;
     size_t act_bytes = (size_t)B * T * c->hidden_size * sizeof(A);
     gpt_set_dropout(m, false, 0, 0);
     gpt_use_slot(m, 0);
-    for (int64_t i = tr->comm.rank; i < batches; i += tr->comm.size) {  // forwards only: down the pipeline, batch by batch
-        if (stage == 0 || stage == P - 1) trainer_read_batch(tr, &tr->valid_data, i * B, B, T);
+    for (int64_t i = tr->comm.rank; i < n; i += tr->comm.size) {  // forwards only: down the pipeline, batch by batch
+        if (stage == 0 || stage == P - 1) trainer_read_batch(tr, &tr->valid_data, (first + i * B) % wrap, B, T);
         if (stage > 0) comm_recv_buf(&tr->pipe, m->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
         loss[i] = gpt_forward(m, tr->inputs.data(), stage == P - 1 ? tr->targets.data() : nullptr, B, T);
         if (stage < P - 1) comm_send_buf(&tr->pipe, gpt_stage_output(m), act_bytes, stage + 1, PIPE_TAG);
         comm_sends_wait(&tr->pipe);  // the next batch's forward rewrites what was sent
     }
-    comm_allreduce_sum_f64(&tr->comm, loss.data(), (int)batches);  // x + 0 = x: each slot is exactly one rank's value
-    comm_broadcast(&tr->pipe, loss.data(), batches * sizeof(double), P - 1);
+    comm_allreduce_sum_f64(&tr->comm, loss.data(), (int)n);  // x + 0 = x: each slot is exactly one rank's value
+    comm_broadcast(&tr->pipe, loss.data(), n * sizeof(double), P - 1);
     double sum = 0;
-    for (int64_t i = 0; i < batches; i++) sum += loss[i];
-    return sum / (double)batches;
+    for (int64_t i = 0; i < n; i++) sum += loss[i];
+    return sum / (double)n;
+}
+
+// The first validation batch of the evaluation at iteration `it`, as Megatron's validation iterator
+// reads them: one iterator for the whole run, so each evaluation takes the --eval-iters global batches
+// after the previous one's, wrapping around the set (nbatches whole global batches). The k-th
+// evaluation (k = evaluations before it = ceil(it / eval_interval) - 1) starts at batch
+// k·eval_iters mod nbatches. Derived from the iteration, as Megatron derives consumed_valid_samples
+// = (iteration // eval_interval)·eval_iters·global batch on a resume, so a resumed run reads what an
+// uninterrupted one would, and --eval-only at a checkpoint's iteration reads what the run logged there.
+static inline int64_t valid_first_batch(int64_t it, int64_t eval_interval, int64_t eval_iters, int64_t nbatches) {
+    int64_t k = eval_interval > 0 && it > 0 ? (it - 1) / eval_interval : 0;
+    return (int64_t)((unsigned __int128)k * (unsigned __int128)eval_iters % (unsigned __int128)nbatches);
+}
+
+// The validation loss at iteration `it`: --eval-iters global batches (see valid_first_batch).
+template <typename A>
+static double trainer_evaluate(Trainer<A>* tr, int64_t it) {
+    const Config* c = &tr->cfg;
+    int64_t gbs = c->global_batch_size, nbatches = tr->valid_data.nsamples / gbs;  // >= eval_iters (checked at set-up)
+    int64_t first = valid_first_batch(it, c->eval_interval, c->eval_iters, nbatches);
+    return trainer_evaluate_samples(tr, first * gbs, c->eval_iters * (gbs / c->micro_batch_size), nbatches * gbs);
+}
+
+// --eval-full-at-end: every whole micro-batch of the validation set once.
+template <typename A>
+static double trainer_evaluate_full(Trainer<A>* tr, int64_t* samples) {
+    int64_t B = tr->cfg.micro_batch_size, n = tr->valid_data.nsamples / B;
+    *samples = n * B;
+    return trainer_evaluate_samples(tr, 0, n, n * B);
 }
 
 // Generates --sample-length tokens after <|endoftext|> by sampling the model's softmax (temperature
@@ -1342,14 +1371,24 @@ static int trainer_stop_early(Trainer<A>* tr, bool saved_now, const std::string&
     return 0;
 }
 
+// --eval-full-at-end: the whole validation set's loss, after the last iteration (and its usual evaluation).
+template <typename A>
+static void trainer_evaluate_full_at_end(Trainer<A>* tr) {
+    if (!tr->cfg.eval_full_at_end || !tr->have_valid) return;
+    int64_t samples = 0;
+    double loss = trainer_evaluate_full(tr, &samples);
+    log_validation_full(&tr->log, tr->st.iteration, loss, samples, tr->cfg.seq_length, tr->st.consumed_samples, tr->st.consumed_tokens);
+}
+
 // --eval-only (BigScience's Megatron-DeepSpeed): the loaded checkpoint's validation loss, printed and
-// recorded at its iteration as a training run's evaluation would be (the same batches: the first
-// --eval-iters of the validation set); nothing trains, no file beside the metrics is written.
+// recorded at its iteration as a training run's evaluation would be (the same batches as the run's
+// evaluation at that iteration: valid_first_batch); nothing trains, no file beside the metrics is written.
 template <typename A>
 static int trainer_eval_only(Trainer<A>* tr) {
     printf("eval-only: iteration %lld of %s on %lld validation batch(es); nothing trains, nothing is saved\n",
            (long long)tr->st.iteration, tr->cfg.load.c_str(), (long long)tr->cfg.eval_iters);
-    log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
+    log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr, tr->st.iteration), tr->st.consumed_samples, tr->st.consumed_tokens);
+    trainer_evaluate_full_at_end(tr);
     return 0;
 }
 
@@ -1432,7 +1471,7 @@ static int trainer_run(Trainer<A>* tr) {
         int64_t it = tr->st.iteration;
         evaluated_now = saved_now = false;
         if (tr->have_valid && c->eval_interval > 0 && it % c->eval_interval == 0) {
-            log_validation(&tr->log, it, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
+            log_validation(&tr->log, it, trainer_evaluate(tr, it), tr->st.consumed_samples, tr->st.consumed_tokens);
             evaluated_now = true;
         }
         if (tr->have_tok && it % c->sample_interval == 0 && tr->comm.rank == 0) trainer_print_sample(tr);  // the first pipeline
@@ -1451,7 +1490,8 @@ static int trainer_run(Trainer<A>* tr) {
         }
     }
     if (tr->have_valid && c->eval_interval > 0 && !evaluated_now)
-        log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
+        log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr, tr->st.iteration), tr->st.consumed_samples, tr->st.consumed_tokens);
+    if (!nothing) trainer_evaluate_full_at_end(tr);
     if (!c->save.empty() && !saved_now) trainer_save(tr);
     if (!c->export_llmc.empty() || !c->export_hf.empty()) {
         std::vector<float> params = trainer_gather_params(tr);

@@ -98,6 +98,7 @@ struct Config {
     bool start_over = false;  // outputs holding an earlier run's files: moved aside, not refused (llmc/outputs.h)
     // logging and evaluation
     int64_t log_interval = 100, eval_interval = 1000, eval_iters = 100;  // Megatron's defaults; no validation data: no evaluation
+    bool eval_full_at_end = false;  // keel's: the whole validation set once after the last iteration
     int64_t sample_interval = 0, sample_length = 64;
     std::string metrics_file, tensorboard_dir;
     int64_t log_layer_norms_interval = 0;
@@ -350,7 +351,12 @@ static const Flag FLAGS[] = {
     // logging and evaluation
     KEEL_FLAG(FG_LOG, "log-interval", 1, NO_MAX, FT_INT, log_interval, FK_RUN, nullptr, "print the log line every N iterations"),
     KEEL_FLAG(FG_LOG, "eval-interval", 0, NO_MAX, FT_INT, eval_interval, FK_RUN, nullptr, "validate every N iterations (and at the end); 0: off"),
-    KEEL_FLAG(FG_LOG, "eval-iters", 1, NO_MAX, FT_INT, eval_iters, FK_RUN, nullptr, "validation batches per evaluation"),
+    KEEL_FLAG(FG_LOG, "eval-iters", 1, NO_MAX, FT_INT, eval_iters, FK_RUN, nullptr,
+              "global batches per evaluation; each evaluation reads the ones after the previous one's, wrapping around "
+              "the validation set (Megatron's persistent validation iterator)"),
+    KEEL_FLAG(FG_LOG, "eval-full-at-end", NO_MIN, NO_MAX, FT_BOOL, eval_full_at_end, FK_RUN, nullptr,
+              "after the last iteration (and under --eval-only), also the loss over the whole validation set "
+              "(every whole micro-batch once): val_loss_full in the metrics"),
     KEEL_FLAG(FG_LOG, "sample-interval", 0, NO_MAX, FT_INT, sample_interval, FK_RUN, nullptr, "print a generated text sample every N iterations; 0: off"),
     KEEL_FLAG(FG_LOG, "sample-length", 0, INT32_MAX, FT_INT, sample_length, FK_RUN, nullptr, "tokens per generated sample"),
     KEEL_FLAG(FG_LOG, "metrics-file", NO_MIN, NO_MAX, FT_STR, metrics_file, FK_RUN, nullptr, "JSONL metrics, one object per iteration"),
@@ -985,6 +991,8 @@ static inline void config_validate_data(const Config* c) {
     // an interval other than the default is a request, refused without data
     if (c->eval_interval > 0 && c->eval_interval != Config().eval_interval && !config_has_valid_data(c))
         keel_usage_error("--eval-interval needs --valid-data-path (or --data-path's --split, or --valid-weighted-split-paths)");
+    if (c->eval_full_at_end && !config_has_valid_data(c))
+        keel_usage_error("--eval-full-at-end evaluates the validation set: give --valid-data-path (or --data-path's --split, or --valid-weighted-split-paths)");
 }
 
 // The run-control flags of Megatron-DeepSpeed scripts (--eval-only, --kill-switch-path): what they
