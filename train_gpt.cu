@@ -1013,7 +1013,7 @@ static void trainer_dry_run(Config* c, int launched) {
     Plan p = plan_compute(&g, &l);
     bool fits = plan_print(stdout, &g, &l, &p, c->gpu_memory_gb);
     PlanGpu gpu = plan_gpu_bytes(c, &g, &l);
-    plan_gpu_print(stdout, &gpu, c, c->gpu_memory_gb);
+    plan_gpu_print(stdout, &gpu, c, c->gpu_memory_gb, p.reserve);
     exit(fits ? 0 : 1);
 }
 
