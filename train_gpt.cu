@@ -551,9 +551,13 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 if (first_stage) trainer_dump_tokens(tr, it, a.mb, first, B, T);
                 gpt_set_dropout(model, true, st->dropout_seed, first);
                 // the losses stay on the device until the iteration's end (one read-back, not one per micro-batch)
+                double head_before = model->head_backward_ms;
                 gpt_forward(model, tr->inputs.data(), last_stage ? tr->targets.data() : nullptr, B, T, dloss, (int)a.mb);
                 if (act_sumsq) layer_stats_acts(model, B, T, act_sumsq + a.mb * (L + 1));
                 trainer_timer_add(tr, t0, &tr->timer_forward_ms);
+                // the LM head's backward ran inside the fused classifier: it is backward time, as Megatron counts it
+                tr->timer_forward_ms -= model->head_backward_ms - head_before;
+                tr->timer_backward_ms += model->head_backward_ms - head_before;
                 break;
             }
             case PIPE_SEND_FORWARD:  // (no wait: the slot is written again only after mb's backward, which waits
@@ -1330,6 +1334,10 @@ static void trainer_setup(Trainer<A>* tr) {
     int64_t master_lo, master_hi;
     optimizer_master_range(&table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, gpt_has_compute_copy<A>(), &master_lo, &master_hi);
     gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), master_lo, master_hi);
+    if (c->log_timers_to_tensorboard) {  // the fused LM head's backward, timed apart (trainer_forward_backward)
+        tr->model.clock = [](void* t) { return trainer_timer_now((Trainer<A>*)t); };
+        tr->model.clock_ctx = tr;
+    }
     tr->model.tp = &tr->tp;
     optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
     if (gpt_master_sharded(&tr->model) && (tr->opt.range_lo != master_lo || tr->opt.range_hi != master_hi))

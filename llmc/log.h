@@ -127,7 +127,8 @@ static inline void logger_keep_through(const std::string& path, int64_t iteratio
 static inline void logger_close(Logger* lg) {
     if (lg->jsonl) fclose(lg->jsonl);
     lg->jsonl = nullptr;
-    tb_close(&lg->tb);
+    std::string path = lg->tb.path;
+    if (tb_close_discard_empty(&lg->tb)) printf("tensorboard: nothing was logged; removed the empty %s\n", path.c_str());
 }
 
 // JSON has no NaN/Inf: non-finite values are written as null (the `nan` field says why).
