@@ -3,6 +3,7 @@
 #   1. `make help` lists every target of the Makefile's header, one line each.
 #   2. `make run` builds only what it runs (the CPU trainer and the tokenizer, not the CUDA trainer,
 #      even where nvcc is found: a stand-in nvcc here), and prints the ✓/✗ lines once, after set-up.
+#   2b. scripts/setup.sh hands apt-get a bounded wait for the dpkg lock (stub apt-get, nothing installed).
 #   3. `./train_gpt_cpu` with no arguments: a short usage on stderr, naming -h, exit 2.
 #   4. `-h` lists every flag exactly once (the start-up printout's list is the reference), under
 #      topic headings.
@@ -40,6 +41,19 @@ banner_at=$(grep -n 'OpenMP' <<<"$run_n" | head -1 | cut -d: -f1)
   || fail "make run: set-up at line $setup_at, detection at $banner_at"
 [ "$(make --no-print-directory -n train_gpt_cpu NO_CUDA=1 2>&1 | grep -c 'OpenMP')" -eq 1 ] && ok "make TARGET: the ✓/✗ lines once" \
   || fail "make TARGET: not one OpenMP line"
+
+# ---- 2b. scripts/setup.sh waits for another apt process's dpkg lock (bounded) instead of failing at
+# once: run where nothing is installed (PATH holds only stubs), apt-get recording its arguments
+mkdir -p "$TMP/sbin"
+printf '#!/bin/sh\necho 0\n' >"$TMP/sbin/id"
+printf '#!/bin/sh\necho "$@" >>"%s/apt.args"\n' "$TMP" >"$TMP/sbin/apt-get"
+chmod +x "$TMP/sbin/id" "$TMP/sbin/apt-get"
+PATH="$TMP/sbin" /bin/bash scripts/setup.sh >"$TMP/setup.out" 2>&1 || fail "setup.sh with stubs: $(cat "$TMP/setup.out")"
+[ "$(grep -c -- '-o DPkg::Lock::Timeout=600 ' "$TMP/apt.args")" -eq 2 ] && grep -q "install -y" "$TMP/apt.args" \
+  && ok "setup.sh: apt-get update and install wait up to 600 s for the dpkg lock" || fail "setup.sh apt-get arguments: $(cat "$TMP/apt.args")"
+rm -f "$TMP/apt.args"
+KEEL_APT_LOCK_TIMEOUT=30 PATH="$TMP/sbin" /bin/bash scripts/setup.sh >/dev/null 2>&1
+grep -q -- '-o DPkg::Lock::Timeout=30 ' "$TMP/apt.args" && ok "setup.sh: KEEL_APT_LOCK_TIMEOUT sets the wait" || fail "KEEL_APT_LOCK_TIMEOUT: $(cat "$TMP/apt.args")"
 
 # ---- 3. no arguments
 out=$($K 2>&1 >/dev/null); rc=$?
