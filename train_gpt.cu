@@ -1295,6 +1295,30 @@ static void trainer_open_outputs(Trainer<A>* tr) {
     }
 }
 
+// The CPU trainer keeps everything in host memory: before allocating, the planned total (what
+// gpt_build allocates, counted by the same code without allocating, plus the optimizer state) is
+// compared with the machine's physical memory, so a model that cannot fit is refused with its figure
+// instead of asking the allocator for petabytes. (A lower total can still be too much once other
+// processes are counted; the refusal is for what can never fit.)
+// TODO(GPU): the CUDA trainer's device check (cudaMemGetInfo against plan_gpu_bytes) is not here yet;
+// it needs a GPU to test. Its --dry-run prints the same comparison against --gpu-memory-gb.
+template <typename A>
+static void trainer_check_host_memory(Trainer<A>* tr, const ParamTable* table, int B, int T, int slots, int loss_slots, int64_t master) {
+#ifndef KEEL_CUDA
+    const Config* c = &tr->cfg;
+    GPTDeviceBytes m = gpt_device_bytes<float>(&tr->gcfg, B, T, slots, loss_slots, master);
+    size_t chunks = 0;
+    size_t optim = plan_optimizer_bytes(table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, &chunks, tr->grid.tp);
+    double need = (double)m.params + m.grads + m.compute_copy + m.activations + m.grad_scratch + m.loss_log + m.other + optim;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    if (have > 0 && need > have)
+        keel_die_code(KEEL_EXIT_RUNTIME, "a smaller model or micro-batch (--dry-run plans one without allocating)",
+                      "this run needs %.4g GiB of host memory (weights, gradients, optimizer state, activations), more than this "
+                      "machine's %.4g GiB", need / 1073741824.0, have / 1073741824.0);
+#endif
+}
+
 // The validated config → model, optimizer, data; everything before the first iteration.
 template <typename A>
 static void trainer_setup(Trainer<A>* tr) {
@@ -1333,6 +1357,7 @@ static void trainer_setup(Trainer<A>* tr) {
     param_table_build(&table, g);
     int64_t master_lo, master_hi;
     optimizer_master_range(&table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, gpt_has_compute_copy<A>(), &master_lo, &master_hi);
+    trainer_check_host_memory(tr, &table, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), (int)accum_max, master_hi - master_lo);
     gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), master_lo, master_hi);
     if (c->log_timers_to_tensorboard) {  // the fused LM head's backward, timed apart (trainer_forward_backward)
         tr->model.clock = [](void* t) { return trainer_timer_now((Trainer<A>*)t); };
