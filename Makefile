@@ -1,6 +1,7 @@
 # keel — build, set-up, tests, benchmarks.
-#   make            build train_gpt_cpu (always), tokenize_gpt2, and train_gpt (CUDA) when nvcc is found
-#   make run        install what is missing, prepare data, build, start the default CPU training
+#   make help       this list
+#   make            build train_gpt_cpu (always), tokenize_gpt2, the dev tools, and train_gpt (CUDA) when nvcc is found
+#   make run        install what is missing, prepare data, build the CPU trainer and tokenizer, start the default CPU training
 #   make test       install what is missing, prepare data, build everything, run every test
 #   make data       prepare the default data set (Brown corpus shards + GPT-2 BPE files) alone
 #   make test-cuda  the CUDA kernels and trainer under the CPU emulation of CUDA (no GPU needed)
@@ -12,8 +13,8 @@
 #   make test-sanitize  the CPU trainer and unit tests under ASan + UBSan on a representative set (test/sanitize.sh)
 #   make test-crash     SIGKILL at KILLS random instants (default 200), every resume byte-identical
 #   make test-mutants   plant each defect of test/mutants/*.patch in a scratch copy: the tests it names must fail
+#   make clean      remove the binaries and build/
 # Overrides: make NO_CUDA=1 (skip the CUDA trainer), make NO_MPI=1 (build without MPI).
-
 CXX       ?= g++
 CXXFLAGS  ?= -O3 -march=native
 # -ffp-contract=off: a*b+c is rounded twice everywhere, so a loop's result cannot depend on whether
@@ -25,24 +26,35 @@ LDLIBS    = -lm
 COMMA := ,
 
 # ---- detection (each overridable) ---------------------------------------------------------------
+# The ✓/✗ lines are printed once per command: by the top-level make, or, for the targets that run
+# scripts/setup.sh first (which may install what was missing), by the build that follows set-up
+# (it is passed KEEL_BANNER=1). Nested makes and `make help`/`make clean` stay quiet.
+SETUP_GOALS := run test test-cuda test-extra test-crash test-sanitize fuzz
+QUIET_GOALS := help clean setup
+ifeq ($(MAKELEVEL),0)
+  ifeq ($(filter $(SETUP_GOALS) $(QUIET_GOALS),$(MAKECMDGOALS)),)
+    KEEL_BANNER ?= 1
+  endif
+endif
+say = $(if $(filter 1,$(KEEL_BANNER)),$(info $(1)))
 OPENMP_OK := $(shell echo 'int main(){return 0;}' | $(CXX) -fopenmp -x c++ - -o /dev/null 2>/dev/null && echo 1)
 ifeq ($(OPENMP_OK),1)
   KEEL_CXXFLAGS += -fopenmp
-  $(info ✓ OpenMP)
+  $(call say,✓ OpenMP)
 else
-  $(info ✗ OpenMP (g++ -fopenmp failed): the CPU trainer runs single-threaded)
+  $(call say,✗ OpenMP (g++ -fopenmp failed): the CPU trainer runs single-threaded)
 endif
 
 ifeq ($(NO_MPI),1)
-  $(info ✗ MPI (NO_MPI=1))
+  $(call say,✗ MPI (NO_MPI=1))
 else
   MPICXX := $(shell command -v mpicxx 2>/dev/null)
   ifneq ($(MPICXX),)
     MPI_CFLAGS := $(shell mpicxx --showme:compile 2>/dev/null)
     MPI_LIBS   := $(shell mpicxx --showme:link 2>/dev/null)
-    $(info ✓ MPI ($(MPICXX)))
+    $(call say,✓ MPI ($(MPICXX)))
   else
-    $(info ✗ MPI (mpicxx not found; scripts/setup.sh installs OpenMPI))
+    $(call say,✗ MPI (mpicxx not found; scripts/setup.sh installs OpenMPI))
   endif
 endif
 
@@ -51,26 +63,26 @@ FUZZ_CXX ?= clang++
 FUZZ_OK := $(shell printf '\043include <cstddef>\n\043include <cstdint>\nextern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }\n' \
              | $(FUZZ_CXX) -fsanitize=fuzzer,address,undefined -x c++ - -o /dev/null 2>/dev/null && echo 1)
 ifeq ($(FUZZ_OK),1)
-  $(info ✓ libFuzzer ($(FUZZ_CXX) -fsanitize=fuzzer))
+  $(call say,✓ libFuzzer ($(FUZZ_CXX) -fsanitize=fuzzer))
 else
-  $(info ✗ libFuzzer ($(FUZZ_CXX) -fsanitize=fuzzer cannot link; scripts/setup.sh installs clang, libclang-rt-dev): make fuzz and test_fuzz_smoke fail)
+  $(call say,✗ libFuzzer ($(FUZZ_CXX) -fsanitize=fuzzer cannot link; scripts/setup.sh installs clang$(COMMA) libclang-rt-dev): make fuzz and test_fuzz_smoke fail)
 endif
 
 CUDA_HOME ?= /usr/local/cuda
 ifeq ($(NO_CUDA),1)
-  $(info ✗ CUDA (NO_CUDA=1))
+  $(call say,✗ CUDA (NO_CUDA=1))
 else
   NVCC := $(shell command -v nvcc 2>/dev/null || (test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc))
   ifneq ($(NVCC),)
-    $(info ✓ nvcc ($(NVCC)))
+    $(call say,✓ nvcc ($(NVCC)))
     NCCL_INC := $(firstword $(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h))
     ifneq ($(NCCL_INC),)
-      $(info ✓ NCCL ($(NCCL_INC)))
+      $(call say,✓ NCCL ($(NCCL_INC)))
     else
-      $(info ✗ NCCL (nccl.h not found): train_gpt is built for one GPU)
+      $(call say,✗ NCCL (nccl.h not found): train_gpt is built for one GPU)
     endif
   else
-    $(info ✗ nvcc (not found): train_gpt (CUDA) is not built)
+    $(call say,✗ nvcc (not found): train_gpt (CUDA) is not built)
   endif
 endif
 
@@ -98,7 +110,7 @@ ifneq ($(NVCC),)
       GPU_ARCH := $(GPU_FOUND_CAP)
       GPU_ARCH_WHY := found $(GPU_FOUND_NAME) via nvidia-smi
     else
-      $(info ✗ GPU arch sm_$(GPU_FOUND_CAP) of $(GPU_FOUND_NAME): this nvcc cannot compile for it (it knows $(NVCC_GPU_CODES)))
+      $(call say,✗ GPU arch sm_$(GPU_FOUND_CAP) of $(GPU_FOUND_NAME): this nvcc cannot compile for it (it knows $(NVCC_GPU_CODES)))
       GPU_ARCH := $(GPU_ARCH_FAT)
       GPU_ARCH_WHY := fat binary instead; GPU_ARCH= overrides
     endif
@@ -113,7 +125,7 @@ ifneq ($(NVCC),)
   # Machine code for each architecture, plus PTX of the newest (numeric order) so a later GPU can JIT.
   GPU_ARCH_PTX := $(lastword $(shell printf '%s\n' $(GPU_ARCH) | sort -n))
   NVCC_ARCH_FLAGS := $(foreach a,$(GPU_ARCH),-gencode arch=compute_$(a),code=sm_$(a)) -gencode arch=compute_$(GPU_ARCH_PTX),code=compute_$(GPU_ARCH_PTX)
-  $(info ✓ GPU arch $(foreach a,$(GPU_ARCH),sm_$(a)) ($(GPU_ARCH_WHY)))
+  $(call say,✓ GPU arch $(foreach a,$(GPU_ARCH),sm_$(a)) ($(GPU_ARCH_WHY)))
 endif
 GPU_ARCH_STAMP := build/gpu_arch_flags
 
@@ -126,11 +138,11 @@ ifneq ($(NVCC),)
     TRAIN_GPT_COMM := -DKEEL_MPI $(MPI_CFLAGS)
     TRAIN_GPT_COMM_LIBS := -lnccl $(MPI_LIBS)
   else
-    $(info ✗ MPI + NCCL for train_gpt: it is built for one GPU (no mpirun); scripts/setup.sh installs OpenMPI)
+    $(call say,✗ MPI + NCCL for train_gpt: it is built for one GPU (no mpirun); scripts/setup.sh installs OpenMPI)
   endif
 endif
 
-.PHONY: all run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-extra test-mutants
+.PHONY: all help run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-extra test-mutants
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -217,7 +229,7 @@ build/fuzz/%: test/fuzz/%.cpp test/fuzz/fuzz.h $(HEADERS)
 fuzz-build: $(FUZZ_BINS)
 FUZZ_SECONDS ?= 60
 fuzz: setup
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) fuzz-build tokenize_gpt2
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 -j$(BUILD_JOBS) fuzz-build tokenize_gpt2
 	@$(MAKE) --no-print-directory data
 	@bash test/fuzz/run.sh $(FUZZ_SECONDS)
 
@@ -234,13 +246,13 @@ build/asan/test_%: test/test_%.cpp $(HEADERS)
 	$(CXX) $(ASAN_FLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
 asan-build: build/asan/train_gpt_cpu $(ASAN_TEST_BINS)
 test-sanitize: setup
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) asan-build train_gpt_cpu
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 -j$(BUILD_JOBS) asan-build train_gpt_cpu
 	@$(MAKE) --no-print-directory data
 	@bash test/sanitize.sh full
 
 # The measurements make test leaves out (test/run_tests.sh `extra`: the 8-bit vs 32-bit Adam quality margin).
 test-extra: setup
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all tests
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 -j$(BUILD_JOBS) all tests
 	@$(MAKE) --no-print-directory data
 	@KEEL_TEST_EXTRA=1 bash test/run_tests.sh adam8bit_brown
 
@@ -248,7 +260,7 @@ test-extra: setup
 # run must end byte-identical to an uninterrupted one (test/test_crash_random.sh).
 KILLS ?= 200
 test-crash: setup
-	@$(MAKE) --no-print-directory train_gpt_cpu
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 train_gpt_cpu
 	@$(MAKE) --no-print-directory data
 	@KEEL_CRASH_KILLS=$(KILLS) bash test/test_crash_random.sh
 
@@ -269,13 +281,13 @@ data: tokenize_gpt2
 # beside it), the tests two at a time (test/run_tests.sh, KEEL_TEST_JOBS).
 BUILD_JOBS ?= $(shell nproc 2>/dev/null || echo 1)
 test: setup
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) all tests
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 -j$(BUILD_JOBS) all tests
 	@$(MAKE) --no-print-directory data
 	@bash test/run_tests.sh
 
 # The CUDA kernels and the CUDA trainer under the CPU emulation alone (make test runs them too).
 test-cuda: setup
-	@$(MAKE) --no-print-directory -j$(BUILD_JOBS) train_gpt_cpu $(CUDA_TEST_BINS) build/train_gpt_emu
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 -j$(BUILD_JOBS) train_gpt_cpu $(CUDA_TEST_BINS) build/train_gpt_emu
 	@$(MAKE) --no-print-directory data
 	@bash test/run_tests.sh cuda
 
@@ -317,8 +329,9 @@ endif
 cuda-lab-emu: $(LAB_EMU_BINS)
 	@for b in $(LAB_EMU_BINS); do echo "== $$b $(LAB_EMU_ARGS)"; $$b $(LAB_EMU_ARGS) || exit 1; done
 
+# Builds only what the CPU demo runs: no CUDA trainer (nvcc takes minutes), no dev tools.
 run: setup
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 -j$(BUILD_JOBS) train_gpt_cpu tokenize_gpt2
 	@$(MAKE) --no-print-directory data
 	@bash scripts/run_brown_cpu.sh
 
@@ -338,6 +351,10 @@ ptxas-report:
 
 gpu-profile:
 	@bash scripts/gpu_profile.sh
+
+# The targets, one line each: the header comment of this file.
+help:
+	@sed -n 's/^#   make/  make/p; s/^# Overrides:/Overrides:/p' $(firstword $(MAKEFILE_LIST))
 
 clean:
 	rm -rf build train_gpt_cpu train_gpt tokenize_gpt2 batch_lookup layer_norms megatron_data

@@ -551,9 +551,13 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 if (first_stage) trainer_dump_tokens(tr, it, a.mb, first, B, T);
                 gpt_set_dropout(model, true, st->dropout_seed, first);
                 // the losses stay on the device until the iteration's end (one read-back, not one per micro-batch)
+                double head_before = model->head_backward_ms;
                 gpt_forward(model, tr->inputs.data(), last_stage ? tr->targets.data() : nullptr, B, T, dloss, (int)a.mb);
                 if (act_sumsq) layer_stats_acts(model, B, T, act_sumsq + a.mb * (L + 1));
                 trainer_timer_add(tr, t0, &tr->timer_forward_ms);
+                // the LM head's backward ran inside the fused classifier: it is backward time, as Megatron counts it
+                tr->timer_forward_ms -= model->head_backward_ms - head_before;
+                tr->timer_backward_ms += model->head_backward_ms - head_before;
                 break;
             }
             case PIPE_SEND_FORWARD:  // (no wait: the slot is written again only after mb's backward, which waits
@@ -726,31 +730,60 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     return true;
 }
 
-// Mean loss over the first eval_iters global batches of the validation set (the same samples at
-// every evaluation, so successive values compare).
+// Mean loss over n micro-batches of the validation set: micro-batch i holds the B samples from
+// (first + i·B) mod wrap (wrap: a multiple of B). Rank r of the data-parallel group evaluates
+// micro-batches r, r + DP, ...; the sum is taken in a fixed order, so the mean does not depend on DP.
 template <typename A>
-static double trainer_evaluate(Trainer<A>* tr) {
+static double trainer_evaluate_samples(Trainer<A>* tr, int64_t first, int64_t n, int64_t wrap) {
     const Config* c = &tr->cfg;
     int B = (int)c->micro_batch_size, T = (int)c->seq_length;
-    int64_t batches = c->eval_iters * (c->global_batch_size / B);
-    std::vector<double> loss(batches, 0.0);  // rank r evaluates batches r, r + DP, ...; the others' slots stay 0
+    std::vector<double> loss(n, 0.0);  // the other ranks' slots stay 0
     GPT<A>* m = &tr->model;
     int P = tr->grid.pp, stage = tr->grid.pp_rank;
     size_t act_bytes = (size_t)B * T * c->hidden_size * sizeof(A);
     gpt_set_dropout(m, false, 0, 0);
     gpt_use_slot(m, 0);
-    for (int64_t i = tr->comm.rank; i < batches; i += tr->comm.size) {  // forwards only: down the pipeline, batch by batch
-        if (stage == 0 || stage == P - 1) trainer_read_batch(tr, &tr->valid_data, i * B, B, T);
+    for (int64_t i = tr->comm.rank; i < n; i += tr->comm.size) {  // forwards only: down the pipeline, batch by batch
+        if (stage == 0 || stage == P - 1) trainer_read_batch(tr, &tr->valid_data, (first + i * B) % wrap, B, T);
         if (stage > 0) comm_recv_buf(&tr->pipe, m->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
         loss[i] = gpt_forward(m, tr->inputs.data(), stage == P - 1 ? tr->targets.data() : nullptr, B, T);
         if (stage < P - 1) comm_send_buf(&tr->pipe, gpt_stage_output(m), act_bytes, stage + 1, PIPE_TAG);
         comm_sends_wait(&tr->pipe);  // the next batch's forward rewrites what was sent
     }
-    comm_allreduce_sum_f64(&tr->comm, loss.data(), (int)batches);  // x + 0 = x: each slot is exactly one rank's value
-    comm_broadcast(&tr->pipe, loss.data(), batches * sizeof(double), P - 1);
+    comm_allreduce_sum_f64(&tr->comm, loss.data(), (int)n);  // x + 0 = x: each slot is exactly one rank's value
+    comm_broadcast(&tr->pipe, loss.data(), n * sizeof(double), P - 1);
     double sum = 0;
-    for (int64_t i = 0; i < batches; i++) sum += loss[i];
-    return sum / (double)batches;
+    for (int64_t i = 0; i < n; i++) sum += loss[i];
+    return sum / (double)n;
+}
+
+// The first validation batch of the evaluation at iteration `it`, as Megatron's validation iterator
+// reads them: one iterator for the whole run, so each evaluation takes the --eval-iters global batches
+// after the previous one's, wrapping around the set (nbatches whole global batches). The k-th
+// evaluation (k = evaluations before it = ceil(it / eval_interval) - 1) starts at batch
+// k·eval_iters mod nbatches. Derived from the iteration, as Megatron derives consumed_valid_samples
+// = (iteration // eval_interval)·eval_iters·global batch on a resume, so a resumed run reads what an
+// uninterrupted one would, and --eval-only at a checkpoint's iteration reads what the run logged there.
+static inline int64_t valid_first_batch(int64_t it, int64_t eval_interval, int64_t eval_iters, int64_t nbatches) {
+    int64_t k = eval_interval > 0 && it > 0 ? (it - 1) / eval_interval : 0;
+    return (int64_t)((unsigned __int128)k * (unsigned __int128)eval_iters % (unsigned __int128)nbatches);
+}
+
+// The validation loss at iteration `it`: --eval-iters global batches (see valid_first_batch).
+template <typename A>
+static double trainer_evaluate(Trainer<A>* tr, int64_t it) {
+    const Config* c = &tr->cfg;
+    int64_t gbs = c->global_batch_size, nbatches = tr->valid_data.nsamples / gbs;  // >= eval_iters (checked at set-up)
+    int64_t first = valid_first_batch(it, c->eval_interval, c->eval_iters, nbatches);
+    return trainer_evaluate_samples(tr, first * gbs, c->eval_iters * (gbs / c->micro_batch_size), nbatches * gbs);
+}
+
+// --eval-full-at-end: every whole micro-batch of the validation set once.
+template <typename A>
+static double trainer_evaluate_full(Trainer<A>* tr, int64_t* samples) {
+    int64_t B = tr->cfg.micro_batch_size, n = tr->valid_data.nsamples / B;
+    *samples = n * B;
+    return trainer_evaluate_samples(tr, 0, n, n * B);
 }
 
 // Generates --sample-length tokens after <|endoftext|> by sampling the model's softmax (temperature
@@ -985,7 +1018,7 @@ static void trainer_dry_run(Config* c, int launched) {
     Plan p = plan_compute(&g, &l);
     bool fits = plan_print(stdout, &g, &l, &p, c->gpu_memory_gb);
     PlanGpu gpu = plan_gpu_bytes(c, &g, &l);
-    plan_gpu_print(stdout, &gpu, c, c->gpu_memory_gb);
+    plan_gpu_print(stdout, &gpu, c, c->gpu_memory_gb, p.reserve);
     exit(fits ? 0 : 1);
 }
 
@@ -1003,6 +1036,11 @@ static const char* precision_describe(const Config* c) {
 // this backend (DESIGN §3): the GPU defaults to --bf16; the CPU computes in fp32 (its --fp16 keeps
 // fp32 arithmetic and rounds the gradients to binary16, so the loss scaler sees fp16's range).
 static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** argv) {
+    if (argc == 1) {  // a first try with no arguments: how to run, not the first missing flag's error
+        if (comm->rank > 0) keel_exit_after_root(KEEL_EXIT_USAGE);
+        flags_synopsis(stderr, argv[0]);
+        exit(KEEL_EXIT_USAGE);
+    }
     if (!flags_parse(c, argc, argv)) {
         flags_usage(stdout, argv[0]);
         exit(0);
@@ -1258,6 +1296,30 @@ static void trainer_open_outputs(Trainer<A>* tr) {
     }
 }
 
+// The CPU trainer keeps everything in host memory: before allocating, the planned total (what
+// gpt_build allocates, counted by the same code without allocating, plus the optimizer state) is
+// compared with the machine's physical memory, so a model that cannot fit is refused with its figure
+// instead of asking the allocator for petabytes. (A lower total can still be too much once other
+// processes are counted; the refusal is for what can never fit.)
+// TODO(GPU): the CUDA trainer's device check (cudaMemGetInfo against plan_gpu_bytes) is not here yet;
+// it needs a GPU to test. Its --dry-run prints the same comparison against --gpu-memory-gb.
+template <typename A>
+static void trainer_check_host_memory(Trainer<A>* tr, const ParamTable* table, int B, int T, int slots, int loss_slots, int64_t master) {
+#ifndef KEEL_CUDA
+    const Config* c = &tr->cfg;
+    GPTDeviceBytes m = gpt_device_bytes<float>(&tr->gcfg, B, T, slots, loss_slots, master);
+    size_t chunks = 0;
+    size_t optim = plan_optimizer_bytes(table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, &chunks, tr->grid.tp);
+    double need = (double)m.params + m.grads + m.compute_copy + m.activations + m.grad_scratch + m.loss_log + m.other + optim;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    if (have > 0 && need > have)
+        keel_die_code(KEEL_EXIT_RUNTIME, "a smaller model or micro-batch (--dry-run plans one without allocating)",
+                      "this run needs %.4g GiB of host memory (weights, gradients, optimizer state, activations), more than this "
+                      "machine's %.4g GiB", need / 1073741824.0, have / 1073741824.0);
+#endif
+}
+
 // The validated config → model, optimizer, data; everything before the first iteration.
 template <typename A>
 static void trainer_setup(Trainer<A>* tr) {
@@ -1296,7 +1358,12 @@ static void trainer_setup(Trainer<A>* tr) {
     param_table_build(&table, g);
     int64_t master_lo, master_hi;
     optimizer_master_range(&table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, gpt_has_compute_copy<A>(), &master_lo, &master_hi);
+    trainer_check_host_memory(tr, &table, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), (int)accum_max, master_hi - master_lo);
     gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), master_lo, master_hi);
+    if (c->log_timers_to_tensorboard) {  // the fused LM head's backward, timed apart (trainer_forward_backward)
+        tr->model.clock = [](void* t) { return trainer_timer_now((Trainer<A>*)t); };
+        tr->model.clock_ctx = tr;
+    }
     tr->model.tp = &tr->tp;
     optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
     if (gpt_master_sharded(&tr->model) && (tr->opt.range_lo != master_lo || tr->opt.range_hi != master_hi))
@@ -1338,14 +1405,24 @@ static int trainer_stop_early(Trainer<A>* tr, bool saved_now, const std::string&
     return 0;
 }
 
+// --eval-full-at-end: the whole validation set's loss, after the last iteration (and its usual evaluation).
+template <typename A>
+static void trainer_evaluate_full_at_end(Trainer<A>* tr) {
+    if (!tr->cfg.eval_full_at_end || !tr->have_valid) return;
+    int64_t samples = 0;
+    double loss = trainer_evaluate_full(tr, &samples);
+    log_validation_full(&tr->log, tr->st.iteration, loss, samples, tr->cfg.seq_length, tr->st.consumed_samples, tr->st.consumed_tokens);
+}
+
 // --eval-only (BigScience's Megatron-DeepSpeed): the loaded checkpoint's validation loss, printed and
-// recorded at its iteration as a training run's evaluation would be (the same batches: the first
-// --eval-iters of the validation set); nothing trains, no file beside the metrics is written.
+// recorded at its iteration as a training run's evaluation would be (the same batches as the run's
+// evaluation at that iteration: valid_first_batch); nothing trains, no file beside the metrics is written.
 template <typename A>
 static int trainer_eval_only(Trainer<A>* tr) {
     printf("eval-only: iteration %lld of %s on %lld validation batch(es); nothing trains, nothing is saved\n",
            (long long)tr->st.iteration, tr->cfg.load.c_str(), (long long)tr->cfg.eval_iters);
-    log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
+    log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr, tr->st.iteration), tr->st.consumed_samples, tr->st.consumed_tokens);
+    trainer_evaluate_full_at_end(tr);
     return 0;
 }
 
@@ -1375,6 +1452,19 @@ static void trainer_test_touch_kill_switch(const Trainer<A>* tr, int64_t it) {
     fclose(f);
 }
 
+// After "nothing to train": the command that trains further from the same checkpoints. A longer
+// run is also a longer LR schedule, which a resume refuses unless told (llmc/schedule.h).
+template <typename A>
+static void trainer_print_go_on(const Trainer<A>* tr) {
+    const Config* c = &tr->cfg;
+    const char* flag = c->train_tokens > 0 && tr->st.iteration < tr->train_iters ? "--train-tokens"
+                     : c->train_samples > 0 ? "--train-samples" : "--train-iters";
+    long long now = c->train_tokens > 0 && tr->st.iteration < tr->train_iters ? (long long)c->train_tokens
+                  : c->train_samples > 0 ? (long long)c->train_samples : (long long)c->train_iters;
+    printf("to train further: rerun with %s %lld (or any larger value) and --override-lr-scheduler (the new length "
+           "stretches the LR schedule), keeping --load %s\n", flag, 2 * now, c->load.empty() ? "DIR" : c->load.c_str());
+}
+
 // The run after setup: iterations with their evaluations, samples and checkpoints; then the end
 // of run's validation, save and export. Returns the process's exit status.
 template <typename A>
@@ -1388,9 +1478,11 @@ static int trainer_run(Trainer<A>* tr) {
     // (a checkpoint re-laid out by this run's DP size and ZeRO stage comes out byte-identical).
     bool convert = nothing && !c->save.empty() && c->save != c->load;
     bool saved_now = nothing && !convert, evaluated_now = nothing;
-    if (nothing)
+    if (nothing) {
         printf("nothing to train: iteration %lld of %lld, %lld tokens consumed%s\n", (long long)tr->st.iteration,
                (long long)tr->train_iters, (long long)tr->st.consumed_tokens, convert ? "; writing the loaded state to --save" : "");
+        if (!convert) trainer_print_go_on(tr);
+    }
     while (tr->st.iteration < tr->train_iters) {
         if (trainer_kill_switch(tr))  // before each iteration, as BigScience's loop
             return trainer_stop_early(tr, saved_now, "detected kill switch at " + c->kill_switch_path + ": exiting at iteration " +
@@ -1413,7 +1505,7 @@ static int trainer_run(Trainer<A>* tr) {
         int64_t it = tr->st.iteration;
         evaluated_now = saved_now = false;
         if (tr->have_valid && c->eval_interval > 0 && it % c->eval_interval == 0) {
-            log_validation(&tr->log, it, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
+            log_validation(&tr->log, it, trainer_evaluate(tr, it), tr->st.consumed_samples, tr->st.consumed_tokens);
             evaluated_now = true;
         }
         if (tr->have_tok && it % c->sample_interval == 0 && tr->comm.rank == 0) trainer_print_sample(tr);  // the first pipeline
@@ -1432,7 +1524,8 @@ static int trainer_run(Trainer<A>* tr) {
         }
     }
     if (tr->have_valid && c->eval_interval > 0 && !evaluated_now)
-        log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr), tr->st.consumed_samples, tr->st.consumed_tokens);
+        log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr, tr->st.iteration), tr->st.consumed_samples, tr->st.consumed_tokens);
+    if (!nothing) trainer_evaluate_full_at_end(tr);
     if (!c->save.empty() && !saved_now) trainer_save(tr);
     if (!c->export_llmc.empty() || !c->export_hf.empty()) {
         std::vector<float> params = trainer_gather_params(tr);

@@ -98,6 +98,7 @@ struct Config {
     bool start_over = false;  // outputs holding an earlier run's files: moved aside, not refused (llmc/outputs.h)
     // logging and evaluation
     int64_t log_interval = 100, eval_interval = 1000, eval_iters = 100;  // Megatron's defaults; no validation data: no evaluation
+    bool eval_full_at_end = false;  // keel's: the whole validation set once after the last iteration
     int64_t sample_interval = 0, sample_length = 64;
     std::string metrics_file, tensorboard_dir;
     int64_t log_layer_norms_interval = 0;
@@ -128,6 +129,13 @@ struct Config {
 
 enum FlagType { FT_INT, FT_FLOAT, FT_STR, FT_BOOL };
 enum FlagKind { FK_STATE, FK_RUN };
+// The topic a flag is listed under in -h, in the order -h prints them (FLAG_GROUP_TITLES).
+enum FlagGroup { FG_MODEL, FG_ARCH, FG_DATA, FG_BATCH, FG_OPTIM, FG_PRECISION, FG_PARALLEL, FG_CKPT, FG_LOG, FG_KNOBS, FG_GPU, FG_COMPAT, FG_COUNT };
+static const char* const FLAG_GROUP_TITLES[FG_COUNT] = {
+    "model", "architecture variants (BLOOM, OPT)", "data", "batch size and duration", "optimizer and learning-rate schedule",
+    "precision and loss scaling", "parallelism and memory planning", "checkpoints and model files",
+    "logging, evaluation and run control", "instability knobs (curriculum, skipped batches and updates, spike autopilot)",
+    "GPU kernels (train_gpt)", "Megatron-DeepSpeed launcher flags (accepted with a note, or refused with the reason)"};
 
 enum : int64_t { NO_MIN = INT64_MIN, NO_MAX = INT64_MAX };
 enum { NARGS_MANY = -1 };
@@ -141,287 +149,293 @@ struct Flag {
     FlagKind kind;
     const char* choices;  // "a|b|c" for enumerated strings, else nullptr
     const char* help;
+    FlagGroup group;      // where -h lists it
 };
 
-#define KEEL_FLAG(name, min, max, type, field, kind, choices, help) {name, 1, min, max, type, offsetof(Config, field), kind, choices, help}
-#define KEEL_FLAGN(name, nargs, field, kind, help) {name, nargs, NO_MIN, NO_MAX, FT_STR, offsetof(Config, field), kind, nullptr, help}
+#define KEEL_FLAG(group, name, min, max, type, field, kind, choices, help) {name, 1, min, max, type, offsetof(Config, field), kind, choices, help, group}
+#define KEEL_FLAGN(group, name, nargs, field, kind, help) {name, nargs, NO_MIN, NO_MAX, FT_STR, offsetof(Config, field), kind, nullptr, help, group}
 static const Flag FLAGS[] = {
     // model shape
-    KEEL_FLAG("num-layers", 1, INT32_MAX, FT_INT, num_layers, FK_STATE, nullptr, "transformer layers L"),
-    KEEL_FLAG("hidden-size", 1, INT32_MAX, FT_INT, hidden_size, FK_STATE, nullptr, "channels C"),
-    KEEL_FLAG("ffn-hidden-size", 0, INT32_MAX, FT_INT, ffn_hidden_size, FK_STATE, nullptr,
+    KEEL_FLAG(FG_MODEL, "num-layers", 1, INT32_MAX, FT_INT, num_layers, FK_STATE, nullptr, "transformer layers L"),
+    KEEL_FLAG(FG_MODEL, "hidden-size", 1, INT32_MAX, FT_INT, hidden_size, FK_STATE, nullptr, "channels C"),
+    KEEL_FLAG(FG_MODEL, "ffn-hidden-size", 0, INT32_MAX, FT_INT, ffn_hidden_size, FK_STATE, nullptr,
               "MLP width F, any value (0: 4 x hidden-size, Megatron's default)"),
-    KEEL_FLAG("num-attention-heads", 1, INT32_MAX, FT_INT, num_attention_heads, FK_STATE, nullptr, "attention heads NH (must divide C)"),
-    KEEL_FLAG("seq-length", 1, INT32_MAX, FT_INT, seq_length, FK_STATE, nullptr, "tokens per sample T"),
-    KEEL_FLAG("max-position-embeddings", 0, INT32_MAX, FT_INT, max_position_embeddings, FK_STATE, nullptr,
+    KEEL_FLAG(FG_MODEL, "num-attention-heads", 1, INT32_MAX, FT_INT, num_attention_heads, FK_STATE, nullptr, "attention heads NH (must divide C)"),
+    KEEL_FLAG(FG_MODEL, "seq-length", 1, INT32_MAX, FT_INT, seq_length, FK_STATE, nullptr, "tokens per sample T"),
+    KEEL_FLAG(FG_MODEL, "max-position-embeddings", 0, INT32_MAX, FT_INT, max_position_embeddings, FK_STATE, nullptr,
               "rows of the position embedding (0: = seq-length)"),
-    KEEL_FLAG("vocab-size", 1, INT32_MAX, FT_INT, vocab_size, FK_STATE, nullptr, "real vocabulary size (GPT-2: 50257)"),
-    KEEL_FLAG("make-vocab-size-divisible-by", 1, INT32_MAX, FT_INT, make_vocab_size_divisible_by, FK_STATE, nullptr,
+    KEEL_FLAG(FG_MODEL, "vocab-size", 1, INT32_MAX, FT_INT, vocab_size, FK_STATE, nullptr, "real vocabulary size (GPT-2: 50257)"),
+    KEEL_FLAG(FG_MODEL, "make-vocab-size-divisible-by", 1, INT32_MAX, FT_INT, make_vocab_size_divisible_by, FK_STATE, nullptr,
               "pad the vocabulary to a multiple of this x --tensor-model-parallel-size (Megatron)"),
-    KEEL_FLAG("pad-vocab-size-to", 0, INT32_MAX, FT_INT, pad_vocab_size_to, FK_STATE, nullptr,
+    KEEL_FLAG(FG_MODEL, "pad-vocab-size-to", 0, INT32_MAX, FT_INT, pad_vocab_size_to, FK_STATE, nullptr,
               "pad the vocabulary to exactly this many rows, at any TP (BigScience; >= --vocab-size, a multiple of "
               "--make-vocab-size-divisible-by and of TP); 0: a multiple of make-vocab-size-divisible-by x TP, as Megatron"),
-    KEEL_FLAG("init-method-std", NO_MIN, NO_MAX, FT_FLOAT, init_method_std, FK_STATE, nullptr,
+    KEEL_FLAG(FG_MODEL, "init-method-std", NO_MIN, NO_MAX, FT_FLOAT, init_method_std, FK_STATE, nullptr,
               "sigma of the normal init; output projections use sigma/sqrt(2L)"),
-    KEEL_FLAG("init-method", NO_MIN, NO_MAX, FT_STR, init_method, FK_STATE, "std|small_init|mt_nlg",
+    KEEL_FLAG(FG_MODEL, "init-method", NO_MIN, NO_MAX, FT_STR, init_method, FK_STATE, "std|small_init|mt_nlg",
               "sigma from --init-method-std, or sqrt(2/(5h)) (small_init), or sqrt(1/(3h)) (mt_nlg)"),
     // architecture and numerics knobs
-    KEEL_FLAG("embed-layernorm", NO_MIN, NO_MAX, FT_BOOL, embed_layernorm, FK_STATE, nullptr,
+    KEEL_FLAG(FG_ARCH, "embed-layernorm", NO_MIN, NO_MAX, FT_BOOL, embed_layernorm, FK_STATE, nullptr,
               "LayerNorm on the word embedding, before positions and dropout (BigScience 104B/176B)"),
-    KEEL_FLAG("stable-embedding", NO_MIN, NO_MAX, FT_BOOL, stable_embedding, FK_STATE, nullptr,
+    KEEL_FLAG(FG_ARCH, "stable-embedding", NO_MIN, NO_MAX, FT_BOOL, stable_embedding, FK_STATE, nullptr,
               "bitsandbytes StableEmbedding: xavier-uniform word embedding + the embedding LayerNorm"),
-    KEEL_FLAG("position-embedding-type", NO_MIN, NO_MAX, FT_STR, position_embedding_type, FK_STATE, "learned|absolute|alibi",
+    KEEL_FLAG(FG_ARCH, "position-embedding-type", NO_MIN, NO_MAX, FT_STR, position_embedding_type, FK_STATE, "learned|absolute|alibi",
               "learned (= absolute) position table, or ALiBi attention biases (BLOOM)"),
-    KEEL_FLAG("position-embedding-init", NO_MIN, NO_MAX, FT_STR, position_embedding_init, FK_STATE, "normal|sinusoidal",
+    KEEL_FLAG(FG_ARCH, "position-embedding-init", NO_MIN, NO_MAX, FT_STR, position_embedding_init, FK_STATE, "normal|sinusoidal",
               "init of the learned position table (OPT 11.xx: sinusoidal)"),
-    KEEL_FLAG("activation", NO_MIN, NO_MAX, FT_STR, activation, FK_STATE, "gelu|relu", "MLP activation (gelu: tanh approximation; OPT: relu)"),
-    KEEL_FLAG("attention-scaling", NO_MIN, NO_MAX, FT_STR, attention_scaling, FK_STATE, "standard|qk-inward",
+    KEEL_FLAG(FG_ARCH, "activation", NO_MIN, NO_MAX, FT_STR, activation, FK_STATE, "gelu|relu", "MLP activation (gelu: tanh approximation; OPT: relu)"),
+    KEEL_FLAG(FG_ARCH, "attention-scaling", NO_MIN, NO_MAX, FT_STR, attention_scaling, FK_STATE, "standard|qk-inward",
               "scale scores after QK^T, or q and k each by d^-1/4 before it (OPT, Megatron-DeepSpeed PR 118)"),
-    KEEL_FLAG("attention-impl", NO_MIN, NO_MAX, FT_STR, attention_impl, FK_RUN, "auto|flash|gemm",
+    KEEL_FLAG(FG_GPU, "attention-impl", NO_MIN, NO_MAX, FT_STR, attention_impl, FK_RUN, "auto|flash|gemm",
               "attention kernels: flash (fused, O(T) memory; GPU: head size 64/128 in bf16/fp16), gemm (materialized "
               "softmax), auto (flash where the GPU kernels cover the config; the CPU trainer: gemm)"),
-    KEEL_FLAG("gelu-fusion", NO_MIN, NO_MAX, FT_STR, gelu_fusion, FK_RUN, "auto|on|off",
+    KEEL_FLAG(FG_GPU, "gelu-fusion", NO_MIN, NO_MAX, FT_STR, gelu_fusion, FK_RUN, "auto|on|off",
               "GPU: the MLP's GeLU in cuBLASLt's GEMM epilogues (forward GELU_AUX_BIAS; backward DGELU, not under "
               "--normformer), or a separate kernel each way (off); auto: on from compute capability 9.0. The CPU "
               "trainer ignores it (its ops compute the same values either way)"),
-    KEEL_FLAG("classifier-chunk-rows", 0, INT32_MAX, FT_INT, classifier_chunk_rows, FK_RUN, nullptr,
+    KEEL_FLAG(FG_GPU, "classifier-chunk-rows", 0, INT32_MAX, FT_INT, classifier_chunk_rows, FK_RUN, nullptr,
               "positions whose logits exist at once: the LM head and its loss run in chunks of this many rows "
               "(0: auto — the whole micro-batch on the CPU, at most 256 MiB of logits on the GPU)"),
-    KEEL_FLAG("apply-query-key-layer-scaling", NO_MIN, NO_MAX, FT_BOOL, apply_query_key_layer_scaling, FK_STATE, nullptr,
+    KEEL_FLAG(FG_ARCH, "apply-query-key-layer-scaling", NO_MIN, NO_MAX, FT_BOOL, apply_query_key_layer_scaling, FK_STATE, nullptr,
               "scores computed at 1/layer scale, multiplied back inside an fp32 softmax (Megatron)"),
-    KEEL_FLAG("normformer", NO_MIN, NO_MAX, FT_BOOL, normformer, FK_STATE, nullptr,
+    KEEL_FLAG(FG_ARCH, "normformer", NO_MIN, NO_MAX, FT_BOOL, normformer, FK_STATE, nullptr,
               "NormFormer: per-head scale, post-attention LayerNorm, LayerNorm after the MLP activation (OPT 11.xx)"),
-    KEEL_FLAG("hidden-dropout", NO_MIN, NO_MAX, FT_FLOAT, hidden_dropout, FK_STATE, nullptr,
+    KEEL_FLAG(FG_MODEL, "hidden-dropout", NO_MIN, NO_MAX, FT_FLOAT, hidden_dropout, FK_STATE, nullptr,
               "dropout on the attention and MLP outputs before the residual add"),
-    KEEL_FLAG("attention-dropout", NO_MIN, NO_MAX, FT_FLOAT, attention_dropout, FK_STATE, nullptr, "dropout on the attention probabilities"),
-    KEEL_FLAG("embed-dropout", NO_MIN, NO_MAX, FT_FLOAT, embed_dropout, FK_STATE, nullptr,
+    KEEL_FLAG(FG_MODEL, "attention-dropout", NO_MIN, NO_MAX, FT_FLOAT, attention_dropout, FK_STATE, nullptr, "dropout on the attention probabilities"),
+    KEEL_FLAG(FG_MODEL, "embed-dropout", NO_MIN, NO_MAX, FT_FLOAT, embed_dropout, FK_STATE, nullptr,
               "dropout on the embedding output (unset: = --hidden-dropout, as Megatron; OPT: 0)"),
     // batch and duration
-    KEEL_FLAG("micro-batch-size", 1, INT32_MAX, FT_INT, micro_batch_size, FK_STATE, nullptr, "samples per micro-batch per data-parallel rank"),
-    KEEL_FLAG("global-batch-size", 0, NO_MAX, FT_INT, global_batch_size, FK_STATE, nullptr,
+    KEEL_FLAG(FG_BATCH, "micro-batch-size", 1, INT32_MAX, FT_INT, micro_batch_size, FK_STATE, nullptr, "samples per micro-batch per data-parallel rank"),
+    KEEL_FLAG(FG_BATCH, "global-batch-size", 0, NO_MAX, FT_INT, global_batch_size, FK_STATE, nullptr,
               "samples per iteration (0: micro-batch x DP); the rest is gradient accumulation"),
-    KEEL_FLAG("train-iters", 0, NO_MAX, FT_INT, train_iters, FK_STATE, nullptr, "iterations to train (or --train-samples)"),
-    KEEL_FLAG("train-samples", 0, NO_MAX, FT_INT, train_samples, FK_STATE, nullptr, "samples to train (or --train-iters)"),
-    KEEL_FLAG("train-tokens", 0, NO_MAX, FT_INT, train_tokens, FK_STATE, nullptr,
+    KEEL_FLAG(FG_BATCH, "train-iters", 0, NO_MAX, FT_INT, train_iters, FK_STATE, nullptr, "iterations to train (or --train-samples)"),
+    KEEL_FLAG(FG_BATCH, "train-samples", 0, NO_MAX, FT_INT, train_samples, FK_STATE, nullptr, "samples to train (or --train-iters)"),
+    KEEL_FLAG(FG_BATCH, "train-tokens", 0, NO_MAX, FT_INT, train_tokens, FK_STATE, nullptr,
               "also stop once this many tokens are consumed (a real stop condition); 0: off"),
-    KEEL_FLAGN("rampup-batch-size", 3, rampup_batch_size, FK_STATE,
+    KEEL_FLAGN(FG_BATCH, "rampup-batch-size", 3, rampup_batch_size, FK_STATE,
                "START INCR SAMPLES: global batch grows from START by INCR over SAMPLES samples (sample-based runs)"),
-    KEEL_FLAG("curriculum-learning", NO_MIN, NO_MAX, FT_BOOL, curriculum_learning, FK_STATE, nullptr,
+    KEEL_FLAG(FG_KNOBS, "curriculum-learning", NO_MIN, NO_MAX, FT_BOOL, curriculum_learning, FK_STATE, nullptr,
               "sequence-length curriculum: train on truncated samples, growing to full length"),
-    KEEL_FLAG("cl-min-seqlen", 0, INT32_MAX, FT_INT, cl_min_seqlen, FK_STATE, nullptr, "curriculum start length"),
-    KEEL_FLAG("cl-max-seqlen", 0, INT32_MAX, FT_INT, cl_max_seqlen, FK_STATE, nullptr, "curriculum end length (0: --seq-length)"),
-    KEEL_FLAG("cl-difficulty-step", 1, INT32_MAX, FT_INT, cl_difficulty_step, FK_STATE, nullptr, "curriculum lengths are multiples of this"),
-    KEEL_FLAG("cl-total-steps", 0, NO_MAX, FT_INT, cl_total_steps, FK_STATE, nullptr, "iterations until the full length (fixed_linear/root)"),
-    KEEL_FLAG("cl-schedule", NO_MIN, NO_MAX, FT_STR, cl_schedule, FK_STATE, "fixed_linear|fixed_root|fixed_discrete", "curriculum schedule"),
-    KEEL_FLAG("cl-root-degree", NO_MIN, NO_MAX, FT_FLOAT, cl_root_degree, FK_STATE, nullptr, "root degree r of fixed_root"),
-    KEEL_FLAGN("cl-discrete-seqlens", NARGS_MANY, cl_discrete_seqlens, FK_STATE, "fixed_discrete: lengths d0 .. dn"),
-    KEEL_FLAGN("cl-discrete-steps", NARGS_MANY, cl_discrete_steps, FK_STATE, "fixed_discrete: last iteration of each length but the final one"),
-    KEEL_FLAGN("skip-train-iteration-range", NARGS_MANY, skip_train_iteration_range, FK_STATE,
+    KEEL_FLAG(FG_KNOBS, "cl-min-seqlen", 0, INT32_MAX, FT_INT, cl_min_seqlen, FK_STATE, nullptr, "curriculum start length"),
+    KEEL_FLAG(FG_KNOBS, "cl-max-seqlen", 0, INT32_MAX, FT_INT, cl_max_seqlen, FK_STATE, nullptr, "curriculum end length (0: --seq-length)"),
+    KEEL_FLAG(FG_KNOBS, "cl-difficulty-step", 1, INT32_MAX, FT_INT, cl_difficulty_step, FK_STATE, nullptr, "curriculum lengths are multiples of this"),
+    KEEL_FLAG(FG_KNOBS, "cl-total-steps", 0, NO_MAX, FT_INT, cl_total_steps, FK_STATE, nullptr, "iterations until the full length (fixed_linear/root)"),
+    KEEL_FLAG(FG_KNOBS, "cl-schedule", NO_MIN, NO_MAX, FT_STR, cl_schedule, FK_STATE, "fixed_linear|fixed_root|fixed_discrete", "curriculum schedule"),
+    KEEL_FLAG(FG_KNOBS, "cl-root-degree", NO_MIN, NO_MAX, FT_FLOAT, cl_root_degree, FK_STATE, nullptr, "root degree r of fixed_root"),
+    KEEL_FLAGN(FG_KNOBS, "cl-discrete-seqlens", NARGS_MANY, cl_discrete_seqlens, FK_STATE, "fixed_discrete: lengths d0 .. dn"),
+    KEEL_FLAGN(FG_KNOBS, "cl-discrete-steps", NARGS_MANY, cl_discrete_steps, FK_STATE, "fixed_discrete: last iteration of each length but the final one"),
+    KEEL_FLAGN(FG_KNOBS, "skip-train-iteration-range", NARGS_MANY, skip_train_iteration_range, FK_STATE,
                "A-B [C-D ...]: consume these iterations' batches without training on them (1-based, inclusive)"),
-    KEEL_FLAG("exit-interval", 0, NO_MAX, FT_INT, exit_interval, FK_RUN, nullptr,
+    KEEL_FLAG(FG_BATCH, "exit-interval", 0, NO_MAX, FT_INT, exit_interval, FK_RUN, nullptr,
               "stop after an iteration that is a multiple of this (saving first if --save); 0: off"),
     // optimizer and schedule
-    KEEL_FLAG("lr", NO_MIN, NO_MAX, FT_FLOAT, lr, FK_STATE, nullptr, "peak learning rate (required)"),
-    KEEL_FLAG("min-lr", NO_MIN, NO_MAX, FT_FLOAT, min_lr, FK_STATE, nullptr, "learning rate at the end of the decay"),
-    KEEL_FLAG("lr-decay-style", NO_MIN, NO_MAX, FT_STR, lr_decay_style, FK_STATE, "constant|linear|cosine", "decay after warmup"),
-    KEEL_FLAG("lr-warmup-iters", 0, NO_MAX, FT_INT, lr_warmup_iters, FK_STATE, nullptr, "warmup in iterations (iteration-based runs)"),
-    KEEL_FLAG("lr-warmup-samples", 0, NO_MAX, FT_INT, lr_warmup_samples, FK_STATE, nullptr, "warmup in samples (sample-based runs)"),
-    KEEL_FLAG("lr-warmup-fraction", NO_MIN, NO_MAX, FT_FLOAT, lr_warmup_fraction, FK_STATE, nullptr, "warmup as a fraction of the decay span"),
-    KEEL_FLAG("lr-decay-iters", 0, NO_MAX, FT_INT, lr_decay_iters, FK_STATE, nullptr, "decay span in iterations (0: --train-iters)"),
-    KEEL_FLAG("lr-decay-samples", 0, NO_MAX, FT_INT, lr_decay_samples, FK_STATE, nullptr, "decay span in samples (0: --train-samples)"),
-    KEEL_FLAG("lr-decay-tokens", 0, NO_MAX, FT_INT, lr_decay_tokens, FK_STATE, nullptr,
+    KEEL_FLAG(FG_OPTIM, "lr", NO_MIN, NO_MAX, FT_FLOAT, lr, FK_STATE, nullptr, "peak learning rate (required)"),
+    KEEL_FLAG(FG_OPTIM, "min-lr", NO_MIN, NO_MAX, FT_FLOAT, min_lr, FK_STATE, nullptr, "learning rate at the end of the decay"),
+    KEEL_FLAG(FG_OPTIM, "lr-decay-style", NO_MIN, NO_MAX, FT_STR, lr_decay_style, FK_STATE, "constant|linear|cosine", "decay after warmup"),
+    KEEL_FLAG(FG_OPTIM, "lr-warmup-iters", 0, NO_MAX, FT_INT, lr_warmup_iters, FK_STATE, nullptr, "warmup in iterations (iteration-based runs)"),
+    KEEL_FLAG(FG_OPTIM, "lr-warmup-samples", 0, NO_MAX, FT_INT, lr_warmup_samples, FK_STATE, nullptr, "warmup in samples (sample-based runs)"),
+    KEEL_FLAG(FG_OPTIM, "lr-warmup-fraction", NO_MIN, NO_MAX, FT_FLOAT, lr_warmup_fraction, FK_STATE, nullptr, "warmup as a fraction of the decay span"),
+    KEEL_FLAG(FG_OPTIM, "lr-decay-iters", 0, NO_MAX, FT_INT, lr_decay_iters, FK_STATE, nullptr, "decay span in iterations (0: --train-iters)"),
+    KEEL_FLAG(FG_OPTIM, "lr-decay-samples", 0, NO_MAX, FT_INT, lr_decay_samples, FK_STATE, nullptr, "decay span in samples (0: --train-samples)"),
+    KEEL_FLAG(FG_OPTIM, "lr-decay-tokens", 0, NO_MAX, FT_INT, lr_decay_tokens, FK_STATE, nullptr,
               "decay over consumed tokens instead (warmup stays in samples); 0: off"),
-    KEEL_FLAG("override-lr-scheduler", NO_MIN, NO_MAX, FT_BOOL, override_lr_scheduler, FK_RUN, nullptr,
+    KEEL_FLAG(FG_OPTIM, "override-lr-scheduler", NO_MIN, NO_MAX, FT_BOOL, override_lr_scheduler, FK_RUN, nullptr,
               "on --load, take the schedule from the command line"),
-    KEEL_FLAG("use-checkpoint-lr-scheduler", NO_MIN, NO_MAX, FT_BOOL, use_checkpoint_lr_scheduler, FK_RUN, nullptr,
+    KEEL_FLAG(FG_OPTIM, "use-checkpoint-lr-scheduler", NO_MIN, NO_MAX, FT_BOOL, use_checkpoint_lr_scheduler, FK_RUN, nullptr,
               "on --load, take the schedule from the checkpoint"),
-    KEEL_FLAG("adam-beta1", NO_MIN, NO_MAX, FT_FLOAT, adam_beta1, FK_STATE, nullptr, "Adam beta1"),
-    KEEL_FLAG("adam-beta2", NO_MIN, NO_MAX, FT_FLOAT, adam_beta2, FK_STATE, nullptr, "Adam beta2 (BigScience: 0.95)"),
-    KEEL_FLAG("adam-eps", NO_MIN, NO_MAX, FT_FLOAT, adam_eps, FK_STATE, nullptr, "Adam epsilon"),
-    KEEL_FLAG("weight-decay", NO_MIN, NO_MAX, FT_FLOAT, weight_decay, FK_STATE, nullptr, "decoupled weight decay (not on biases, LayerNorms)"),
-    KEEL_FLAG("optimizer", NO_MIN, NO_MAX, FT_STR, optimizer, FK_STATE, "adam|adam8bit",
+    KEEL_FLAG(FG_OPTIM, "adam-beta1", NO_MIN, NO_MAX, FT_FLOAT, adam_beta1, FK_STATE, nullptr, "Adam beta1"),
+    KEEL_FLAG(FG_OPTIM, "adam-beta2", NO_MIN, NO_MAX, FT_FLOAT, adam_beta2, FK_STATE, nullptr, "Adam beta2 (BigScience: 0.95)"),
+    KEEL_FLAG(FG_OPTIM, "adam-eps", NO_MIN, NO_MAX, FT_FLOAT, adam_eps, FK_STATE, nullptr, "Adam epsilon"),
+    KEEL_FLAG(FG_OPTIM, "weight-decay", NO_MIN, NO_MAX, FT_FLOAT, weight_decay, FK_STATE, nullptr, "decoupled weight decay (not on biases, LayerNorms)"),
+    KEEL_FLAG(FG_OPTIM, "optimizer", NO_MIN, NO_MAX, FT_STR, optimizer, FK_STATE, "adam|adam8bit",
               "adam: fp32 m and v (8 bytes/parameter); adam8bit: bitsandbytes' blockwise 8-bit m and v (about 2)"),
-    KEEL_FLAG("use-bnb-optimizer", NO_MIN, NO_MAX, FT_BOOL, use_bnb_optimizer, FK_STATE, nullptr,
+    KEEL_FLAG(FG_OPTIM, "use-bnb-optimizer", NO_MIN, NO_MAX, FT_BOOL, use_bnb_optimizer, FK_STATE, nullptr,
               "BigScience's bitsandbytes Adam8bit: = --optimizer adam8bit --stable-embedding (its embedding gets "
               "LayerNorm, xavier init and 32-bit state there too); keel's block size stays --adam8bit-block-size"),
-    KEEL_FLAG("adam8bit-block-size", 64, 2048, FT_INT, adam8bit_block_size, FK_STATE, nullptr,
+    KEEL_FLAG(FG_OPTIM, "adam8bit-block-size", 64, 2048, FT_INT, adam8bit_block_size, FK_STATE, nullptr,
               "elements per 8-bit quantization block, a power of two (bitsandbytes: 256; its 2021 release: 2048)"),
-    KEEL_FLAG("adam8bit-min-size", 0, NO_MAX, FT_INT, adam8bit_min_size, FK_STATE, nullptr,
+    KEEL_FLAG(FG_OPTIM, "adam8bit-min-size", 0, NO_MAX, FT_INT, adam8bit_min_size, FK_STATE, nullptr,
               "tensors (per layer) with fewer elements keep 32-bit state"),
-    KEEL_FLAG("adam8bit-percentile-clipping", 0, 100, FT_INT, adam8bit_percentile_clipping, FK_STATE, nullptr,
+    KEEL_FLAG(FG_OPTIM, "adam8bit-percentile-clipping", 0, 100, FT_INT, adam8bit_percentile_clipping, FK_STATE, nullptr,
               "per tensor, clip the gradient norm to this percentile of its last 100 steps (bitsandbytes); 100: off"),
-    KEEL_FLAG("zero-stage", 0, 1, FT_INT, zero_stage, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "zero-stage", 0, 1, FT_INT, zero_stage, FK_RUN, nullptr,
               "1: shard fp32 master state and optimizer state over the data-parallel ranks (ZeRO-1); same bits as 0"),
-    KEEL_FLAG("clip-grad", NO_MIN, NO_MAX, FT_FLOAT, clip_grad, FK_STATE, nullptr, "global-norm clipping threshold (0: off)"),
-    KEEL_FLAG("seed", 0, NO_MAX, FT_INT, seed, FK_STATE, nullptr, "key of every random number (init, data order, dropout, sampling)"),
-    KEEL_FLAG("skip-update-grad-norm-above", NO_MIN, NO_MAX, FT_FLOAT, skip_update_grad_norm_above, FK_STATE, nullptr,
+    KEEL_FLAG(FG_OPTIM, "clip-grad", NO_MIN, NO_MAX, FT_FLOAT, clip_grad, FK_STATE, nullptr, "global-norm clipping threshold (0: off)"),
+    KEEL_FLAG(FG_OPTIM, "seed", 0, NO_MAX, FT_INT, seed, FK_STATE, nullptr, "key of every random number (init, data order, dropout, sampling)"),
+    KEEL_FLAG(FG_KNOBS, "skip-update-grad-norm-above", NO_MIN, NO_MAX, FT_FLOAT, skip_update_grad_norm_above, FK_STATE, nullptr,
               "reject the batch (no update, no schedule step) if the grad norm exceeds this (OPT); 0: off"),
-    KEEL_FLAG("skip-update-loss-zscore", NO_MIN, NO_MAX, FT_FLOAT, skip_update_loss_zscore, FK_STATE, nullptr,
+    KEEL_FLAG(FG_KNOBS, "skip-update-loss-zscore", NO_MIN, NO_MAX, FT_FLOAT, skip_update_loss_zscore, FK_STATE, nullptr,
               "skip the update if the loss is this many standard deviations above the recent window; 0: off"),
-    KEEL_FLAG("skip-update-norm-zscore", NO_MIN, NO_MAX, FT_FLOAT, skip_update_norm_zscore, FK_STATE, nullptr,
+    KEEL_FLAG(FG_KNOBS, "skip-update-norm-zscore", NO_MIN, NO_MAX, FT_FLOAT, skip_update_norm_zscore, FK_STATE, nullptr,
               "skip the update if the grad norm is this many standard deviations above the recent window; 0: off"),
-    KEEL_FLAG("skip-update-window", 2, NO_MAX, FT_INT, skip_update_window, FK_STATE, nullptr,
+    KEEL_FLAG(FG_KNOBS, "skip-update-window", 2, NO_MAX, FT_INT, skip_update_window, FK_STATE, nullptr,
               "iterations in the z-score window (updated iterations only)"),
-    KEEL_FLAG("gradient-predivide-factor", NO_MIN, NO_MAX, FT_FLOAT, gradient_predivide_factor, FK_STATE, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "gradient-predivide-factor", NO_MIN, NO_MAX, FT_FLOAT, gradient_predivide_factor, FK_STATE, nullptr,
               "divide gradients by F before the data-parallel sum and by DP/F after"),
-    KEEL_FLAG("grad-bucket-mb", NO_MIN, NO_MAX, FT_FLOAT, grad_bucket_mb, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "grad-bucket-mb", NO_MIN, NO_MAX, FT_FLOAT, grad_bucket_mb, FK_RUN, nullptr,
               "data parallel: the gradient reduction runs in buckets of about this many MiB of fp32 gradients (whole "
               "layers), each issued as soon as the last micro-batch's backward has completed it, overlapping the rest "
               "of the backward (CUDA: on a second stream); 0: one reduction after the backward"),
     // spike autopilot
-    KEEL_FLAG("spike-policy", NO_MIN, NO_MAX, FT_STR, spike_policy, FK_STATE, "off|skip|rollback",
+    KEEL_FLAG(FG_KNOBS, "spike-policy", NO_MIN, NO_MAX, FT_STR, spike_policy, FK_STATE, "off|skip|rollback",
               "on a spike: skip the update, or restore the last snapshot and skip the data window up to the spike"),
-    KEEL_FLAG("spike-metric", NO_MIN, NO_MAX, FT_STR, spike_metric, FK_STATE, "loss|grad-norm|any",
+    KEEL_FLAG(FG_KNOBS, "spike-metric", NO_MIN, NO_MAX, FT_STR, spike_metric, FK_STATE, "loss|grad-norm|any",
               "what the spike detector watches"),
-    KEEL_FLAG("spike-zscore", NO_MIN, NO_MAX, FT_FLOAT, spike_zscore, FK_STATE, nullptr,
+    KEEL_FLAG(FG_KNOBS, "spike-zscore", NO_MIN, NO_MAX, FT_FLOAT, spike_zscore, FK_STATE, nullptr,
               "a spike: this many standard deviations above the mean of the --spike-window last applied updates"),
-    KEEL_FLAG("spike-window", 2, NO_MAX, FT_INT, spike_window, FK_STATE, nullptr,
+    KEEL_FLAG(FG_KNOBS, "spike-window", 2, NO_MAX, FT_INT, spike_window, FK_STATE, nullptr,
               "applied updates in the spike detector's window (no verdict until it is full)"),
-    KEEL_FLAG("spike-lr-factor", NO_MIN, NO_MAX, FT_FLOAT, spike_lr_factor, FK_STATE, nullptr,
+    KEEL_FLAG(FG_KNOBS, "spike-lr-factor", NO_MIN, NO_MAX, FT_FLOAT, spike_lr_factor, FK_STATE, nullptr,
               "after a rollback, multiply the learning rate by this for --spike-lr-iters iterations"),
-    KEEL_FLAG("spike-lr-iters", 0, NO_MAX, FT_INT, spike_lr_iters, FK_STATE, nullptr,
+    KEEL_FLAG(FG_KNOBS, "spike-lr-iters", 0, NO_MAX, FT_INT, spike_lr_iters, FK_STATE, nullptr,
               "iterations after the spike that run at the lowered learning rate"),
-    KEEL_FLAG("spike-snapshot-interval", 0, NO_MAX, FT_INT, spike_snapshot_interval, FK_STATE, nullptr,
+    KEEL_FLAG(FG_KNOBS, "spike-snapshot-interval", 0, NO_MAX, FT_INT, spike_snapshot_interval, FK_STATE, nullptr,
               "rollback: keep an in-memory snapshot every N iterations (0: --save-interval, or 100 without saves)"),
-    KEEL_FLAG("spike-max-rollbacks", 1, NO_MAX, FT_INT, spike_max_rollbacks, FK_STATE, nullptr,
+    KEEL_FLAG(FG_KNOBS, "spike-max-rollbacks", 1, NO_MAX, FT_INT, spike_max_rollbacks, FK_STATE, nullptr,
               "stop the run (exit 1) when a rollback would exceed this many in the run: a human is needed"),
     // precision and loss scaling
-    KEEL_FLAG("fp16", NO_MIN, NO_MAX, FT_BOOL, fp16, FK_STATE, nullptr,
+    KEEL_FLAG(FG_PRECISION, "fp16", NO_MIN, NO_MAX, FT_BOOL, fp16, FK_STATE, nullptr,
               "fp16 mixed precision with dynamic loss scaling (CPU: fp32 arithmetic, gradients rounded to binary16)"),
-    KEEL_FLAG("bf16", NO_MIN, NO_MAX, FT_BOOL, bf16, FK_STATE, nullptr,
+    KEEL_FLAG(FG_PRECISION, "bf16", NO_MIN, NO_MAX, FT_BOOL, bf16, FK_STATE, nullptr,
               "bf16 weights and activations, fp32 master weights and gradients (CUDA trainer; its default)"),
-    KEEL_FLAG("fp32", NO_MIN, NO_MAX, FT_BOOL, fp32, FK_STATE, nullptr, "fp32 everywhere (the CPU trainer always; GPU parity runs)"),
-    KEEL_FLAG("loss-scale", NO_MIN, NO_MAX, FT_FLOAT, loss_scale, FK_STATE, nullptr, "static loss scale; 0: dynamic under --fp16, none otherwise"),
-    KEEL_FLAG("initial-loss-scale", NO_MIN, NO_MAX, FT_FLOAT, initial_loss_scale, FK_STATE, nullptr, "dynamic scaler: starting scale"),
-    KEEL_FLAG("min-loss-scale", NO_MIN, NO_MAX, FT_FLOAT, min_loss_scale, FK_STATE, nullptr, "dynamic scaler: floor"),
-    KEEL_FLAG("loss-scale-window", 1, NO_MAX, FT_INT, loss_scale_window, FK_STATE, nullptr, "dynamic scaler: clean iterations before doubling"),
-    KEEL_FLAG("hysteresis", 1, NO_MAX, FT_INT, hysteresis, FK_STATE, nullptr, "dynamic scaler: overflows tolerated before halving"),
+    KEEL_FLAG(FG_PRECISION, "fp32", NO_MIN, NO_MAX, FT_BOOL, fp32, FK_STATE, nullptr, "fp32 everywhere (the CPU trainer always; GPU parity runs)"),
+    KEEL_FLAG(FG_PRECISION, "loss-scale", NO_MIN, NO_MAX, FT_FLOAT, loss_scale, FK_STATE, nullptr, "static loss scale; 0: dynamic under --fp16, none otherwise"),
+    KEEL_FLAG(FG_PRECISION, "initial-loss-scale", NO_MIN, NO_MAX, FT_FLOAT, initial_loss_scale, FK_STATE, nullptr, "dynamic scaler: starting scale"),
+    KEEL_FLAG(FG_PRECISION, "min-loss-scale", NO_MIN, NO_MAX, FT_FLOAT, min_loss_scale, FK_STATE, nullptr, "dynamic scaler: floor"),
+    KEEL_FLAG(FG_PRECISION, "loss-scale-window", 1, NO_MAX, FT_INT, loss_scale_window, FK_STATE, nullptr, "dynamic scaler: clean iterations before doubling"),
+    KEEL_FLAG(FG_PRECISION, "hysteresis", 1, NO_MAX, FT_INT, hysteresis, FK_STATE, nullptr, "dynamic scaler: overflows tolerated before halving"),
     // data
-    KEEL_FLAG("train-data-path", NO_MIN, NO_MAX, FT_STR, train_data_path, FK_RUN, nullptr, "training shards: path, glob or comma list (required)"),
-    KEEL_FLAG("valid-data-path", NO_MIN, NO_MAX, FT_STR, valid_data_path, FK_RUN, nullptr, "validation shards (needed for --eval-interval)"),
-    KEEL_FLAGN("data-path", NARGS_MANY, data_path, FK_RUN,
+    KEEL_FLAG(FG_DATA, "train-data-path", NO_MIN, NO_MAX, FT_STR, train_data_path, FK_RUN, nullptr, "training shards: path, glob or comma list (required)"),
+    KEEL_FLAG(FG_DATA, "valid-data-path", NO_MIN, NO_MAX, FT_STR, valid_data_path, FK_RUN, nullptr, "validation shards (needed for --eval-interval)"),
+    KEEL_FLAGN(FG_DATA, "data-path", NARGS_MANY, data_path, FK_RUN,
                "Megatron indexed data (.idx/.bin): PREFIX, or WEIGHT PREFIX pairs blended by weight; train and validation "
                "sequences carved by --split"),
-    KEEL_FLAG("split", NO_MIN, NO_MAX, FT_STR, split, FK_RUN, nullptr,
+    KEEL_FLAG(FG_DATA, "split", NO_MIN, NO_MAX, FT_STR, split, FK_RUN, nullptr,
               "--data-path's train, validation, test proportions of each prefix's sequences (Megatron's rounding)"),
-    KEEL_FLAG("data-impl", NO_MIN, NO_MAX, FT_STR, data_impl, FK_RUN, "mmap|infer|lazy|cached",
+    KEEL_FLAG(FG_DATA, "data-impl", NO_MIN, NO_MAX, FT_STR, data_impl, FK_RUN, "mmap|infer|lazy|cached",
               "Megatron indexed-dataset format; keel reads mmap (MMIDIDX) only, lazy/cached are refused"),
-    KEEL_FLAGN("train-weighted-split-paths", NARGS_MANY, train_weighted_split_paths, FK_RUN,
+    KEEL_FLAGN(FG_DATA, "train-weighted-split-paths", NARGS_MANY, train_weighted_split_paths, FK_RUN,
                "BigScience's training group \"NAME: WEIGHT START:END PREFIX, ...\" (blended by weight)"),
-    KEEL_FLAGN("valid-weighted-split-paths", NARGS_MANY, valid_weighted_split_paths, FK_RUN,
+    KEEL_FLAGN(FG_DATA, "valid-weighted-split-paths", NARGS_MANY, valid_weighted_split_paths, FK_RUN,
                "BigScience's validation group, same form (keel validates on one group)"),
-    KEEL_FLAG("train-weighted-split-paths-path", NO_MIN, NO_MAX, FT_STR, train_weighted_split_paths_path, FK_RUN, nullptr,
+    KEEL_FLAG(FG_DATA, "train-weighted-split-paths-path", NO_MIN, NO_MAX, FT_STR, train_weighted_split_paths_path, FK_RUN, nullptr,
               "a file holding the training group on one line, in double quotes"),
-    KEEL_FLAG("valid-weighted-split-paths-path", NO_MIN, NO_MAX, FT_STR, valid_weighted_split_paths_path, FK_RUN, nullptr,
+    KEEL_FLAG(FG_DATA, "valid-weighted-split-paths-path", NO_MIN, NO_MAX, FT_STR, valid_weighted_split_paths_path, FK_RUN, nullptr,
               "a file holding the validation group on one line, in double quotes"),
-    KEEL_FLAG("vocab-file", NO_MIN, NO_MAX, FT_STR, vocab_file, FK_RUN, nullptr, "GPT-2 encoder.json (text samples; --export-hf copies it as vocab.json)"),
-    KEEL_FLAG("merge-file", NO_MIN, NO_MAX, FT_STR, merge_file, FK_RUN, nullptr, "GPT-2 vocab.bpe merges (text samples; --export-hf copies it as merges.txt)"),
+    KEEL_FLAG(FG_DATA, "vocab-file", NO_MIN, NO_MAX, FT_STR, vocab_file, FK_RUN, nullptr, "GPT-2 encoder.json (text samples; --export-hf copies it as vocab.json)"),
+    KEEL_FLAG(FG_DATA, "merge-file", NO_MIN, NO_MAX, FT_STR, merge_file, FK_RUN, nullptr, "GPT-2 vocab.bpe merges (text samples; --export-hf copies it as merges.txt)"),
     // checkpoints
-    KEEL_FLAG("save", NO_MIN, NO_MAX, FT_STR, save, FK_RUN, nullptr, "checkpoint directory to write"),
-    KEEL_FLAG("save-interval", 0, NO_MAX, FT_INT, save_interval, FK_RUN, nullptr, "save every N iterations (and at the end); 0: only at the end"),
-    KEEL_FLAG("load", NO_MIN, NO_MAX, FT_STR, load, FK_RUN, nullptr, "checkpoint directory to resume from (latest iteration)"),
-    KEEL_FLAG("start-over", NO_MIN, NO_MAX, FT_BOOL, start_over, FK_RUN, nullptr,
+    KEEL_FLAG(FG_CKPT, "save", NO_MIN, NO_MAX, FT_STR, save, FK_RUN, nullptr, "checkpoint directory to write"),
+    KEEL_FLAG(FG_CKPT, "save-interval", 0, NO_MAX, FT_INT, save_interval, FK_RUN, nullptr, "save every N iterations (and at the end); 0: only at the end"),
+    KEEL_FLAG(FG_CKPT, "load", NO_MIN, NO_MAX, FT_STR, load, FK_RUN, nullptr, "checkpoint directory to resume from (latest iteration)"),
+    KEEL_FLAG(FG_CKPT, "start-over", NO_MIN, NO_MAX, FT_BOOL, start_over, FK_RUN, nullptr,
               "start a new run where --save, --metrics-file, --tensorboard-dir or an export holds an earlier run's files "
               "(refused without it): they are moved aside to previous_run_N names, never deleted"),
-    KEEL_FLAG("no-load-optim", NO_MIN, NO_MAX, FT_BOOL, no_load_optim, FK_RUN, nullptr,
+    KEEL_FLAG(FG_CKPT, "no-load-optim", NO_MIN, NO_MAX, FT_BOOL, no_load_optim, FK_RUN, nullptr,
               "on --load, start Adam (moments, step) and the loss scaler fresh (the optimizer-reset recipe)"),
-    KEEL_FLAG("no-load-rng", NO_MIN, NO_MAX, FT_BOOL, no_load_rng, FK_RUN, nullptr,
+    KEEL_FLAG(FG_CKPT, "no-load-rng", NO_MIN, NO_MAX, FT_BOOL, no_load_rng, FK_RUN, nullptr,
               "on --load, key dropout and sampling by --seed instead of the checkpoint's key"),
-    KEEL_FLAG("finetune", NO_MIN, NO_MAX, FT_BOOL, finetune, FK_RUN, nullptr,
+    KEEL_FLAG(FG_CKPT, "finetune", NO_MIN, NO_MAX, FT_BOOL, finetune, FK_RUN, nullptr,
               "on --load, take only the weights: iteration, counters, optimizer, schedule and RNG start fresh "
               "(a start from --load-hf or --load-llmc always does)"),
-    KEEL_FLAG("load-llmc", NO_MIN, NO_MAX, FT_STR, load_llmc, FK_RUN, nullptr, "initialise the weights from an llm.c GPT-2 model file"),
-    KEEL_FLAG("export-llmc", NO_MIN, NO_MAX, FT_STR, export_llmc, FK_RUN, nullptr, "write the final weights as an llm.c GPT-2 model file"),
-    KEEL_FLAG("load-hf", NO_MIN, NO_MAX, FT_STR, load_hf, FK_RUN, nullptr,
+    KEEL_FLAG(FG_CKPT, "load-llmc", NO_MIN, NO_MAX, FT_STR, load_llmc, FK_RUN, nullptr, "initialise the weights from an llm.c GPT-2 model file"),
+    KEEL_FLAG(FG_CKPT, "export-llmc", NO_MIN, NO_MAX, FT_STR, export_llmc, FK_RUN, nullptr, "write the final weights as an llm.c GPT-2 model file"),
+    KEEL_FLAG(FG_CKPT, "load-hf", NO_MIN, NO_MAX, FT_STR, load_hf, FK_RUN, nullptr,
               "initialise the weights from a Hugging Face GPT-2, BLOOM or OPT directory (model.safetensors + config.json); "
               "the architecture and shape flags are taken from its config.json"),
-    KEEL_FLAG("export-hf", NO_MIN, NO_MAX, FT_STR, export_hf, FK_RUN, nullptr,
+    KEEL_FLAG(FG_CKPT, "export-hf", NO_MIN, NO_MAX, FT_STR, export_hf, FK_RUN, nullptr,
               "write the final weights as a Hugging Face directory (model.safetensors, config.json, GPT-2 tokenizer) that "
               "transformers loads as GPT2LMHeadModel, BloomForCausalLM or OPTForCausalLM"),
-    KEEL_FLAG("export-dtype", NO_MIN, NO_MAX, FT_STR, export_dtype, FK_RUN, "fp32|bf16|fp16", "--export-hf: the weights' dtype"),
+    KEEL_FLAG(FG_CKPT, "export-dtype", NO_MIN, NO_MAX, FT_STR, export_dtype, FK_RUN, "fp32|bf16|fp16", "--export-hf: the weights' dtype"),
     // logging and evaluation
-    KEEL_FLAG("log-interval", 1, NO_MAX, FT_INT, log_interval, FK_RUN, nullptr, "print the log line every N iterations"),
-    KEEL_FLAG("eval-interval", 0, NO_MAX, FT_INT, eval_interval, FK_RUN, nullptr, "validate every N iterations (and at the end); 0: off"),
-    KEEL_FLAG("eval-iters", 1, NO_MAX, FT_INT, eval_iters, FK_RUN, nullptr, "validation batches per evaluation"),
-    KEEL_FLAG("sample-interval", 0, NO_MAX, FT_INT, sample_interval, FK_RUN, nullptr, "print a generated text sample every N iterations; 0: off"),
-    KEEL_FLAG("sample-length", 0, INT32_MAX, FT_INT, sample_length, FK_RUN, nullptr, "tokens per generated sample"),
-    KEEL_FLAG("metrics-file", NO_MIN, NO_MAX, FT_STR, metrics_file, FK_RUN, nullptr, "JSONL metrics, one object per iteration"),
-    KEEL_FLAG("tensorboard-dir", NO_MIN, NO_MAX, FT_STR, tensorboard_dir, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "log-interval", 1, NO_MAX, FT_INT, log_interval, FK_RUN, nullptr, "print the log line every N iterations"),
+    KEEL_FLAG(FG_LOG, "eval-interval", 0, NO_MAX, FT_INT, eval_interval, FK_RUN, nullptr, "validate every N iterations (and at the end); 0: off"),
+    KEEL_FLAG(FG_LOG, "eval-iters", 1, NO_MAX, FT_INT, eval_iters, FK_RUN, nullptr,
+              "global batches per evaluation; each evaluation reads the ones after the previous one's, wrapping around "
+              "the validation set (Megatron's persistent validation iterator)"),
+    KEEL_FLAG(FG_LOG, "eval-full-at-end", NO_MIN, NO_MAX, FT_BOOL, eval_full_at_end, FK_RUN, nullptr,
+              "after the last iteration (and under --eval-only), also the loss over the whole validation set "
+              "(every whole micro-batch once): val_loss_full in the metrics"),
+    KEEL_FLAG(FG_LOG, "sample-interval", 0, NO_MAX, FT_INT, sample_interval, FK_RUN, nullptr, "print a generated text sample every N iterations; 0: off"),
+    KEEL_FLAG(FG_LOG, "sample-length", 0, INT32_MAX, FT_INT, sample_length, FK_RUN, nullptr, "tokens per generated sample"),
+    KEEL_FLAG(FG_LOG, "metrics-file", NO_MIN, NO_MAX, FT_STR, metrics_file, FK_RUN, nullptr, "JSONL metrics, one object per iteration"),
+    KEEL_FLAG(FG_LOG, "tensorboard-dir", NO_MIN, NO_MAX, FT_STR, tensorboard_dir, FK_RUN, nullptr,
               "write TensorBoard event files here (Megatron tag names, with vs samples / vs tokens)"),
-    KEEL_FLAG("log-layer-norms-interval", 0, NO_MAX, FT_INT, log_layer_norms_interval, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "log-layer-norms-interval", 0, NO_MAX, FT_INT, log_layer_norms_interval, FK_RUN, nullptr,
               "every N iterations: per-layer gradient norm, weight norm and activation RMS into the metrics; 0: off"),
     // Megatron-DeepSpeed's run control and extra logging
-    KEEL_FLAG("exit-duration-in-mins", 0, NO_MAX, FT_INT, exit_duration_in_mins, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "exit-duration-in-mins", 0, NO_MAX, FT_INT, exit_duration_in_mins, FK_RUN, nullptr,
               "stop once the run's wall time (from the earliest rank's start) exceeds this many minutes, agreed over ranks "
               "after an iteration; save first (with --save); exit 0. 0: off"),
-    KEEL_FLAG("kill-switch-path", NO_MIN, NO_MAX, FT_STR, kill_switch_path, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "kill-switch-path", NO_MIN, NO_MAX, FT_STR, kill_switch_path, FK_RUN, nullptr,
               "BigScience's kill switch: if this file exists at start-up, exit at once; if it appears during training, "
               "save (with --save) before the next iteration and exit 0"),
-    KEEL_FLAG("eval-only", NO_MIN, NO_MAX, FT_STR, eval_only, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "eval-only", NO_MIN, NO_MAX, FT_STR, eval_only, FK_RUN, nullptr,
               "takes a value, as Megatron-DeepSpeed's type=bool (any non-empty value is true; 'false' is refused): load "
               "--load, evaluate --eval-iters batches of --valid-data-path, record the loss, exit; nothing trains or is saved"),
-    KEEL_FLAG("log-params-norm", NO_MIN, NO_MAX, FT_BOOL, log_params_norm, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "log-params-norm", NO_MIN, NO_MAX, FT_BOOL, log_params_norm, FK_RUN, nullptr,
               "the L2 norm of the fp32 master weights after each update (every parameter once) in the log line, the "
               "metrics (params_norm) and TensorBoard (params-norm)"),
-    KEEL_FLAG("log-num-zeros-in-grad", NO_MIN, NO_MAX, FT_BOOL, log_num_zeros_in_grad, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "log-num-zeros-in-grad", NO_MIN, NO_MAX, FT_BOOL, log_num_zeros_in_grad, FK_RUN, nullptr,
               "the count of exact zeros in the reduced gradient (every parameter once) in the log line and TensorBoard "
               "(num-zeros); the metrics file always has num_zeros"),
-    KEEL_FLAG("tensorboard-queue-size", 1, NO_MAX, FT_INT, tensorboard_queue_size, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "tensorboard-queue-size", 1, NO_MAX, FT_INT, tensorboard_queue_size, FK_RUN, nullptr,
               "accepted for Megatron-DeepSpeed scripts; keel's writer has no queue: it hands the events to the file at "
               "every log line"),
-    KEEL_FLAG("log-timers-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_timers_to_tensorboard, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "log-timers-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_timers_to_tensorboard, FK_RUN, nullptr,
               "TensorBoard: iteration-time/* at each log line and the forward-compute-time, backward-compute-time and "
               "optimizer-time of every iteration (seconds)"),
-    KEEL_FLAG("log-batch-size-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_batch_size_to_tensorboard, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "log-batch-size-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_batch_size_to_tensorboard, FK_RUN, nullptr,
               "TensorBoard: batch-size/batch-size and batch-size/batch-size vs samples"),
-    KEEL_FLAG("log-validation-ppl-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_validation_ppl_to_tensorboard, FK_RUN, nullptr,
+    KEEL_FLAG(FG_LOG, "log-validation-ppl-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_validation_ppl_to_tensorboard, FK_RUN, nullptr,
               "TensorBoard: lm-loss-validation/lm loss validation ppl (vs samples, vs tokens)"),
     // layout and the memory planner
-    KEEL_FLAG("tensor-model-parallel-size", 1, INT32_MAX, FT_INT, tensor_model_parallel_size, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "tensor-model-parallel-size", 1, INT32_MAX, FT_INT, tensor_model_parallel_size, FK_RUN, nullptr,
               "tensor-parallel ranks T (Megatron split: heads, MLP columns, vocabulary; launch TP x P x DP ranks)"),
-    KEEL_FLAG("check-replicated-params-interval", 0, NO_MAX, FT_INT, check_replicated_params_interval, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "check-replicated-params-interval", 0, NO_MAX, FT_INT, check_replicated_params_interval, FK_RUN, nullptr,
               "every N iterations compare a checksum of every replicated tensor (LayerNorms, row-parallel biases, positions) "
               "across tensor-parallel ranks; stop on a mismatch naming it; 0: off"),
-    KEEL_FLAG("sync-tp-duplicated-parameters", NO_MIN, NO_MAX, FT_BOOL, sync_tp_duplicated_parameters, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "sync-tp-duplicated-parameters", NO_MIN, NO_MAX, FT_BOOL, sync_tp_duplicated_parameters, FK_RUN, nullptr,
               "average the replicated tensors over the tensor-parallel ranks before every forward (the BLOOM band-aid, KNOBS 14.2)"),
-    KEEL_FLAG("pipeline-model-parallel-size", 1, INT32_MAX, FT_INT, pipeline_model_parallel_size, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "pipeline-model-parallel-size", 1, INT32_MAX, FT_INT, pipeline_model_parallel_size, FK_RUN, nullptr,
               "pipeline stages P: layers split over P ranks, 1F1B schedule (launch TP x P x DP ranks)"),
-    KEEL_FLAG("pp-partition-method", NO_MIN, NO_MAX, FT_STR, pp_partition_method, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "pp-partition-method", NO_MIN, NO_MAX, FT_STR, pp_partition_method, FK_RUN, nullptr,
               "DeepSpeed's layer split over pipeline stages: type:REGEX (BigScience: type:transformer) or uniform, over "
               "GPTModelPipe's layer list; unset: L/P layers per stage, earlier stages taking the rest (Megatron-DeepSpeed's "
               "default 'parameters' is refused)"),
-    KEEL_FLAG("data-parallel-size", 0, 65536, FT_INT, data_parallel_size, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "data-parallel-size", 0, 65536, FT_INT, data_parallel_size, FK_RUN, nullptr,
               "--dry-run: data-parallel ranks to plan for (0: the launched ranks / (T*P)); training takes the launched ranks"),
-    KEEL_FLAG("checkpoint-activations", NO_MIN, NO_MAX, FT_BOOL, checkpoint_activations, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "checkpoint-activations", NO_MIN, NO_MAX, FT_BOOL, checkpoint_activations, FK_RUN, nullptr,
               "recompute each layer's forward in backward: keep one layer's activations instead of L (same bits)"),
-    KEEL_FLAG("dry-run", NO_MIN, NO_MAX, FT_BOOL, dry_run, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "dry-run", NO_MIN, NO_MAX, FT_BOOL, dry_run, FK_RUN, nullptr,
               "print parameters, bytes/parameter and per-rank memory of the GPU layout, then exit (no data, no allocation)"),
-    KEEL_FLAG("gpu-memory-gb", NO_MIN, NO_MAX, FT_FLOAT, gpu_memory_gb, FK_RUN, nullptr,
+    KEEL_FLAG(FG_PARALLEL, "gpu-memory-gb", NO_MIN, NO_MAX, FT_FLOAT, gpu_memory_gb, FK_RUN, nullptr,
               "--dry-run: memory per GPU (GiB) for the fits / does-not-fit verdict (exit 0 / 1)"),
     // Megatron-DeepSpeed's launcher level (llmc/deepspeed.h; README "Coming from Megatron-DeepSpeed")
-    KEEL_FLAG("deepspeed", NO_MIN, NO_MAX, FT_BOOL, deepspeed, FK_RUN, nullptr,
+    KEEL_FLAG(FG_COMPAT, "deepspeed", NO_MIN, NO_MAX, FT_BOOL, deepspeed, FK_RUN, nullptr,
               "read --deepspeed_config: its fp16/bf16 and loss scaler, ZeRO stage, clipping, batch sizes and curriculum "
               "govern, as in Megatron-DeepSpeed"),
-    KEEL_FLAG("deepspeed_config", NO_MIN, NO_MAX, FT_STR, deepspeed_config, FK_RUN, nullptr,
+    KEEL_FLAG(FG_COMPAT, "deepspeed_config", NO_MIN, NO_MAX, FT_STR, deepspeed_config, FK_RUN, nullptr,
               "the DeepSpeed JSON (also --deepspeed-config); read only under --deepspeed"),
-    KEEL_FLAG("deepspeed-activation-checkpointing", NO_MIN, NO_MAX, FT_BOOL, deepspeed_activation_checkpointing, FK_RUN, nullptr,
+    KEEL_FLAG(FG_COMPAT, "deepspeed-activation-checkpointing", NO_MIN, NO_MAX, FT_BOOL, deepspeed_activation_checkpointing, FK_RUN, nullptr,
               "with --checkpoint-activations: the same recomputation (keel has one implementation)"),
-    KEEL_FLAG("partition-activations", NO_MIN, NO_MAX, FT_BOOL, partition_activations, FK_RUN, nullptr,
+    KEEL_FLAG(FG_COMPAT, "partition-activations", NO_MIN, NO_MAX, FT_BOOL, partition_activations, FK_RUN, nullptr,
               "accepted: keel keeps layer checkpoints whole on each tensor-parallel rank (said at start-up)"),
-    KEEL_FLAG("abort-on-unmet-fused-kernel-constraints", NO_MIN, NO_MAX, FT_BOOL, abort_on_unmet_fused_kernel_constraints, FK_RUN,
+    KEEL_FLAG(FG_COMPAT, "abort-on-unmet-fused-kernel-constraints", NO_MIN, NO_MAX, FT_BOOL, abort_on_unmet_fused_kernel_constraints, FK_RUN,
               nullptr, "accepted: keel has no silent unfused fallback (said at start-up)"),
-    KEEL_FLAG("no-masked-softmax-fusion", NO_MIN, NO_MAX, FT_BOOL, no_masked_softmax_fusion, FK_RUN, nullptr,
+    KEEL_FLAG(FG_COMPAT, "no-masked-softmax-fusion", NO_MIN, NO_MAX, FT_BOOL, no_masked_softmax_fusion, FK_RUN, nullptr,
               "accepted: keel's softmax values do not depend on fusion (said at start-up)"),
-    KEEL_FLAG("distributed-backend", NO_MIN, NO_MAX, FT_STR, distributed_backend, FK_RUN, "nccl|gloo",
+    KEEL_FLAG(FG_COMPAT, "distributed-backend", NO_MIN, NO_MAX, FT_STR, distributed_backend, FK_RUN, "nccl|gloo",
               "nccl: keel's own (NCCL on GPUs, MPI in the CPU trainer); gloo is refused"),
-    KEEL_FLAG("tokenizer-type", NO_MIN, NO_MAX, FT_STR, tokenizer_type, FK_RUN, "GPT2BPETokenizer|PretrainedFromHF",
+    KEEL_FLAG(FG_COMPAT, "tokenizer-type", NO_MIN, NO_MAX, FT_STR, tokenizer_type, FK_RUN, "GPT2BPETokenizer|PretrainedFromHF",
               "GPT2BPETokenizer (--vocab-file/--merge-file); PretrainedFromHF is refused with a reason"),
-    KEEL_FLAG("tokenizer-name-or-path", NO_MIN, NO_MAX, FT_STR, tokenizer_name_or_path, FK_RUN, nullptr,
+    KEEL_FLAG(FG_COMPAT, "tokenizer-name-or-path", NO_MIN, NO_MAX, FT_STR, tokenizer_name_or_path, FK_RUN, nullptr,
               "PretrainedFromHF's tokenizer: refused (keel's tokenizer is GPT-2 BPE)"),
-    KEEL_FLAG("num-workers", 0, NO_MAX, FT_INT, num_workers, FK_RUN, nullptr,
+    KEEL_FLAG(FG_COMPAT, "num-workers", 0, NO_MAX, FT_INT, num_workers, FK_RUN, nullptr,
               "accepted: keel's loader reads in the training process, the same batches (said at start-up)"),
-    KEEL_FLAG("valid-num-workers", 0, NO_MAX, FT_INT, valid_num_workers, FK_RUN, nullptr, "accepted, as --num-workers"),
-    KEEL_FLAG("codecarbon-dir", NO_MIN, NO_MAX, FT_STR, codecarbon_dir, FK_RUN, nullptr,
+    KEEL_FLAG(FG_COMPAT, "valid-num-workers", 0, NO_MAX, FT_INT, valid_num_workers, FK_RUN, nullptr, "accepted, as --num-workers"),
+    KEEL_FLAG(FG_COMPAT, "codecarbon-dir", NO_MIN, NO_MAX, FT_STR, codecarbon_dir, FK_RUN, nullptr,
               "accepted: keel does not measure energy, nothing is written there (said at start-up)"),
 };
 #undef KEEL_FLAG
@@ -612,21 +626,38 @@ static inline void flags_read_file(const char* path, std::vector<std::string>* o
     }
 }
 
+// -h: every flag once, under its topic (FlagGroup), with its default; generated from FLAGS.
 static inline void flags_usage(FILE* out, const char* program) {
     Config defaults;
-    fprintf(out, "usage: %s [flags] [@argsfile]   (Megatron-DeepSpeed flag names)\n\n", program);
-    for (int i = 0; i < NUM_FLAGS; i++) {
-        const Flag* f = &FLAGS[i];
-        std::string def = flag_value_string(&defaults, f);
-        const char* meta = f->nargs == NARGS_MANY ? " S [S ...]" : f->nargs == 3 ? " A B C"
-                         : f->type == FT_INT ? " N" : f->type == FT_FLOAT ? " X" : f->type == FT_STR ? " S" : "";
-        char head[80];
-        snprintf(head, sizeof head, "--%s%s", f->name, meta);
-        fprintf(out, "  %-36s %s", head, f->help);
-        if (f->choices) fprintf(out, " {%s}", f->choices);
-        if (f->type != FT_BOOL && !def.empty() && def != "nan") fprintf(out, " [%s]", def.c_str());
-        fprintf(out, "\n");
+    fprintf(out, "usage: %s [flags] [@argsfile]   (Megatron-DeepSpeed flag names)\n", program);
+    for (int g = 0; g < FG_COUNT; g++) {
+        fprintf(out, "\n%s:\n", FLAG_GROUP_TITLES[g]);
+        for (int i = 0; i < NUM_FLAGS; i++) {
+            const Flag* f = &FLAGS[i];
+            if (f->group != g) continue;
+            std::string def = flag_value_string(&defaults, f);
+            const char* meta = f->nargs == NARGS_MANY ? " S [S ...]" : f->nargs == 3 ? " A B C"
+                             : f->type == FT_INT ? " N" : f->type == FT_FLOAT ? " X" : f->type == FT_STR ? " S" : "";
+            char head[80];
+            snprintf(head, sizeof head, "--%s%s", f->name, meta);
+            fprintf(out, "  %-36s %s", head, f->help);
+            if (f->choices) fprintf(out, " {%s}", f->choices);
+            if (f->type != FT_BOOL && !def.empty() && def != "nan") fprintf(out, " [%s]", def.c_str());
+            fprintf(out, "\n");
+        }
     }
+}
+
+// No arguments at all: a short synopsis on stderr (the run exits 2, as for any incomplete command
+// line) instead of the first missing flag's error.
+static inline void flags_synopsis(FILE* out, const char* program) {
+    fprintf(out,
+            "usage: %s [flags] [@argsfile]   (Megatron-DeepSpeed flag names)\n"
+            "  required: --lr, the length (--train-iters or --train-samples) and the data (--train-data-path);\n"
+            "  the rest defaults to GPT-2 124M with Megatron's settings (--num-layers 12 --hidden-size 768 ...)\n"
+            "  example: %s @scripts/brown_cpu.args   (the `make run` demo; arguments from a file)\n"
+            "  every flag, by topic: %s -h\n",
+            program, program, program);
 }
 
 // Edit distance (insertions, deletions, substitutions) between two flag names, for "did you mean".
@@ -960,6 +991,8 @@ static inline void config_validate_data(const Config* c) {
     // an interval other than the default is a request, refused without data
     if (c->eval_interval > 0 && c->eval_interval != Config().eval_interval && !config_has_valid_data(c))
         keel_usage_error("--eval-interval needs --valid-data-path (or --data-path's --split, or --valid-weighted-split-paths)");
+    if (c->eval_full_at_end && !config_has_valid_data(c))
+        keel_usage_error("--eval-full-at-end evaluates the validation set: give --valid-data-path (or --data-path's --split, or --valid-weighted-split-paths)");
 }
 
 // The run-control flags of Megatron-DeepSpeed scripts (--eval-only, --kill-switch-path): what they
@@ -1055,13 +1088,26 @@ static inline void config_validate(Config* c, int world) {
     config_validate_run_control(c);
 }
 
+// A value for the start-up printout: what the run uses, where the flag's own value would mislead.
+// A float flag left unset (NaN: Megatron's None) says so, with the value that applies instead; the
+// precision flags name the arithmetic the run resolved to (no flag given: fp32 on the CPU).
+static inline std::string flags_effective_string(const Config* c, const Flag* f) {
+    if (f->type == FT_FLOAT && std::isnan(*flag_field<double>(c, f))) {
+        if (strcmp(f->name, "embed-dropout") == 0) return "unset (= --hidden-dropout: " + double_repr(c->hidden_dropout) + ")";
+        if (strcmp(f->name, "lr-warmup-fraction") == 0) return "unset (warmup from --lr-warmup-iters/--lr-warmup-samples)";
+        return "unset";
+    }
+    if (strcmp(f->name, "fp32") == 0 && !c->fp16 && !c->bf16 && !c->fp32) return "true (no --fp16/--bf16: fp32 arithmetic)";
+    return flag_value_string(c, f);
+}
+
 // Rank 0's start-up printout: every effective value, Megatron style.
 static inline void flags_print(const Config* c) {
     printf("------------------------ arguments ------------------------\n");
     for (int i = 0; i < NUM_FLAGS; i++) {
         std::string name = FLAGS[i].name;
         std::string dots(name.size() < 40 ? 40 - name.size() : 1, '.');
-        printf("  %s %s %s\n", name.c_str(), dots.c_str(), flag_value_string(c, &FLAGS[i]).c_str());
+        printf("  %s %s %s\n", name.c_str(), dots.c_str(), flags_effective_string(c, &FLAGS[i]).c_str());
     }
     printf("-------------------- end of arguments ---------------------\n");
 }

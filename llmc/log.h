@@ -128,7 +128,8 @@ static inline void logger_keep_through(const std::string& path, int64_t iteratio
 static inline void logger_close(Logger* lg) {
     if (lg->jsonl) fclose(lg->jsonl);
     lg->jsonl = nullptr;
-    tb_close(&lg->tb);
+    std::string path = lg->tb.path;
+    if (tb_close_discard_empty(&lg->tb)) printf("tensorboard: nothing was logged; removed the empty %s\n", path.c_str());
 }
 
 // JSON has no NaN/Inf: non-finite values are written as null (the `nan` field says why).
@@ -321,5 +322,25 @@ static inline void log_validation(Logger* lg, int64_t iteration, double loss, in
     }
     log_tb_three(lg, "lm-loss-validation/lm loss validation", loss, iteration, samples, tokens);
     if (lg->tb_validation_ppl) log_tb_three(lg, "lm-loss-validation/lm loss validation ppl", ppl, iteration, samples, tokens);
+    tb_flush(&lg->tb);
+}
+
+// --eval-full-at-end: the loss over the whole validation set (`samples` of T tokens), printed as the
+// validation line with its extent, recorded as val_loss_full / val_ppl_full and a TensorBoard tag of its own.
+static inline void log_validation_full(Logger* lg, int64_t iteration, double loss, int64_t samples, int64_t T, int64_t consumed_samples,
+                                       int64_t tokens) {
+    double ppl = std::exp(std::min(20.0, loss));
+    char buf[300];
+    int n = snprintf(buf, sizeof buf, " validation loss over the whole validation set (%lld samples, %lld tokens) at iteration %lld | "
+                     "lm loss value: %.6E | lm loss PPL: %.6E | ", (long long)samples, (long long)(samples * T), (long long)iteration, loss, ppl);
+    std::string dashes(n, '-');
+    printf("%s\n%s\n%s\n", dashes.c_str(), buf, dashes.c_str());
+    fflush(stdout);
+    if (lg->jsonl) {
+        fprintf(lg->jsonl, "{\"iteration\": %lld, \"val_loss_full\": %s, \"val_ppl_full\": %s, \"val_samples_full\": %lld}\n",
+                (long long)iteration, json_num(loss).c_str(), json_num(ppl).c_str(), (long long)samples);
+        fflush(lg->jsonl);
+    }
+    log_tb_three(lg, "lm-loss-validation/lm loss validation (whole set)", loss, iteration, consumed_samples, tokens);
     tb_flush(&lg->tb);
 }

@@ -354,6 +354,12 @@ template <typename F> struct GPT {
     acc_t<F>* loss_log;       // (loss_log_rows) micro-batch k at k·B·T
     size_t loss_log_rows;
     double classifier_dloss;  // the dloss of the last training forward's fused classifier (gpt_backward checks it)
+    // Optional timing of the LM head's backward, which the fused classifier runs inside gpt_forward:
+    // with a clock (ms, after waiting for the device) set, its time is added to head_backward_ms, so a
+    // caller timing the forward can move it to the backward (--log-timers-to-tensorboard).
+    double (*clock)(void* ctx) = nullptr;
+    void* clock_ctx = nullptr;
+    double head_backward_ms = 0;
     size_t head_rows;         // positions whose logits exist at once (gpt_head_rows): acts.logits holds that many rows
     size_t logits_row0;       // the position of acts.logits' first row after a forward without targets
     float* alibi;             // (NH) ALiBi slopes in device memory (the attention kernels read them), or null
@@ -877,8 +883,11 @@ template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n,
         gpt_tp_sum(m, stats, 2 * n);
         vocab_parallel_finish(losses, a->logits, stats, rowmax, targets, (acc_t<F>)dloss, (int)n, td.Vr, td.Vl);
     }
-    if (dloss != 0.0)
+    if (dloss != 0.0) {
+        double t0 = m->clock ? m->clock(m->clock_ctx) : 0;
         matmul_backward(m->dacts.ln + r0 * C, m->g[P_WTE], (acc_t<F>*)nullptr, a->logits, lnf, m->p[P_WTE], (int)n, C, td.Vl);
+        if (m->clock) m->head_backward_ms += m->clock(m->clock_ctx) - t0;
+    }
 }
 
 // Forward pass over tokens (B,T) with B·T within the allocated shape. With targets, computes the

@@ -8,15 +8,20 @@
 //   ≈2 (8-bit m, v + one fp32 absmax per block of each) — 18 (or ≈12) in all. ZeRO-1 divides the
 //   master weights and the optimizer state by DP.
 // Per rank: tensor-parallel tensors (the table's TP split) divide by T, replicated ones do not;
-//   pipeline stages are counted at ⌈L/P⌉ layers (the balanced split's largest), the first with the
-//   word and position embeddings, the last with the final LayerNorm and the tied word embedding's
-//   copy: the planner reports the larger of the two.
+//   every pipeline stage is counted with the layers the run gives it (keel's even split, or
+//   --pp-partition-method's), the first with the word and position embeddings, the last with the
+//   final LayerNorm and the tied word embedding's copy: the planner reports the stage with the most.
 // Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer
 //   Models", bf16, no sequence parallelism), per layer and micro-batch of b samples of s tokens:
 //     stored for backward:  s·b·h·(10 + 24/T + 5·a·s/(h·T)) bytes
 //     --checkpoint-activations: 2·s·b·h (the layer's input) per layer, plus one layer's full set
-//   while it is recomputed. The last stage adds the fp32 logits, 4·s·b·Vp/T. Under 1F1B the first
-//   stage holds min(P, M) micro-batches in flight (M micro-batches per iteration per DP rank).
+//   while it is recomputed. The last stage adds the fp32 logits, 4·s·b·Vp/T. Under 1F1B stage s
+//   holds min(P − s, M) micro-batches in flight (M micro-batches per iteration per DP rank).
+// Beside the model, every GPU process holds memory no buffer of keel's accounts for, which the
+// verdict reserves (PLAN_CUDA_CONTEXT_BYTES, PLAN_NCCL_BYTES_PER_COMM): the CUDA context with its
+// module images and the cuBLAS(Lt) handle, assumed 512 MiB (300-600 MiB on A100/H100 with CUDA 12),
+// and per NCCL communicator of more than one rank NCCL's default buffers, NCCL_BUFFSIZE 4 MiB per
+// channel and direction over up to 16 channels: 128 MiB.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -34,16 +39,30 @@ struct PlanLayout {
     int adam8bit_block = 256;
 };
 
+static const double PLAN_CUDA_CONTEXT_BYTES = 512.0 * 1024 * 1024;
+static const double PLAN_NCCL_BYTES_PER_COMM = 16 * 2 * 4.0 * 1024 * 1024;  // channels x directions x NCCL_BUFFSIZE
+
 struct Plan {
     int64_t params = 0, params_real = 0;  // with and without vocabulary padding
     double formula = 0;                   // n·(12h²+13h) + v·h + s·h + 2h with the real vocabulary
+    int stage = 0, stage_layers = 0;      // the busiest pipeline stage (most bytes) and its layers
     int64_t stage_params = 0;             // on the busiest (stage, TP rank)
     double b_weights = 0, b_grads = 0, b_master = 0, b_optim = 0;  // bytes on one rank
     double act_layer = 0;                     // one layer, one micro-batch, stored for backward
     double act_plain = 0, act_ckpt = 0;       // the first stage's activations without / with checkpointing
     double logits = 0, act = 0;               // the last stage's fp32 logits; the busiest stage's total
-    double total = 0;
+    double total = 0;                         // the busiest stage's model bytes (the estimate)
+    int nccl_comms = 0;                       // NCCL communicators of more than one rank a process holds
+    double reserve = 0;                       // CUDA context + NCCL buffers
 };
+
+// The communicators keel's trainer creates (train_gpt.cu trainer_init_groups) that span more than
+// one rank: the world, data-parallel (a group of its own when TP or PP split the world), pipeline,
+// tensor-parallel, model-parallel (TP x PP) and the tied embedding's (first and last stage).
+static inline int plan_nccl_comms(const PlanLayout* l) {
+    int world = l->tp * l->pp * l->dp;
+    return (world > 1) + (l->dp > 1 && (l->tp > 1 || l->pp > 1)) + (l->pp > 1) + (l->tp > 1) + (l->tp * l->pp > 1) + (l->pp > 1);
+}
 
 // Parameters one (stage, TP rank) holds: the table's tensors, layer tensors for `layers` layers,
 // split by T where the table says so.
@@ -70,28 +89,38 @@ static inline Plan plan_compute(const GPTConfig* g, const PlanLayout* l) {
     p.params_real = gpt_num_params_real(&pt, g);
     double h = g->channels, n = g->num_layers, v = g->vocab_size, s = g->max_seq_len, f = gpt_ffn(g);
     p.formula = n * (4 * h * h + 2 * h * f + 9 * h + f) + v * h + s * h + 2 * h;  // f = 4h: the logbooks' 12h^2 + 13h
-    int L = g->num_layers, per_stage = 0;
-    for (int st = 0; st < l->pp; st++) per_stage = std::max(per_stage, gpt_stage_layers_of(g, l->pp, st));  // the fullest stage
-    int64_t first = plan_stage_params(&pt, per_stage, L, true, l->pp == 1, l->tp);
-    int64_t last = plan_stage_params(&pt, per_stage, L, l->pp == 1, true, l->tp);
-    p.stage_params = std::max(first, last);
-    double N = (double)p.stage_params, shard = l->zero_stage == 1 ? l->dp : 1;
+    int L = g->num_layers;
+    double S = l->seq, b = (double)l->micro_batch, a = g->num_heads, T = l->tp;
+    p.act_layer = S * b * h * (10 + 24 / T + 5 * a * S / (h * T));
+    GPTConfig rank = *g;
+    rank.tp_size = (int)T;
+    p.logits = 4 * S * b * gpt_vocab_rows(&rank) / T;  // Megatron's padding at this TP
+    double shard = l->zero_stage == 1 ? l->dp : 1;
+    double per_param = 2 + 4 + 4 / shard + (l->adam8bit ? 2 + 8.0 / l->adam8bit_block : 8) / shard;
+    p.total = -1;
+    for (int st = 0; st < l->pp; st++) {  // each stage with its own layers (the run's split) and in-flight count
+        int layers = gpt_stage_layers_of(g, l->pp, st);
+        bool first = st == 0, last = st == l->pp - 1;
+        int64_t n = plan_stage_params(&pt, layers, L, first, l->pp == 1 || last, l->tp);
+        double in_flight = (double)std::min<int64_t>(l->pp - st, l->micro_batches);
+        double plain = p.act_layer * layers, ckpt = 2 * S * b * h * layers + p.act_layer;  // one micro-batch
+        double act = (l->checkpoint_activations ? ckpt : plain) * in_flight + (last ? p.logits : 0);
+        if (first) {
+            p.act_plain = plain * in_flight;
+            p.act_ckpt = ckpt * in_flight;
+        }
+        double total = per_param * (double)n + act;
+        if (total > p.total) {
+            p.total = total, p.act = act, p.stage = st, p.stage_layers = layers, p.stage_params = n;
+        }
+    }
+    double N = (double)p.stage_params;
     p.b_weights = 2 * N;
     p.b_grads = 4 * N;
     p.b_master = 4 * N / shard;
     p.b_optim = (l->adam8bit ? 2 + 8.0 / l->adam8bit_block : 8) * N / shard;
-    double S = l->seq, b = (double)l->micro_batch, a = g->num_heads, T = l->tp;
-    p.act_layer = S * b * h * (10 + 24 / T + 5 * a * S / (h * T));
-    double in_flight = (double)std::min<int64_t>(l->pp, l->micro_batches);
-    double plain = p.act_layer * per_stage, ckpt = 2 * S * b * h * per_stage + p.act_layer;  // one micro-batch
-    p.act_plain = plain * in_flight;
-    p.act_ckpt = ckpt * in_flight;
-    GPTConfig rank = *g;
-    rank.tp_size = (int)T;
-    p.logits = 4 * S * b * gpt_vocab_rows(&rank) / T;  // Megatron's padding at this TP
-    double mine = l->checkpoint_activations ? ckpt : plain;
-    p.act = l->pp == 1 ? mine + p.logits : std::max(mine * in_flight, mine + p.logits);  // first vs last stage
-    p.total = p.b_weights + p.b_grads + p.b_master + p.b_optim + p.act;
+    p.nccl_comms = plan_nccl_comms(l);
+    p.reserve = PLAN_CUDA_CONTEXT_BYTES + p.nccl_comms * PLAN_NCCL_BYTES_PER_COMM;
     return p;
 }
 
@@ -182,7 +211,7 @@ static inline PlanGpu plan_gpu_bytes(const Config* c, const GPTConfig* g, const 
     return best;
 }
 
-static inline void plan_gpu_print(FILE* out, const PlanGpu* p, const Config* c, double gpu_gb) {
+static inline void plan_gpu_print(FILE* out, const PlanGpu* p, const Config* c, double gpu_gb, double reserve) {
     const GPTDeviceBytes& m = p->model;
     auto mib = [](size_t b) { return b / 1048576.0; };
     fprintf(out, "keel's GPU trainer (train_gpt, %s, %s attention), exact, pipeline stage %d, tensor-parallel rank 0, largest shard:\n",
@@ -192,11 +221,53 @@ static inline void plan_gpu_print(FILE* out, const PlanGpu* p, const Config* c, 
     fprintf(out, "  activations %.2f MiB | layer gradient scratch %.2f MiB | loss log %.2f MiB | ops' scratch (attention, column sums, "
             "cuBLASLt workspace) %.2f MiB | other %.2f MiB\n", mib(m.activations), mib(m.grad_scratch), mib(m.loss_log), mib(m.op_scratch),
             mib(m.other + p->reductions));
-    fprintf(out, "gpu allocations: total %zu bytes = %s of %g GiB: %s\n", p->total, plan_gib((double)p->total).c_str(), gpu_gb,
-            p->total <= gpu_gb * 1024.0 * 1024 * 1024 ? "fits" : "does NOT fit");
+    double need = (double)p->total + reserve;
+    fprintf(out, "gpu allocations: total %zu bytes = %s + %s reserved = %s of %g GiB: %s\n", p->total, plan_gib((double)p->total).c_str(),
+            plan_gib(reserve).c_str(), plan_gib(need).c_str(), gpu_gb, need <= gpu_gb * 1024.0 * 1024 * 1024 ? "fits" : "does NOT fit");
 }
 
-// The table `--dry-run` prints; returns true if the per-rank total fits gpu_gb.
+// What would bring a layout that does not fit under `limit`: each change the run has not made yet,
+// planned again, listed with its per-rank total if it lowers it (one change at a time; "fits" where
+// that alone suffices). ZeRO-1 needs more than one data-parallel rank; twice the TP needs heads and
+// MLP width divisible by it; twice the PP needs a layer and 1F1B's micro-batches for every stage.
+static inline std::string plan_suggest(const GPTConfig* g, const PlanLayout* l, double limit) {
+    Plan now = plan_compute(g, l);
+    std::string out;
+    auto consider = [&](const std::string& change, PlanLayout m) {
+        Plan p = plan_compute(g, &m);
+        double need = p.total + p.reserve;
+        if (need >= now.total + now.reserve) return;
+        out += std::string(out.empty() ? "" : ", ") + change + " (" + plan_gib(need) + (need <= limit ? ": fits)" : ")");
+    };
+    PlanLayout m = *l;
+    if (!l->checkpoint_activations) { m = *l; m.checkpoint_activations = true; consider("--checkpoint-activations", m); }
+    if (l->zero_stage == 0 && l->dp > 1) { m = *l; m.zero_stage = 1; consider("--zero-stage 1", m); }
+    if (!l->adam8bit) { m = *l; m.adam8bit = true; consider("--optimizer adam8bit", m); }
+    if (l->micro_batch > 1) {
+        m = *l;
+        m.micro_batch = l->micro_batch / 2;
+        m.micro_batches = l->micro_batches * l->micro_batch / m.micro_batch;  // the same global batch
+        consider("--micro-batch-size " + std::to_string(m.micro_batch), m);
+    }
+    if (g->num_heads % (2 * l->tp) == 0 && gpt_ffn(g) % (2 * l->tp) == 0) {
+        m = *l; m.tp = 2 * l->tp; consider("--tensor-model-parallel-size x2", m);
+    }
+    if (2 * l->pp <= g->num_layers && l->micro_batches >= 2 * l->pp) {
+        GPTConfig even = *g;  // (a partition method's split is for P stages: twice P plans the even split)
+        even.pp_counts = nullptr;
+        m = *l;
+        m.pp = 2 * l->pp;
+        Plan p = plan_compute(&even, &m);
+        double need = p.total + p.reserve;
+        if (need < now.total + now.reserve)
+            out += std::string(out.empty() ? "" : ", ") + "--pipeline-model-parallel-size x2 (" + plan_gib(need) + (need <= limit ? ": fits)" : ")");
+    }
+    if (out.empty()) return "  nothing of checkpointing, ZeRO-1, 8-bit Adam, a smaller micro-batch or twice the TP/PP lowers it: a larger "
+                            "--gpu-memory-gb or a smaller model";
+    return "  would lower it, one at a time: " + out;
+}
+
+// The table `--dry-run` prints; returns true if the per-rank total with the reserve fits gpu_gb.
 static inline bool plan_print(FILE* out, const GPTConfig* g, const PlanLayout* l, const Plan* p, double gpu_gb) {
     fprintf(out, "dry run: L=%d h=%d heads=%d s=%d V=%d (padded %d) | TP=%d PP=%d DP=%d ZeRO-%d | micro-batch %lld x %lld per iteration%s\n",
             g->num_layers, g->channels, g->num_heads, l->seq, g->vocab_size, g->padded_vocab_size, l->tp, l->pp, l->dp,
@@ -219,9 +290,14 @@ static inline bool plan_print(FILE* out, const GPTConfig* g, const PlanLayout* l
             (long long)in_flight, in_flight == 1 ? "" : "es", plan_gib(p->act_plain).c_str(), plan_gib(p->act_ckpt).c_str());
     fprintf(out, "  logits (last stage, fp32): %s | activations counted (busiest stage): %s\n", plan_gib(p->logits).c_str(),
             plan_gib(p->act).c_str());
-    double limit = gpu_gb * 1024.0 * 1024 * 1024;
-    bool fits = p->total <= limit;
-    fprintf(out, "total per rank: %.0f bytes = %s of %g GiB (--gpu-memory-gb): %s\n", p->total, plan_gib(p->total).c_str(), gpu_gb,
-            fits ? "fits" : "does NOT fit (try --checkpoint-activations, more TP/PP, --zero-stage 1, --optimizer adam8bit)");
+    double limit = gpu_gb * 1024.0 * 1024 * 1024, need = p->total + p->reserve;
+    bool fits = need <= limit;
+    fprintf(out, "reserved per rank: CUDA context %s (assumed) + NCCL buffers %s (%d communicator%s x %s: 16 channels x 2 directions "
+            "x NCCL_BUFFSIZE 4 MiB)\n", plan_gib(PLAN_CUDA_CONTEXT_BYTES).c_str(), plan_gib(p->nccl_comms * PLAN_NCCL_BYTES_PER_COMM).c_str(),
+            p->nccl_comms, p->nccl_comms == 1 ? "" : "s", plan_gib(PLAN_NCCL_BYTES_PER_COMM).c_str());
+    fprintf(out, "total per rank: %.0f bytes = %s (pipeline stage %d, %d layers) + %s reserved = %s of %g GiB (--gpu-memory-gb): %s\n",
+            p->total, plan_gib(p->total).c_str(), p->stage, p->stage_layers, plan_gib(p->reserve).c_str(), plan_gib(need).c_str(), gpu_gb,
+            fits ? "fits" : "does NOT fit");
+    if (!fits) fprintf(out, "%s\n", plan_suggest(g, l, limit).c_str());
     return fits;
 }

@@ -137,8 +137,8 @@ static inline double lr_check_and_set(double cls, double ckpt, const char* name,
 static inline void lr_schedule_resume(LRSchedule* s, const LRSchedule* ckpt, const Config* c) {
     s->max_lr = lr_check_and_set(s->max_lr, ckpt->max_lr, "learning rate", c);
     s->min_lr = lr_check_and_set(s->min_lr, ckpt->min_lr, "minimum learning rate", c);
-    s->warmup_steps = lr_check_and_set(s->warmup_steps, ckpt->warmup_steps, "warmup iterations", c);
-    s->decay_steps = lr_check_and_set(s->decay_steps, ckpt->decay_steps, "total number of iterations", c);
+    s->warmup_steps = lr_check_and_set(s->warmup_steps, ckpt->warmup_steps, "warmup samples", c);
+    s->decay_steps = lr_check_and_set(s->decay_steps, ckpt->decay_steps, "decay samples (the schedule's length)", c);
     s->style = (int)lr_check_and_set((double)s->style, (double)ckpt->style, "decay style", c, true);
     s->num_steps = ckpt->num_steps;
     s->num_tokens = ckpt->num_tokens;

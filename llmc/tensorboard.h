@@ -31,7 +31,8 @@
 //   tb_flush   hands buffered records to the kernel, so a live TensorBoard sees them; TensorBoard
 //              tolerates a torn last record (it waits for the rest), so flushing per log interval
 //              rather than per record is safe.
-//   tb_close   flushes and closes; safe to call twice.
+//   tb_close   flushes and closes; safe to call twice. tb_close_discard_empty also removes a file
+//              that holds no event beside the version record (a run that logged nothing).
 // A writer that is not open (f == nullptr) ignores tb_scalar/tb_flush/tb_close, so a trainer keeps
 // one TbWriter and calls it unconditionally whether or not event files were requested. Write errors
 // after open are reported once on stderr and do not stop training: metrics are not worth a run.
@@ -52,6 +53,7 @@ struct TbWriter {
     FILE* f = nullptr;
     std::string path;
     bool write_failed = false;  // set at the first failed write, so the warning is printed once
+    int64_t scalars = 0;        // events written after the version record
 };
 
 // ---- CRC-32C ------------------------------------------------------------------------------------
@@ -146,6 +148,7 @@ static inline double tb_now() {
 
 static inline void tb_scalar(TbWriter* w, const char* tag, int64_t step, double value, double wall_time) {
     if (!w->f) return;
+    w->scalars++;
     std::string val, summary, event;
     tb_put_bytes(&val, 1, tag);
     tb_put_float(&val, 2, (float)value);
@@ -175,6 +178,15 @@ static inline void tb_close(TbWriter* w) {
     w->f = nullptr;
 }
 
+// Closes; a file with no scalar in it is removed (true then), so a run that logged nothing (a
+// finished run started again) leaves no empty event file beside the real ones.
+static inline bool tb_close_discard_empty(TbWriter* w) {
+    if (!w->f) return false;
+    bool empty = w->scalars == 0;
+    tb_close(w);
+    return empty && unlink(w->path.c_str()) == 0;
+}
+
 // ---- open ---------------------------------------------------------------------------------------
 
 // mkdir -p, but reporting instead of dying: a bad --tensorboard-dir is the caller's to judge.
@@ -193,6 +205,7 @@ static inline bool tb_open(TbWriter* w, const std::string& dir, std::string* err
     w->f = nullptr;
     w->path.clear();
     w->write_failed = false;
+    w->scalars = 0;
     if (dir.empty()) {
         if (err) *err = "tensorboard: empty directory name";
         return false;

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Renders a run's --metrics-file JSONL to one PNG of six panels, all against consumed tokens:
-#   training loss (skipped updates marked, spike-autopilot rollbacks as vertical lines) | validation loss
-#   grad norm (log y when every value is > 0)                                           | learning rate
-#   loss scale (log2 y; constant 1 without --fp16)                                      | skipped updates, running count
+# Renders a run's --metrics-file JSONL to one PNG, all panels against consumed tokens:
+#   loss: training and validation on the same axes (skipped updates marked, spike-autopilot rollbacks as
+#         vertical lines)                                                  | grad norm (log y when every value is > 0)
+#   learning rate                                                          | loss scale (log2 y), only when it
+#                                                                            is not constant 1 (an --fp16 run)
+#   skipped updates, running count: only when the run skipped an update or rolled back
+# A plain fp32 run gets three panels (loss, grad norm, learning rate), no empty ones.
 #
 #   bash scripts/plot.sh METRICS.jsonl [OUT_DIR]      OUT_DIR defaults to the JSONL's directory
 #
@@ -118,6 +121,12 @@ extract() {
       }
       for (i = 0; i < nval; i++) { it = vorder[i]; point("val", it, vtok[it], vloss[it]) }
       stats("loss", 0); stats("val", 0); stats("grad_norm", 1); stats("lr", 0); stats("loss_scale", 1)
+      # the loss panel holds both losses: one y range over both series
+      lo["losses"] = lo["loss"]; hi["losses"] = hi["loss"]
+      if (n["val"] && (!n["loss"] || lo["val"] < lo["losses"])) lo["losses"] = lo["val"]
+      if (n["val"] && (!n["loss"] || hi["val"] > hi["losses"])) hi["losses"] = hi["val"]
+      n["losses"] = n["loss"] + n["val"]; stats("losses", 0)
+      print "scale_moves", n["loss_scale"] && (lo["loss_scale"] != 1 || hi["loss_scale"] != 1)
       print "skipped", n["skipped"] + 0, 0, "*", 0; print "rollback", n["rollback"] + 0, "*", "*", 0
       print "skipped_with_loss", n["skipped"] - nullskip; print "train", ntrain + 0
       print "tokens_min", tmin; print "tokens_max", tmax
@@ -157,15 +166,16 @@ gp_script() {
   if [ "${N[rollback_loss]}" -gt 0 ]; then  # the loss that triggered it, on the loss panel
     rb_marks=", 'rollback.dat' using 2:(strcol(4) eq 'loss' ? \$5 : NaN) with points pt 9 ps 1.5 lc rgb 'red' notitle"
   fi
+  local panels=$(( 3 + N[scale_moves] + (N[skipped] > 0 || N[rollback] > 0) ))
   if [ "${N[skipped_with_loss]}" -gt 0 ]; then
     skipped_marks=", 'skipped.dat' using 2:3 with points pt 2 lc rgb 'black' title 'skipped update'"
   fi
   cat <<GP
 # Written by scripts/plot.sh; run from this directory: gnuplot plot.gp
-set terminal $1 size 1400,1200 noenhanced
+set terminal $1 size 1400,$(( (panels + 1) / 2 * 400 )) noenhanced
 set output $(gp_quote "$2")
 set datafile missing 'null'
-set multiplot layout 3,2 title $(gp_quote "$3")
+set multiplot layout $(( (panels + 1) / 2 )),2 title $(gp_quote "$3")
 set xlabel 'consumed tokens'
 set xrange [${TOK_MIN}:${TOK_MAX}]
 set format x '$(tokens_format)'
@@ -174,17 +184,22 @@ set grid
 set key bottom left
 GP
   printf '%s' "$arrows"
-  panel loss "training loss" "'loss.dat' using 2:3 with lines lc rgb 'blue' title 'lm loss'$skipped_marks$rb_marks$rb_key"
+  local val_line=""
+  [ "${N[val]}" -gt 0 ] && val_line=", 'val.dat' using 2:3 with linespoints pt 7 ps 0.8 lw 2 lc rgb 'dark-green' title 'validation loss'"
+  panel losses "loss" "'loss.dat' using 2:3 with lines lc rgb 'blue' title 'training loss'$val_line$skipped_marks$rb_marks$rb_key"
   echo "unset arrow"
-  panel val "validation loss" "'val.dat' using 2:3 with linespoints pt 7 ps 0.6 lc rgb 'dark-green' title 'val loss'"
   panel grad_norm "grad norm" "'grad_norm.dat' using 2:3 with lines lc rgb 'purple' notitle"
   panel lr "learning rate" "'lr.dat' using 2:3 with lines lc rgb 'orange' notitle"
-  panel loss_scale "loss scale" "'loss_scale.dat' using 2:3 with steps lc rgb 'brown' notitle"
-  printf '%s' "$arrows"
-  local count="'skipped.dat' using 2:(\$0 + 1)"  # the running count: line number + 1
-  echo "set key top left"
-  panel skipped "skipped updates: ${N[skipped]}, rollbacks: ${N[rollback]}" \
-    "$count with steps lc rgb 'black' notitle, $count with points pt 7 ps 0.6 lc rgb 'black' title 'skipped updates'$rb_key"
+  if [ "${N[scale_moves]}" -eq 1 ]; then
+    panel loss_scale "loss scale" "'loss_scale.dat' using 2:3 with steps lc rgb 'brown' notitle"
+  fi
+  if [ "${N[skipped]}" -gt 0 ] || [ "${N[rollback]}" -gt 0 ]; then
+    printf '%s' "$arrows"
+    local count="'skipped.dat' using 2:(\$0 + 1)"  # the running count: line number + 1
+    echo "set key top left"
+    panel skipped "skipped updates: ${N[skipped]}, rollbacks: ${N[rollback]}" \
+      "$count with steps lc rgb 'black' notitle, $count with points pt 7 ps 0.6 lc rgb 'black' title 'skipped updates'$rb_key"
+  fi
   echo "unset multiplot"
 }
 

@@ -5,6 +5,9 @@
 #   gnuplot-nox: scripts/plot.sh (a run's metrics JSONL to PNG)
 #   clang + libclang-rt-dev: the libFuzzer targets (make fuzz, test/test_fuzz_smoke.sh); checked by
 #     linking a trivial fuzz target, since clang without the runtime compiles but cannot link one
+# Another apt or dpkg process (a machine still finishing its first boot, unattended upgrades) holds
+# the dpkg lock: apt-get waits for it up to KEEL_APT_LOCK_TIMEOUT seconds (default 600) instead of
+# failing at once (apt's DPkg::Lock::Timeout).
 set -euo pipefail
 need=()
 command -v mpicxx >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
@@ -22,6 +25,9 @@ if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null 2>&1 || { echo "setup: need root or sudo to apt-get install ${need[*]}" >&2; exit 1; }
   SUDO=sudo
 fi
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+lock_timeout=${KEEL_APT_LOCK_TIMEOUT:-600}
+[[ "$lock_timeout" =~ ^[0-9]+$ ]] || { echo "setup: KEEL_APT_LOCK_TIMEOUT must be a number of seconds (got '$lock_timeout')" >&2; exit 1; }
+wait_lock=(-o "DPkg::Lock::Timeout=$lock_timeout")
+$SUDO apt-get "${wait_lock[@]}" update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get "${wait_lock[@]}" install -y -qq "${need[@]}" >/dev/null
 echo "setup: done"

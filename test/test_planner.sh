@@ -34,6 +34,35 @@ grep -qE '8-bit Adam state \(ZeRO-1 shard\) +0\.254 ' <<<"$out" && ok "8-bit sta
   || fail "8-bit state row: $(grep '8-bit' <<<"$out")"
 out=$($KEEL --dry-run "${B176[@]}")
 expect "176B parameters and formula" "$out" "parameters: 176247271424 (176247271424 with vocabulary padding); formula n(12h^2+13h)+vh+sh+2h = 176276602880"
+# ---- the verdict: the run's own partition, the reserve beside the model, suggestions that help
+# 104B: 30.30 GiB of model + 0.50 GiB CUDA context + 6 NCCL communicators x 128 MiB = 31.55 GiB
+expect "reserve: context + 6 communicators" "$($KEEL --dry-run "${B104[@]}" --gpu-memory-gb 32)" \
+  "reserved per rank: CUDA context 0.50 GiB (assumed) + NCCL buffers 0.75 GiB (6 communicators"
+$KEEL --dry-run "${B104[@]}" --gpu-memory-gb 31 >"$TMP/b104_31" ; rc=$?
+[ $rc -eq 1 ] && grep -q "30.30 GiB (pipeline stage 0, 1 layers) + 1.25 GiB reserved = 31.55 GiB of 31 GiB (--gpu-memory-gb): does NOT fit" "$TMP/b104_31" \
+  && ok "104B: the model alone fits 31 GiB, with the reserve it does not (exit 1)" || fail "104B at 31 GiB: exit $rc, $(grep '^total' "$TMP/b104_31")"
+out=$($KEEL --dry-run "${G124[@]}")
+expect "one process: the CUDA context only" "$out" "reserved per rank: CUDA context 0.50 GiB (assumed) + NCCL buffers 0.00 GiB (0 communicators"
+# BLOOM's layout (TP 4, PP 12, DP 8): --pp-partition-method counts the embeddings as layers, so the first
+# stage holds 5 transformer layers instead of 6, and both the estimate and the exact count drop
+BL=("${B176[@]}" --micro-batch-size 2 --global-batch-size 2048 --tensor-model-parallel-size 4 --pipeline-model-parallel-size 12
+    --data-parallel-size 8 --zero-stage 1 --checkpoint-activations --bf16)
+even=$($KEEL --dry-run "${BL[@]}"); part=$($KEEL --dry-run "${BL[@]}" --pp-partition-method 'type:transformer|embedding')
+est() { sed -nE 's/^total per rank: ([0-9]+) bytes.*/\1/p' <<<"$1"; }
+exact() { sed -nE 's/^gpu allocations: total ([0-9]+) bytes.*/\1/p' <<<"$1"; }
+grep -q "(pipeline stage 0, 6 layers)" <<<"$even" && grep -q "(pipeline stage 0, 5 layers)" <<<"$part" \
+  && [ "$(est "$part")" -lt "$(est "$even")" ] && [ "$(exact "$part")" -lt "$(exact "$even")" ] \
+  && ok "176B: the partition method's split in the estimate ($(est "$even") -> $(est "$part")) as in the exact count ($(exact "$even") -> $(exact "$part"))" \
+  || fail "176B partition: estimate $(est "$even") -> $(est "$part"), exact $(exact "$even") -> $(exact "$part")"
+out=$($KEEL --dry-run "${BL[@]}" --gpu-memory-gb 40); rc=$?
+hint=$(grep -A1 '^total per rank' <<<"$out" | tail -1)
+[ $rc -eq 1 ] && grep -q -- "--optimizer adam8bit" <<<"$hint" && grep -q -- "--micro-batch-size 1" <<<"$hint" \
+  && ! grep -q -- "--zero-stage 1\|--checkpoint-activations\|pipeline-model-parallel-size" <<<"$hint" \
+  && ok "176B at 40 GiB: suggests only what is off and lowers it:$hint" || fail "176B hint (exit $rc): $hint"
+hint=$($KEEL --dry-run "${B104[@]}" --zero-stage 0 --gpu-memory-gb 20 | grep -A1 '^total per rank' | tail -1)
+grep -q -- "--zero-stage 1 (" <<<"$hint" && ok "ZeRO-0 at DP 8: --zero-stage 1 suggested" || fail "ZeRO-0 hint: $hint"
+hint=$($KEEL --dry-run "${G124[@]}" --gpu-memory-gb 1 | grep -A1 '^total per rank' | tail -1)
+grep -q -- "--zero-stage" <<<"$hint" && fail "DP 1: --zero-stage suggested (it shards over nothing): $hint" || ok "DP 1: no ZeRO suggestion:$hint"
 expect_usage_error() { # name, expected message part, flags...
   local name=$1 msg=$2; shift 2
   local err; err=$($KEEL "$@" 2>&1 >/dev/null); local rc=$?

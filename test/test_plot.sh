@@ -11,6 +11,8 @@
 #     skipped update, a spike-autopilot skip and rollback, a validation logged again, iterations 3-4
 #     repeated, a torn write with the next record glued to it): exact tables;
 #     A single record (every series constant) plots without gnuplot warnings.
+#     One loss panel holds training and validation loss; a plain fp32 run (loss scale 1, nothing
+#     skipped) gets no loss-scale or skipped-updates panel, an --fp16 run with skips gets both.
 #  4. errors (one `error:` line, exit 1): missing file, empty file, no training records, no gnuplot,
 #     bad arguments.
 source "$(dirname "$0")/lib.sh"
@@ -57,6 +59,18 @@ done)
 same_table "validation (tokens of its iteration)" "$T/val.dat" "$want_val"
 same_table "skipped updates" "$T/skipped.dat" "$(grep '"skipped": 1,' "$M" | sed -E 's/^\{"iteration": ([0-9]+), .*"consumed_tokens": ([0-9]+), .*"lm_loss": ([^,]+),.*/\1 \2 \3/')"
 grep -q "skipped updates: $nskip, rollbacks: 0" "$T/plot.gp" && ok "panel title counts $nskip skipped" || fail "skipped count not in plot.gp"
+# one loss panel: training and validation on the same axes; the fp16 run's loss scale and skips get theirs
+grep -q "^plot 'loss.dat' using 2:3 .*'val.dat' using 2:3" "$T/plot.gp" && ! grep -q "^set title 'validation loss'" "$T/plot.gp" \
+  && ok "training and validation loss in one panel" || fail "loss panels: $(grep -E "^set title|^plot 'loss|^plot 'val" "$T/plot.gp")"
+grep -q "^set multiplot layout 3,2" "$T/plot.gp" && grep -q "^set title 'loss scale'" "$T/plot.gp" && ok "--fp16 run: 5 panels, loss scale among them" \
+  || fail "fp16 panels: $(grep -E '^set (title|multiplot)' "$T/plot.gp")"
+# a plain fp32 run (constant loss scale 1, nothing skipped): no empty loss-scale or skipped panels
+mkdir -p "$TMP/f32"
+$KEEL "${TINY[@]}" --train-iters 6 --metrics-file "$TMP/f32/m.jsonl" >"$TMP/f32.log" 2>&1 || fail "fp32 run"
+bash $PLOT "$TMP/f32/m.jsonl" >"$TMP/out" 2>"$TMP/err" && [ ! -s "$TMP/err" ] && is_png "$TMP/f32/m.png" || fail "plot.sh on the fp32 run: $(cat "$TMP/err")"
+G=$TMP/f32/m.plot/plot.gp
+[ "$(grep -c '^set title' "$G")" -eq 3 ] && grep -q "^set multiplot layout 2,2" "$G" && ! grep -q "^set title 'loss scale'\|^set title 'skipped" "$G" \
+  && ok "fp32 run: 3 panels (loss, grad norm, learning rate), no loss scale, no skipped updates" || fail "fp32 panels: $(grep -E '^set (title|multiplot)' "$G")"
 
 # a run with spike-autopilot rollbacks (a low z-score on a short window makes them happen)
 mkdir -p "$TMP/spike"

@@ -50,8 +50,25 @@ done < <(grep '"val_loss"' "$TMP/m.jsonl")
 line=$(grep '^{"iteration": 3, "consumed' "$TMP/m.jsonl")
 expect "layer-grad-norm/layer 01" 3 "$(grep -oE '"layer_grad_norm": \[[^]]*\]' <<<"$line" | sed -E 's/.*, ([^]]*)\]/\1/')"
 
+# the LM head's backward runs inside the fused classifier (during gpt_forward) but is backward time, as
+# Megatron's timers count it. TINY's head (C 32, V 50257) outweighs its layers: its backward is two
+# matmuls of the forward's one, so the backward takes about as long as the forward or longer (measured:
+# 0.8 x); counted into the forward, the head's backward made the forward about 10 times the backward.
+# The bound, forward < 2 x backward, leaves room for timing noise either way.
+sum_tag() { awk -F'\t' -v t="$1" '$3 == t { s += $2 } END { printf "%.6f", s }' "$TMP/scalars"; }
+fw=$(sum_tag forward-compute-time); bw=$(sum_tag backward-compute-time)
+awk -v f="$fw" -v b="$bw" 'BEGIN { exit !(f > 0 && f < 2 * b) }' && ok "the LM head's backward counts as backward: forward $fw s, backward $bw s" \
+  || fail "forward-compute $fw s, backward-compute $bw s: the head's backward counted as forward?"
+
 # without the flag no file; an unusable directory is refused before training
 (cd "$TMP" && "$OLDPWD/$KEEL" "${TINY[@]/#data/$OLDPWD/data}" --train-iters 3 >/dev/null 2>&1) && [ -z "$(find "$TMP" -name "events.out*" -newer "$TMP/scalars")" ] && ok "no flag, no event file" || fail "stray event file"
 touch "$TMP/not_a_dir"
 expect_fail 2 "tensorboard-dir" $KEEL "${TINY[@]}" --train-iters 3 --tensorboard-dir "$TMP/not_a_dir/tb"
+# a finished run started again trains nothing and logs nothing: no empty event file beside the real one
+$KEEL "${TINY[@]}" --train-iters 3 --save "$TMP/ck" --tensorboard-dir "$TMP/tb2" >"$TMP/r1.log" 2>&1 || fail "run for the rerun"
+$KEEL "${TINY[@]}" --train-iters 3 --load "$TMP/ck" --save "$TMP/ck" --tensorboard-dir "$TMP/tb2" >"$TMP/r2.log" 2>&1 || fail "rerun"
+n=$(find "$TMP/tb2" -name 'events.out.tfevents.*' | wc -l)
+grep -q "^nothing to train" "$TMP/r2.log" && [ "$n" -eq 1 ] && grep -q "tensorboard: nothing was logged; removed the empty" "$TMP/r2.log" \
+  && ok "a rerun that trains nothing leaves no empty event file (and says so)" || fail "rerun: $n event files; $(grep tensorboard "$TMP/r2.log")"
+
 finish
