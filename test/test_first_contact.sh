@@ -13,6 +13,10 @@
 source "$(dirname "$0")/lib.sh"
 K=$KEEL
 
+# Each make below runs as a user's would, at the top level: under `make test` the environment says
+# it is nested (MAKELEVEL, MAKEFLAGS), and a nested make prints no ✓/✗ lines.
+make() { env -u MAKELEVEL -u MAKEFLAGS -u MFLAGS -u KEEL_BANNER make "$@"; }
+
 # ---- 1. make help
 help=$(make --no-print-directory help 2>&1)
 for t in run test data clean bench fuzz test-cuda test-gpu test-sanitize test-crash help; do
