@@ -203,7 +203,7 @@ build/test_safetensors_asan: test/test_safetensors.cpp $(HEADERS)
 	@mkdir -p build
 	$(CXX) -O1 -g -fno-omit-frame-pointer $(KEEL_CXXFLAGS) -fsanitize=address,undefined -fno-sanitize-recover=all $< -o $@ $(LDLIBS)
 # The CUDA kernels (llmc/cuda) compiled by g++ against the CPU emulation of the CUDA execution
-# model (test/cuda_emu, ../shared/CUDA_EMULATION.md) and checked against the CPU ops.
+# model (test/cuda_emu) and checked against the CPU ops.
 EMU_HEADERS := $(wildcard test/cuda_emu/*.h) test/cuda_test.h test/attention_test.h
 EMU_FLAGS := -Itest/cuda_emu -DKEEL_CUDA_EMULATION
 CUDA_TEST_BINS := $(patsubst test/%.cpp,build/%,$(wildcard test/test_cuda_*.cpp))
@@ -343,7 +343,7 @@ bench: train_gpt_cpu build/fma_peak
 	@bash scripts/bench.sh
 
 # The GPU trainer's step profile without a GPU (the emulator's KEEL_EMU_PROFILE counts): launches,
-# tensor-core FLOPs against the model's, syncs, allocations and bytes per iteration (issue 21).
+# tensor-core FLOPs against the model's, syncs, allocations and bytes per iteration.
 # Registers, stack frame, spills and shared memory of every kernel for sm_80 and sm_90 (nvcc, no GPU);
 # fails when any kernel has a stack frame or spills (test_ptxas runs it).
 ptxas-report:

@@ -1,5 +1,5 @@
 // spike.h — the spike autopilot (--spike-policy off|skip|rollback): what the logbooks' on-call
-// engineer did at 3 a.m., done by the runtime (issue 10; seeds: the 104B restarts with
+// engineer did at 3 a.m., done by the runtime (seeds: the 104B restarts with
 // --skip-train-iteration-range, OPT's "roll back, skip the data, lower the LR").
 //
 // Detection. A rolling window of the last --spike-window APPLIED updates' loss and grad norm (the

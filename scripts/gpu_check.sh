@@ -138,7 +138,7 @@ run_lab() {
     echo "== $b"
     "$b" || bad=1
   done
-  # flash against the GEMM attention at the sequence lengths of GPT-2 and BLOOM (issue 22)
+  # flash against the GEMM attention at the sequence lengths of GPT-2 and BLOOM
   if [ -x build/lab/flash_attention ]; then
     echo "== build/lab/flash_attention -T 2048"
     build/lab/flash_attention -T 2048 || bad=1

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make gpu-profile`: the GPU trainer's step profile without a GPU (issue 21). build/train_gpt_emu
+# `make gpu-profile`: the GPU trainer's step profile without a GPU. build/train_gpt_emu
 # (train_gpt.cu under the CPU emulation of CUDA) runs a fixed small config with KEEL_EMU_PROFILE
 # (test/cuda_emu/emu_core.h: what the program asks of the GPU, counted at the CUDA API boundary) for
 # N and N+1 iterations; the difference of the two profiles is the steady-state cost of one iteration.
@@ -9,7 +9,7 @@
 #   attention  3·L·A·4·B·NH·T·T·hs = 12·L·A·B·T²·C   forward QKᵀ and att·V at full T×T (2·2·B·NH·T²·hs
 #                                              per layer and micro-batch), backward twice that
 # with tokens = A·B·T (A micro-batches per iteration, one process), Vp the padded vocabulary.
-# Verdicts on issue 21's targets: ≥ 97% of the model FLOPs on tensor cores; 0 allocations after the
+# Verdicts on the step's targets: ≥ 97% of the model FLOPs on tensor cores; 0 allocations after the
 # first iteration (the N+1 run against a 1-iteration run); host synchronisations per iteration the
 # same with 1 and with 2 micro-batches per iteration. A report, not a test: it exits 0 whatever the
 # verdicts, non-zero only if a run fails.

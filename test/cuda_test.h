@@ -70,7 +70,7 @@ static int cuda_test_finish() {
     return cuda_test_failures ? 1 : 0;
 }
 
-// ---- reduced-precision checks and negative controls (issue 21, item 7) ------------------------------
+// ---- reduced-precision checks and negative controls ------------------------------
 // A bf16/fp16 kernel is checked against the fp32 CPU op run on the same rounded inputs (lowp_rounded<T>
 // first, then both sides compute from exactly those values). The kernel then differs from the
 // reference by its one rounding of each stored value (bf16: at most 2^-8 relative, fp16 2^-11) plus

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bad input gets one clear error line and a non-zero exit (2 for the command line, 1 for bad
 # files): every malformed-flag class, contradictory flags, corrupt/truncated checkpoints, a changed
-# model shape, a changed LR schedule (AnnealingLR rule), bad shards and llm.c files. Issue 26: sizes
+# model shape, a changed LR schedule (AnnealingLR rule), bad shards and llm.c files. Sizes
 # whose products would overflow their types (each used to crash, hang, or wrap into a misleading
 # message), a directory or a negative token count as a shard, a sequence too long for the data
 # before any allocation, a model larger than the machine's memory refused before allocating, non-finite llm.c weights; a validation set too small for --eval-iters
@@ -104,7 +104,7 @@ expect_fail 2 "adam8bit-block-size must be <= 2048" $KEEL "${TINY[@]}" --train-i
 expect_fail 2 "adam8bit-percentile-clipping must be <= 100" $KEEL "${TINY[@]}" --train-iters 3 --optimizer adam8bit --adam8bit-percentile-clipping 101
 expect_fail 2 "adam8bit-percentile-clipping applies to --optimizer adam8bit" $KEEL "${TINY[@]}" --train-iters 3 --adam8bit-percentile-clipping 5
 expect_fail 2 "adam8bit-min-size must be >= 0" $KEEL "${TINY[@]}" --train-iters 3 --optimizer adam8bit --adam8bit-min-size -1
-# -- sizes (issue 26): every product of the flags fits its type, checked before allocation, the flag named
+# -- sizes: every product of the flags fits its type, checked before allocation, the flag named
 expect_fail 2 "--global-batch-size 8589934592: 4294967296 micro-batches of 2 samples per iteration .*, more than 65536" \
   $K "${TINY[@]}" --train-iters 4 --global-batch-size 8589934592  # (was SIGSEGV: (int) 2^32 accumulation steps = 0 slots)
 expect_fail 2 "--global-batch-size 2147483648: 1073741824 micro-batches" \
@@ -124,7 +124,7 @@ expect_fail 2 "--data-parallel-size must be <= 65536" $K --dry-run --data-parall
 expect_fail 2 "--tensor-model-parallel-size must be <= 2147483647" \
   $K "${TINY[@]}" --train-iters 4 --tensor-model-parallel-size 4294967296 --pipeline-model-parallel-size 4294967296  # (was SIGFPE: TP x PP wrapped to 0)
 expect_fail 2 "--hidden-size 2147483647: the parameter count overflows int64" $K --dry-run --hidden-size 2147483647 --num-attention-heads 1
-# -- data (issue 26)
+# -- data
 expect_fail 1 "shard 'data/brown/docs': is a directory" $K "${TINY[@]}" --train-iters 4 --train-data-path data/brown/docs
 python3 -c "import struct, sys; open(sys.argv[1], 'wb').write(struct.pack('<3i', 20240520, 1, -5) + bytes(1012 + 64))" "$TMP/neg.bin"
 expect_fail 1 "shard '$TMP/neg.bin': the header's token count is negative \(-5\)" $K "${TINY[@]}" --train-iters 4 --train-data-path "$TMP/neg.bin"
@@ -135,7 +135,7 @@ expect_fail 1 "this run needs [0-9.e+]+ GiB of host memory \(weights, gradients,
   $K "${TINY[@]}" --train-iters 4 --num-layers 100000 --hidden-size 100000 --num-attention-heads 10
 $K "${TINY[@]}" --train-iters 3 --eval-interval 0 --eval-iters 100000 >"$TMP/noval.log" 2>&1 \
   && ok "--eval-iters beyond the validation set with validation off: trains" || fail "validation off: $(grep error "$TMP/noval.log")"
-# -- llm.c weights that are not finite (issue 26: every update used to be skipped, exit 0)
+# -- llm.c weights that are not finite (every update used to be skipped, exit 0)
 cp "$TMP/ck.llmc" "$TMP/nan.llmc" && printf '\x00\x00\xc0\x7f' | dd of="$TMP/nan.llmc" bs=1 seek=$((1024 + 4 * 5)) conv=notrunc status=none
 expect_fail 1 "llm.c model file '$TMP/nan.llmc': tensor wte holds nan at element 5" $K "${TINY[@]}" --train-iters 4 --load-llmc "$TMP/nan.llmc"
 cp "$TMP/ck.llmc" "$TMP/inf.llmc" && printf '\x00\x00\x80\x7f' | dd of="$TMP/inf.llmc" bs=1 seek=$(($(stat -c %s "$TMP/ck.llmc") - 4)) conv=notrunc status=none

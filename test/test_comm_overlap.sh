@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Communication that hides behind compute (issue 23), on the emulated CUDA trainer with the emulated
+# Communication that hides behind compute, on the emulated CUDA trainer with the emulated
 # NCCL (2 ranks) — its step profile (KEEL_EMU_PROFILE) and event trace (KEEL_EMU_TRACE):
 #   1. data parallel, ZeRO-1, gradient buckets (--grad-bucket-mb 0.1: one bucket per layer here):
 #      - one steady-state iteration moves exactly the formula's NCCL bytes per rank: the gradients'

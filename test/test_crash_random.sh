@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_crash_random.sh — crash safety, measured (issue 26 part 4): the trainer, saving every
+# test_crash_random.sh — crash safety, measured: the trainer, saving every
 # iteration, is killed with SIGKILL at random instants and resumed with --load each time; every run
 # that then reaches the end must hold a final checkpoint (model.bin, optimizer.bin, state.txt)
 # byte-identical to an uninterrupted run's.

@@ -1,4 +1,4 @@
-// test_fast_kernels — the CPU speed work (issue 11) against its promises:
+// test_fast_kernels — the CPU speed work against its promises:
 //   - the gemm-backed matmul_forward/backward equal matmul_*_reference byte for byte, on GPT-2
 //     shapes and odd ones (edge tiles, K across slices), at 1, 2 and 3 threads. Any reordering of a
 //     sum — a changed tile, a split K, a different thread split — fails here. The Makefile also builds

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Makefile's GPU architecture choice (issue 21, item 3), read from `make -n` (nothing is built):
+# The Makefile's GPU architecture choice, read from `make -n` (nothing is built):
 # without a GPU the nvcc lines carry a fat binary for sm_80 and sm_90 plus compute_90 PTX; GPU_ARCH=90
 # gives sm_90 alone; a value nvcc cannot compile for (9.0, 70) stops make with a message naming it.
 # Skipped (passes, saying so) on a machine without nvcc, where train_gpt is not built at all.

@@ -12,7 +12,7 @@
 #   4. a run that stops at a usage error (exit() before any CUDA call) still writes its profile;
 #   5. data parallel on 2 ranks (mpirun, NCCL backend): FILE.0 and FILE.1, no FILE, NCCL calls and
 #      bytes > 0 on each, the per-collective table summing to the totals.
-# The issue 21 performance targets (tensor-core share, allocations, syncs per micro-batch) are
+# The step's performance targets (tensor-core share, allocations, syncs per micro-batch) are
 # `make gpu-profile`'s report, not asserted here.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU step's structure and memory, proven on the emulated CUDA trainer's profile
-# (KEEL_EMU_PROFILE, test/cuda_emu/emu_core.h) — issue 21's targets, asserted:
+# (KEEL_EMU_PROFILE, test/cuda_emu/emu_core.h) — the step's targets, asserted:
 #   1. --dry-run counts every byte the GPU trainer allocates: its "gpu allocations" total equals the
 #      bytes the emulated trainer asked cudaMalloc for (alloc_bytes, exactly), and the arena's peak
 #      within its 256-byte rounding per allocation — bf16, --fp32, --optimizer adam8bit,

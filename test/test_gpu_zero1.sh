@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ZeRO-1 with sharded fp32 master weights on the GPU (issue 23), on the emulated CUDA trainer and
+# ZeRO-1 with sharded fp32 master weights on the GPU, on the emulated CUDA trainer and
 # NCCL: under bf16 a rank keeps only its shard of the master weights, so every reader of the whole
 # fp32 master goes through trainer_whole_master / trainer_master_checksums. Each is held to ZeRO-0
 # (where every rank keeps the whole master) bit for bit, and the replica checks must still fire:

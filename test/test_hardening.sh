@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints under bad input (issue 26): no code path replaces or damages a checkpoint that exists.
+# Checkpoints under bad input: no code path replaces or damages a checkpoint that exists.
 # Each refusal is one error line and a non-zero exit at start-up (no iteration ran: the metrics file
 # holds no record), with the checkpoint directory exactly as it was (names, sizes, contents):
 #   1. --load X --save X where X/latest_checkpointed_iteration.txt exists but cannot be read (a

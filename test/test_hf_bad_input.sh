@@ -6,7 +6,7 @@
 #      file, malformed JSON, a duplicate name, offsets past the end, overlapping tensors, a gap, a
 #      byte count that is not dtype x shape, an unknown dtype, an integer dtype, a transposed shape,
 #      a missing tensor, an unexpected tensor, a stored lm_head that is not the embedding, a weight
-#      that is NaN (issue 26: it used to train with every update skipped, exit 0);
+#      that is NaN (it used to train with every update skipped, exit 0);
 #   2. the directory: no config.json, no model.safetensors (pytorch_model.bin only; sharded);
 #   3. config.json: malformed, another model_type, a LayerNorm eps keel does not use, GPT-2's
 #      inverse-layer scaling or another MLP width or activation, an untied head, post-LayerNorm OPT,

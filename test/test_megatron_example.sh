@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24's worked example: BigScience's 176B (BLOOM) Megatron-DeepSpeed argument block and
+# The worked example: BigScience's 176B (BLOOM) Megatron-DeepSpeed argument block and
 # DeepSpeed config at toy size (scripts/bigscience_176b_toy: args, ds_config.json, run.sh), pasted as
 # an @file and run under mpirun on 4 processes (TP 2 x PP 2) by the emulated CUDA trainer (the
 # config is bf16), on Megatron indexed data blended by weighted split paths. It must train to the

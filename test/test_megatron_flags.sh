@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24 (parser, DeepSpeed config, Megatron-DeepSpeed defaults): a Megatron-DeepSpeed argument
+# The parser, the DeepSpeed config and Megatron-DeepSpeed's defaults: a Megatron-DeepSpeed argument
 # block and its DeepSpeed JSON mean in keel what they meant there.
 #   1. Numbers with Python's digit underscores (126_953_125, 1_0e-3) parse; 1__0, _1, 1_ are refused.
 #   2. Every unknown flag is named in ONE error line (with "did you mean"); under mpirun -np 2 a flag

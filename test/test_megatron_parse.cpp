@@ -1,4 +1,4 @@
-// test_megatron_parse — the parser's pieces that need no training run (issue 24):
+// test_megatron_parse — the parser's pieces that need no training run:
 //   1. Python digit grouping: accepted and refused forms, against Python's rule written out here.
 //   2. The @file lexer on shell quoting cases, each against the words bash produces for the same text
 //      (checked with bash 5: eval "set -- $text"), except where keel means to differ: a newline

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 24, the model's shape from Megatron-DeepSpeed's flags:
+# The model's shape from Megatron-DeepSpeed's flags:
 #   1. --ffn-hidden-size (any MLP width): F = 3C = 96 at C = 32 trains; the checkpoint records
 #      model.ffn_hidden_size 96 and holds exactly the parameters of a 96-wide MLP (model.bin's size:
 #      a run still 4C wide fails it); resume is byte-identical to the straight run; TP=2 at

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 8-bit Adam under tensor parallelism (issue 24 item 5). Quantization blocks are the whole unit's,
+# 8-bit Adam under tensor parallelism. Quantization blocks are the whole unit's,
 # so a block can hold elements of both TP ranks (a row-parallel weight's rows split in two, block
 # 64 here) and of two ZeRO-1 shards; its scale is the max over them (llmc/optimizer.h split8).
 # Block 64 and --adam8bit-min-size 256 put every matrix and the word embedding (sliced by rows,

@@ -7,7 +7,7 @@
 // Variants:
 //   1 keel: keel_cuda::adamw_update. (No naive variant: one thread per element is already the simplest
 //           shape; candidates are 128-bit loads, writing the bf16 copy in the same pass, and one
-//           launch for every tensor — issue 21.)
+//           launch for every tensor.)
 // Memory-bound: GB/s counts p, g, m, v read and p, m, v written (28 bytes per parameter).
 // Check: the kernel spells the CPU's rounding (no FMA contraction), so the results should be equal;
 // the bound, 1e-6 relative, leaves room for a variant that contracts one multiply-add.

@@ -11,7 +11,7 @@
 //   1 keel:  keel_cuda::classifier_forward.
 // Memory-bound: GB/s is the figure.
 // Checks: the gradient element by element with a pure relative bound (floor 0: a gradient of a
-// probability of 2e-5 that is wrong by 2e-5 fails; issue 21 item 7), 2e-2 for bf16 values, on rows
+// probability of 2e-5 that is wrong by 2e-5 fails), 2e-2 for bf16 values, on rows
 // that include confident targets (the target's logit +12: p ≈ 0.99, where (p - 1) must be formed in
 // fp32 to keep its bits). Losses fp32, 1e-4 relative to |want| + rms: a confident row's loss, ~2e-4,
 // is log Σ - (l_t - max) with both terms O(1), so its fp32 error is absolute, not relative.

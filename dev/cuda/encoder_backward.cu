@@ -6,7 +6,7 @@
 // repeated token is what makes the word-embedding gradient a scatter with collisions.
 // Variants:
 //   0 naive: one thread per channel walks every position in order (C threads in all: keel's kernel
-//            before issue 21; latency-bound, B·T dependent steps).
+//            before the GPU step work; latency-bound, B·T dependent steps).
 //   1 keel:  keel_cuda::encoder_backward: one block per distinct token (the token groups of
 //            llmc/ops.h, built on the host as the model does), 4 channels a thread, the group's
 //            positions in ascending order.

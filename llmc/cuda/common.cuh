@@ -9,7 +9,7 @@
 //     KEEL_LAUNCH(kernel, grid, block, smem, stream)(args...);
 // is exactly `kernel<<<grid, block, smem, stream>>>(args...)` under nvcc. `<<< >>>` is not C++,
 // and keel's kernels also compile with g++ against the CPU emulation of the CUDA execution model
-// (test/cuda_emu, ../shared/CUDA_EMULATION.md), which defines KEEL_LAUNCH as a call of its
+// (test/cuda_emu; README "Testing CUDA code without a GPU"), which defines KEEL_LAUNCH as a call of its
 // launcher before this file is read. A macro rather than a preprocessing step: the GPU build stays
 // plain CUDA, and what a reader sees is what both compilers compile. Kernel names passed to it have
 // at most one template argument (a comma would split the macro argument).

@@ -1,5 +1,5 @@
 // emu_core.h — the CUDA execution model on the CPU, so keel's llmc/cuda kernels run under g++ in CI
-// (../shared/CUDA_EMULATION.md). Test-only: nothing here is ever compiled into the GPU build.
+// (README "Testing CUDA code without a GPU"). Test-only: nothing here is ever compiled into the GPU build.
 //
 // What is emulated, and how:
 //   - a launch runs the grid's blocks one after another on the calling OS thread;
