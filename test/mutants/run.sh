@@ -37,9 +37,9 @@ for p in "${patches[@]}"; do
     broken=$((broken+1))
     continue
   fi
-  bins=()
-  for t in $tests; do [ -f "test/$t.cpp" ] && bins+=("build/$t"); done
-  if ! make -C "$scratch/tree" --no-print-directory NO_CUDA=1 train_gpt_cpu $extra "${bins[@]}" >"$logs/$name.build" 2>&1; then
+  bins=()  # what the named tests run: a unit test its binary, a scripted test ./train_gpt_cpu
+  for t in $tests; do if [ -f "test/$t.cpp" ]; then bins+=("build/$t"); else bins+=(train_gpt_cpu); fi; done
+  if ! make -C "$scratch/tree" --no-print-directory NO_CUDA=1 $extra $(printf '%s\n' "${bins[@]}" | sort -u) >"$logs/$name.build" 2>&1; then
     # a defect the compiler rejects would be caught by any build; it is not a test of the suite
     echo "NOBUILD  $name: the planted defect does not compile (log $logs/$name.build)"
     broken=$((broken+1))
