@@ -13,7 +13,7 @@
 // optimizer's own parameters and state, so every step is compared with a tight tolerance: the
 // parameters to 3 ulp + lr·1e-6, the fp32 moments to 1e-6 relative, the block scales to 1e-6, every
 // code one the rule allows for a moment within 1e-5 of the reference's. A bias correction off by one
-// step (β^(t+1)) moves the first step by 27% of lr.
+// step (β^(t+1)) moves the first step by 27% of lr. Also ZeRO-1's shard boundary rule, on hand-made units.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -155,9 +155,29 @@ static void run(const char* optimizer) {
     gpt_free(&model);
 }
 
+// ZeRO-1's shard boundaries (optimizer_shards): r·P/dp moved down to a GRAD_CHUNK boundary counted from
+// the start of the unit it falls in (so a shard's chunks are the one-process norm's chunks). Units of
+// 1000, 5·G and 10 elements (G = GRAD_CHUNK), dp = 2: P/2 = 505 + 2.5·G lies 2.5·G - 495 into the second
+// unit, so the boundary is 1000 + 2·G (a multiple of G in the flat buffer would be 2·G).
+static void shards() {
+    const int64_t G = GRAD_CHUNK, sizes[3] = {1000, 5 * G, 10};
+    std::vector<OptUnit> units(3);
+    int64_t total = 0;
+    for (int i = 0; i < 3; i++) {
+        units[i].offset_canonical = total;
+        units[i].numel = sizes[i];
+        total += sizes[i];
+    }
+    std::vector<int64_t> lo = optimizer_shards(units, total, 2);
+    CHECK(lo.size() == 3 && lo[0] == 0 && lo[1] == 1000 + 2 * G && lo[2] == total, "shards at dp 2: %lld %lld %lld, want 0 %lld %lld",
+          (long long)lo[0], (long long)lo[1], (long long)lo[2], (long long)(1000 + 2 * G), (long long)total);
+    if (lo.size() == 3 && lo[1] == 1000 + 2 * G) printf("ok: ZeRO-1 shard boundary on a unit-relative GRAD_CHUNK boundary\n");
+}
+
 int main() {
     run("adam");
     run("adam8bit");
+    shards();
     if (fails) {
         printf("FAIL (%d)\n", fails);
         return 1;

@@ -125,6 +125,23 @@ static void test_layernorm(int N, int C) {
     check_true("layernorm_backward twice: same bytes" + sz, same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 0), got));
     check_true("layernorm_backward misaligned (scalar path): same bytes" + sz,
                same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 1), got));
+
+    // Rows whose variance is of the order of eps (the rows above: ~4, where eps moves rstd by 1e-6):
+    // the CPU rstd against 1/sqrt(var + eps) in double, the CUDA op against the CPU op.
+    std::vector<float> xs(x), ys(NC), means(N), rstds(N), rstd_want(N);  // (N,C) x2 (N) x3
+    for (float& v : xs) v *= 3e-3f;  // variance ~3.6e-5
+    layernorm_forward(ys.data(), means.data(), rstds.data(), xs.data(), w.data(), b.data(), N, C);
+    for (int n = 0; n < N; n++) {
+        double m = 0, var = 0;
+        for (int c = 0; c < C; c++) m += xs[(size_t)n * C + c];
+        m /= C;
+        for (int c = 0; c < C; c++) var += (xs[(size_t)n * C + c] - m) * (xs[(size_t)n * C + c] - m);
+        rstd_want[n] = (float)(1.0 / std::sqrt(var / C + LAYERNORM_EPS));
+    }
+    check_close("layernorm_forward rstd = 1/sqrt(var + eps), variance ~ eps (CPU)" + sz, rstds, rstd_want, 1e-5, 0);
+    LNForward gs = gpu_layernorm_forward<float>(xs, w, b, N, C, 0);
+    check_close("layernorm_forward out, variance ~ eps" + sz, gs.y, ys, 1e-5, 1e-5);
+    check_close("layernorm_forward rstd, variance ~ eps" + sz, gs.rstd, rstds, 1e-5, 1e-6);
 }
 
 // The token groups of ids (llmc/ops.h) on the device, as the model uploads them with the inputs.

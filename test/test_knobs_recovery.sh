@@ -194,6 +194,10 @@ run fB --train-iters 6 "${FP[@]}" --load "$TMP/fck_B" --exit-interval 5 --no-loa
 check "fp16 --no-load-optim: loss scale at 4,5 = a fresh run's at 1,2" \
   eq "$(get "$TMP/fB.jsonl" 4 loss_scale) $(get "$TMP/fB.jsonl" 5 loss_scale)" "$(get "$TMP/fb.jsonl" 1 loss_scale) $(get "$TMP/fb.jsonl" 2 loss_scale)"
 check "fp16 plain resume: loss scale at 4 is the continued one (differs)" ne "$(get "$TMP/fA.jsonl" 4 loss_scale)" "$(get "$TMP/fB.jsonl" 4 loss_scale)"
+# growth every 2 clean steps from 1024: 1024 2048 2048 4096 4096 straight, so a resume at 3 that lost
+# the growth tracker (1 after iteration 3) grows one step late: 2048 at 4
+check "fp16 plain resume: loss scale at 4,5 = the straight run's (the growth tracker restored)" \
+  eq "$(get "$TMP/fA.jsonl" 4 loss_scale) $(get "$TMP/fA.jsonl" 5 loss_scale)" "4096 4096"
 check "fp16 --no-load-optim: iteration 4 loss = plain resume's" eq "$(get "$TMP/fB.jsonl" 4 lm_loss)" "$(get "$TMP/fA.jsonl" 4 lm_loss)"
 
 # --------------------------------------------------------------------------------------------------

@@ -8,6 +8,9 @@
 # A patch is a `git diff` with two header lines before it:
 #   # what the defect is
 #   # must fail: test_a test_b       (test/NAME.sh, or test/NAME.cpp built as build/NAME)
+# and, where a scripted test needs more than ./train_gpt_cpu, an optional third line naming the make
+# targets it runs (without them the test would fail for the wrong reason: a missing binary):
+#   # build: megatron_data batch_lookup
 cd "$(dirname "$0")/../.."
 repo=$PWD
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -28,14 +31,15 @@ for p in "${patches[@]}"; do
   [ -f "$p" ] || { echo "MISSING  $name"; broken=$((broken+1)); continue; }
   what=$(sed -n '1s/^# //p' "$p")
   tests=$(sed -n 's/^# must fail: //p' "$p")
+  extra=$(sed -n '3s/^# build: //p' "$p")
   if ! (cd "$scratch/tree" && git apply "$repo/$p") 2>"$logs/$name.apply"; then
     echo "STALE    $name: the patch no longer applies ($(head -1 "$logs/$name.apply"))"
     broken=$((broken+1))
     continue
   fi
-  bins=()
-  for t in $tests; do [ -f "test/$t.cpp" ] && bins+=("build/$t"); done
-  if ! make -C "$scratch/tree" --no-print-directory NO_CUDA=1 train_gpt_cpu "${bins[@]}" >"$logs/$name.build" 2>&1; then
+  bins=()  # what the named tests run: a unit test its binary, a scripted test ./train_gpt_cpu
+  for t in $tests; do if [ -f "test/$t.cpp" ]; then bins+=("build/$t"); else bins+=(train_gpt_cpu); fi; done
+  if ! make -C "$scratch/tree" --no-print-directory NO_CUDA=1 $extra $(printf '%s\n' "${bins[@]}" | sort -u) >"$logs/$name.build" 2>&1; then
     # a defect the compiler rejects would be caught by any build; it is not a test of the suite
     echo "NOBUILD  $name: the planted defect does not compile (log $logs/$name.build)"
     broken=$((broken+1))
