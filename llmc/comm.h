@@ -1,4 +1,4 @@
-// comm.h — the communication interface between ranks (DESIGN §5): all-reduce, reduce-scatter,
+// comm.h — the communication interface between ranks (docs/internals.md#parallelism): all-reduce, reduce-scatter,
 // all-gather, broadcast, send/recv, barrier, over the world or over a process group. Three backends:
 //   - single process (no MPI in the build, or not launched by mpirun): every collective is a copy;
 //   - MPI (CPU trainer, KEEL_MPI): host buffers;
@@ -23,7 +23,7 @@
 // comm_allgather_shards, which take the memory the op set computes in: device under KEEL_NCCL,
 // host otherwise.
 //
-// Determinism (DESIGN §4): floating-point sums across ranks are never left to the library's
+// Determinism (docs/internals.md#determinism): floating-point sums across ranks are never left to the library's
 // algorithm choice. comm_reduce_scatter_sum_f32 moves every rank's slice to the slice's owner and
 // the owner adds them in rank order 0, 1, ..., N-1; comm_allreduce_sum_f32 is that reduce-scatter
 // followed by an all-gather; small reductions (norm partials, losses) are all-gathered and added in

@@ -1,4 +1,4 @@
-// data.h — token shards, the sample index and the deterministic sampler (DESIGN §7).
+// data.h — token shards, the sample index and the deterministic sampler (docs/internals.md#data).
 //
 // Shard format (llm.c's, so llm.c / FineWeb shards work unchanged):
 //   header: 256 × int32 — [0] magic 20240520, [1] version 1, [2] number of tokens; rest zero

@@ -1,9 +1,9 @@
 // planner.h — `--dry-run`: the size and memory of a run, computed from the flags before any
-// allocation, for the GPU layout keel targets (DESIGN §3, §5). What the BigScience logbooks did on
+// allocation, for the GPU layout keel targets (docs/internals.md#precision, #parallelism). What the BigScience logbooks did on
 // paper (seed 001: "18 bytes per parameter … plus activations") as a table with a verdict.
 // Parameters: counted from the parameter table itself (model.h), so every knob's tensors are
 // included, and printed beside the logbooks' formula n·(12h²+13h) + v·h + s·h + 2h.
-// Bytes per parameter (bf16 mixed precision, DESIGN §3):
+// Bytes per parameter (bf16 mixed precision, docs/internals.md#precision):
 //   bf16 weights 2 · fp32 gradients 4 · fp32 master weights 4 · optimizer state 8 (Adam m, v) or
 //   ≈2 (8-bit m, v + one fp32 absmax per block of each) — 18 (or ≈12) in all. ZeRO-1 divides the
 //   master weights and the optimizer state by DP.

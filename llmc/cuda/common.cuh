@@ -3,13 +3,13 @@
 // grid-wide fence and the fixed-order warp/block reductions.
 //
 // The op set lives in namespace keel_cuda, so a test can hold it beside the CPU op set (same names,
-// same signatures: STYLE 1-2); llmc/backend.h brings it into scope for the CUDA trainer.
+// same signatures as llmc/cpu); llmc/backend.h brings it into scope for the CUDA trainer.
 //
 // Launch convention (one macro, used for every launch):
 //     KEEL_LAUNCH(kernel, grid, block, smem, stream)(args...);
 // is exactly `kernel<<<grid, block, smem, stream>>>(args...)` under nvcc. `<<< >>>` is not C++,
 // and keel's kernels also compile with g++ against the CPU emulation of the CUDA execution model
-// (test/cuda_emu; README "Testing CUDA code without a GPU"), which defines KEEL_LAUNCH as a call of its
+// (test/cuda_emu; docs/gpu.md and docs/emulator.md), which defines KEEL_LAUNCH as a call of its
 // launcher before this file is read. A macro rather than a preprocessing step: the GPU build stays
 // plain CUDA, and what a reader sees is what both compilers compile. Kernel names passed to it have
 // at most one template argument (a comma would split the macro argument).
@@ -150,7 +150,7 @@ static inline void* scratch_reserve(DeviceScratch* s, size_t bytes) {
 // Kernels are templated on the storage type F of activations and weights (float under --fp32,
 // __nv_bfloat16 under --bf16, __half under --fp16); arithmetic is always fp32: load with to_f32,
 // store with from_f32 (round to nearest even). Statistics, losses and parameter gradients are fp32
-// buffers whatever F (DESIGN §3).
+// buffers whatever F (docs/internals.md#precision).
 __device__ __host__ inline float to_f32(float x) { return x; }
 __device__ __host__ inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __host__ inline float to_f32(__half x) { return __half2float(x); }
@@ -221,7 +221,7 @@ __device__ inline void grid_fence() {
 
 // ---- fixed-order reductions ----------------------------------------------------------------------
 // Butterfly over the 32 lanes: every lane ends with the same sum, added in the same tree whatever
-// the data, so the result is a function of the inputs alone (DESIGN §4: no float atomics).
+// the data, so the result is a function of the inputs alone (docs/internals.md#determinism: no float atomics).
 template <typename T> __device__ inline T warp_sum(T v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;
