@@ -487,7 +487,6 @@ static void trainer_fill_record(const Trainer<A>* tr, IterationRecord* rec, int6
     const Config* c = &tr->cfg;
     const TrainState* st = &tr->st;
     const StepResult& r = *rp;
-    int dp = tr->comm.size;
     rec->iteration = it;
     rec->consumed_samples = st->consumed_samples;
     rec->consumed_tokens = st->consumed_tokens;
@@ -503,7 +502,10 @@ static void trainer_fill_record(const Trainer<A>* tr, IterationRecord* rec, int6
     rec->skipped = r.skipped;
     rec->nan = r.nonfinite;
     rec->samples_per_second = gbs / (ms / 1000.0);
-    rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, dp);
+    // per GPU as Megatron-DeepSpeed estimates it: over every rank of TP x PP x DP, and 4 passes
+    // (forward, recomputed forward, backward = 2) per layer under activation checkpointing
+    rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, c->checkpoint_activations,
+                             ms / 1000.0, tr->world.size);
     rec->layers = nullptr;
     rec->params_norm = NAN;
     rec->forward_s = rec->backward_s = rec->optimizer_s = -1;
