@@ -12,6 +12,7 @@
 #   make fuzz       build the libFuzzer targets (test/fuzz) and fuzz each for FUZZ_SECONDS (default 60)
 #   make test-sanitize  the CPU trainer and unit tests under ASan + UBSan on a representative set (test/sanitize.sh)
 #   make test-crash     SIGKILL at KILLS random instants (default 200), every resume byte-identical
+#   make test-crash-mpi SIGSTOP/SIGKILL of a random rank of 4 at KILLS instants (default 50): the job ends, resumes byte-identical
 #   make test-mutants   plant each defect of test/mutants/*.patch in a scratch copy: the tests it names must fail
 #   make clean      remove the binaries and build/
 # Overrides: make NO_CUDA=1 (skip the CUDA trainer), make NO_MPI=1 (build without MPI).
@@ -142,7 +143,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all help run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-extra test-mutants
+.PHONY: all help run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-extra test-mutants
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -263,6 +264,12 @@ test-crash: setup
 	@$(MAKE) --no-print-directory KEEL_BANNER=1 train_gpt_cpu
 	@$(MAKE) --no-print-directory data
 	@KEEL_CRASH_KILLS=$(KILLS) bash test/test_crash_random.sh
+
+# A dead or wedged rank under mpirun (test/test_rank_faults.sh; make test runs 2 faults per layout)
+test-crash-mpi: setup
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 train_gpt_cpu
+	@$(MAKE) --no-print-directory data
+	@KILLS=$$(( ($(if $(filter command line,$(origin KILLS)),$(KILLS),50) + 1) / 2 )) bash test/test_rank_faults.sh
 
 # The suite's own test: each planted defect (test/mutants/*.patch, applied one at a time to a copy of
 # the committed tree) must fail the tests the patch names; prints the mutation score

@@ -671,6 +671,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     const Config* c = &tr->cfg;
     TrainState* st = &tr->st;
     int64_t it = st->iteration + 1;                                // the iteration about to run, 1-based
+    watchdog_set_iteration(it);
     int64_t gbs = rampup_global_batch(&tr->rampup, st->consumed_samples);
     int B = (int)c->micro_batch_size, T = (int)curriculum_seqlen(&tr->curriculum, it);
     if (trainer_skips(tr, it)) {
@@ -1089,6 +1090,13 @@ static void trainer_init_groups(Trainer<A>* tr) {
     bool ends = P > 1 && (stage == 0 || stage == P - 1);
     std::vector<int> members = ends ? std::vector<int>{pp.front(), pp.back()} : std::vector<int>{tr->world.rank};
     comm_split(&tr->world, members, &tr->embed);
+    comm_name(&tr->comm, "data-parallel");
+    comm_name(&tr->pipe, "pipeline");
+    comm_name(&tr->tp, "tensor-parallel");
+    comm_name(&tr->mp, "model-parallel");
+    comm_name(&tr->embed, "embedding");
+    // every wait on another rank or the GPU from here on is bounded (llmc/watchdog.h)
+    watchdog_start(c->distributed_timeout_minutes, tr->world.rank, comm_abort_fn(&tr->world));
 }
 
 template <typename A>

@@ -104,6 +104,7 @@ struct Config {
     int64_t log_layer_norms_interval = 0;
     // Megatron-DeepSpeed's run control and extra logging (docs/megatron-deepspeed.md)
     int64_t exit_duration_in_mins = 0;             // 0: off (Megatron: None)
+    double distributed_timeout_minutes = 10;      // bound on every wait for another rank or the GPU (llmc/watchdog.h); 0: none
     std::string kill_switch_path;                  // BigScience's kill switch ("": off)
     std::string eval_only;                         // Megatron's type=bool value: "" off, any other true ("false" refused)
     bool log_params_norm = false, log_num_zeros_in_grad = false;
@@ -368,6 +369,10 @@ static const Flag FLAGS[] = {
     KEEL_FLAG(FG_LOG, "exit-duration-in-mins", 0, NO_MAX, FT_INT, exit_duration_in_mins, FK_RUN, nullptr,
               "stop once the run's wall time (from the earliest rank's start) exceeds this many minutes, agreed over ranks "
               "after an iteration; save first (with --save); exit 0. 0: off"),
+    KEEL_FLAG(FG_PARALLEL, "distributed-timeout-minutes", NO_MIN, NO_MAX, FT_FLOAT, distributed_timeout_minutes, FK_RUN, nullptr,
+              "end the job when one wait for another rank or for the GPU (a collective, a send, a receive, a device sync) "
+              "lasts longer than this, naming the rank, the operation, the group and the iteration (Megatron's bound on its "
+              "process groups; fractions allowed); 0: wait forever"),
     KEEL_FLAG(FG_LOG, "kill-switch-path", NO_MIN, NO_MAX, FT_STR, kill_switch_path, FK_RUN, nullptr,
               "BigScience's kill switch: if this file exists at start-up, exit at once; if it appears during training, "
               "save (with --save) before the next iteration and exit 0"),
@@ -998,6 +1003,8 @@ static inline void config_validate_data(const Config* c) {
 // The run-control flags of Megatron-DeepSpeed scripts (--eval-only, --kill-switch-path): what they
 // need, and --eval-only's value read as Megatron's argparse type=bool reads it.
 static inline void config_validate_run_control(Config* c) {
+    if (!(c->distributed_timeout_minutes >= 0))
+        keel_usage_error("--distributed-timeout-minutes %s: must be >= 0 (0: no bound)", double_repr(c->distributed_timeout_minutes).c_str());
     const std::string& v = c->eval_only;
     if (v == "false" || v == "False" || v == "0" || v == "no")
         keel_usage_error("--eval-only %s: Megatron-DeepSpeed reads any non-empty value as true (type=bool), so this would "

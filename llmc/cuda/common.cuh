@@ -26,6 +26,7 @@
 
 #include "llmc/common.h"
 #include "llmc/cuda/stream.h"
+#include "llmc/watchdog.h"
 #include "llmc/ops.h"
 
 // KEEL_UNROLL before a loop with a constant trip count: nvcc unrolls it, so register arrays indexed
@@ -70,6 +71,8 @@ static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d -
 static inline void device_to_host(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, MAIN_STREAM));
+    // the host's wait on the GPU: where a wedged kernel or an NCCL call stuck on a dead peer shows
+    WatchedWait w("waiting for the GPU (a copy to the host after the queued kernels and NCCL calls)", "");
     CUDA_CHECK(cudaStreamSynchronize(MAIN_STREAM));
 }
 static inline void host_to_device(void* dst, const void* src, size_t bytes) {
@@ -117,8 +120,12 @@ static inline void host_upload(void* dst, const void* src, size_t bytes) {
     upload_reserve(bytes);
     unsigned k = r->next++ % UPLOAD_SLOTS;
     cudaError_t ready = cudaEventQuery(r->done[k]);  // the slot's last copy has run (or it never had one)
-    if (ready == cudaErrorNotReady) CUDA_CHECK(cudaEventSynchronize(r->done[k]));
-    else CUDA_CHECK(ready);
+    if (ready == cudaErrorNotReady) {
+        WatchedWait w("waiting for the GPU (an upload slot's earlier copy)", "");
+        CUDA_CHECK(cudaEventSynchronize(r->done[k]));
+    } else {
+        CUDA_CHECK(ready);
+    }
     memcpy(r->slot[k], src, bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, r->slot[k], bytes, cudaMemcpyHostToDevice, MAIN_STREAM));
     CUDA_CHECK(cudaEventRecord(r->done[k], MAIN_STREAM));
