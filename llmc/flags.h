@@ -1108,8 +1108,6 @@ static inline std::string flags_effective_string(const Config* c, const Flag* f)
     // model sizes whose 0 means "derived": say what they derive to, since a 0-wide MLP would be nonsense
     if (strcmp(f->name, "ffn-hidden-size") == 0 && c->ffn_hidden_size == 0)
         return "0 (= 4 x --hidden-size: " + std::to_string(4 * c->hidden_size) + ")";
-    if (strcmp(f->name, "max-position-embeddings") == 0 && c->max_position_embeddings == 0)
-        return "0 (= --seq-length: " + std::to_string(c->seq_length) + ")";
     return flag_value_string(c, f);
 }
 
