@@ -23,6 +23,7 @@
 // step is the single-process value for the same parameters. Rank 0 prints and writes files; every
 // rank checks (errors name the rank's problem on stderr).
 #include <chrono>
+#include <csignal>
 #include <string>
 #include <vector>
 #ifdef _OPENMP
@@ -94,6 +95,7 @@ struct Trainer {
     // iterations this process ran; --log-timers-to-tensorboard: this iteration's timers (ms)
     double start_wall = 0;
     int64_t iterations_run = 0;
+    double last_save_minutes = 0;              // --save-interval-minutes: trainer_elapsed_minutes at the last save
     double timer_forward_ms = 0, timer_backward_ms = 0;
 };
 
@@ -902,6 +904,7 @@ static void trainer_save(Trainer<A>* tr) {
               optimizer_layout(&tr->opt), &tr->st, &tr->gcfg, &tr->cfg, tr->hooks.fault_save.c_str());
     printf("  successfully saved checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration,
            ckpt_iter_dir(tr->cfg.save, tr->st.iteration).c_str());
+    tr->last_save_minutes = trainer_elapsed_minutes(tr);
 }
 
 enum ResumeKind { RESUME_NONE, RESUME_WEIGHTS, RESUME_FULL };
@@ -1431,6 +1434,45 @@ static int trainer_eval_only(Trainer<A>* tr) {
     return 0;
 }
 
+// --exit-signal-handler: SIGTERM or SIGUSR1 only sets a flag (nothing else is safe in a handler);
+// the loop reads it after each iteration, agreed over ranks, so every rank stops after the same one.
+static volatile sig_atomic_t g_exit_signal = 0;
+static void trainer_on_exit_signal(int sig) { g_exit_signal = sig; }
+static inline void trainer_install_exit_signal_handler(const Config* c) {
+    if (!c->exit_signal_handler) return;
+    struct sigaction sa = {};
+    sa.sa_handler = trainer_on_exit_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // a blocking call the signal interrupts goes on
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGUSR1, &sa, nullptr);
+}
+
+// Checked after iteration `it`: the line to stop with if any rank received the signal, else "".
+template <typename A>
+static std::string trainer_exit_signal(Trainer<A>* tr, int64_t it) {
+    if (!tr->cfg.exit_signal_handler) return "";
+    int mine = (int)g_exit_signal;
+    std::vector<int> all(tr->world.size);
+    comm_allgather(&tr->world, &mine, sizeof mine, all.data());
+    int sig = *std::max_element(all.begin(), all.end());
+    if (!sig) return "";
+    return std::string("exiting program after receiving ") + (sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "a signal") +
+           " at iteration " + std::to_string(it) + " (--exit-signal-handler)";
+}
+
+// --save-interval-minutes: whether to save after this iteration (the wall time since the last save,
+// the largest over ranks, reached the interval). Every rank takes the same verdict.
+template <typename A>
+static bool trainer_save_by_time(Trainer<A>* tr) {
+    const Config* c = &tr->cfg;
+    if (c->save_interval_minutes <= 0) return false;
+    double mine = trainer_elapsed_minutes(tr) - tr->last_save_minutes;
+    std::vector<double> all(tr->world.size);
+    comm_allgather(&tr->world, &mine, sizeof mine, all.data());
+    return *std::max_element(all.begin(), all.end()) >= c->save_interval_minutes;
+}
+
 // --exit-duration-in-mins, checked after iteration `it` (after its save, before --exit-interval, as
 // Megatron): the wall time over the limit on any rank stops all of them (Megatron's all-reduce MAX).
 // Returns the line to stop with, or "" to go on (also at the last iteration: the run ends anyway).
@@ -1514,12 +1556,13 @@ static int trainer_run(Trainer<A>* tr) {
             evaluated_now = true;
         }
         if (tr->have_tok && it % c->sample_interval == 0 && tr->comm.rank == 0) trainer_print_sample(tr);  // the first pipeline
-        if (!c->save.empty() && c->save_interval > 0 && it % c->save_interval == 0) {
+        if (!c->save.empty() && ((c->save_interval > 0 && it % c->save_interval == 0) || trainer_save_by_time(tr))) {
             trainer_save(tr);
             saved_now = true;
         }
         if (c->spike_policy == "rollback" && it % c->spike_snapshot_interval == 0) trainer_snapshot(tr);
         std::string stop = trainer_exit_duration(tr, it);
+        if (stop.empty()) stop = trainer_exit_signal(tr, it);
         if (!stop.empty()) return trainer_stop_early(tr, saved_now, stop);
         trainer_test_touch_kill_switch(tr, it);
         if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < tr->train_iters) {
@@ -1571,6 +1614,7 @@ template <typename A> static int trainer_main(const Comm* comm, const Config* c)
     tr->cfg = *c;
     tr->hooks = test_hooks_read();
     tr->start_wall = trainer_start_clock(&tr->world);
+    trainer_install_exit_signal_handler(c);
     if (trainer_kill_switch(tr)) {  // BigScience: a queued job finding the switch exits at once, before loading anything
         printf("detected kill switch at %s: exiting before training (--kill-switch-path)\n", c->kill_switch_path.c_str());
         comm_finalize(&tr->world);

@@ -104,6 +104,8 @@ struct Config {
     int64_t log_layer_norms_interval = 0;
     // Megatron-DeepSpeed's run control and extra logging (docs/megatron-deepspeed.md)
     int64_t exit_duration_in_mins = 0;             // 0: off (Megatron: None)
+    double save_interval_minutes = 0;             // also save once this much wall time passed since the last save; 0: off
+    bool exit_signal_handler = false;             // SIGTERM/SIGUSR1: save after the iteration and exit 0 (Megatron)
     double distributed_timeout_minutes = 10;      // bound on every wait for another rank or the GPU (llmc/watchdog.h); 0: none
     std::string kill_switch_path;                  // BigScience's kill switch ("": off)
     std::string eval_only;                         // Megatron's type=bool value: "" off, any other true ("false" refused)
@@ -329,6 +331,12 @@ static const Flag FLAGS[] = {
     // checkpoints
     KEEL_FLAG(FG_CKPT, "save", NO_MIN, NO_MAX, FT_STR, save, FK_RUN, nullptr, "checkpoint directory to write"),
     KEEL_FLAG(FG_CKPT, "save-interval", 0, NO_MAX, FT_INT, save_interval, FK_RUN, nullptr, "save every N iterations (and at the end); 0: only at the end"),
+    KEEL_FLAG(FG_CKPT, "save-interval-minutes", NO_MIN, NO_MAX, FT_FLOAT, save_interval_minutes, FK_RUN, nullptr,
+              "also save after an iteration once this many minutes of wall time have passed since the run's start or its last "
+              "save, on any rank (agreed over ranks; keel's flag); 0: off"),
+    KEEL_FLAG(FG_CKPT, "exit-signal-handler", NO_MIN, NO_MAX, FT_BOOL, exit_signal_handler, FK_RUN, nullptr,
+              "on SIGTERM or SIGUSR1 (what slurm sends before a time limit or a preemption; mpirun forwards SIGUSR1), finish the "
+              "iteration, save (with --save) and exit 0, agreed over ranks (Megatron)"),
     KEEL_FLAG(FG_CKPT, "load", NO_MIN, NO_MAX, FT_STR, load, FK_RUN, nullptr, "checkpoint directory to resume from (latest iteration)"),
     KEEL_FLAG(FG_CKPT, "start-over", NO_MIN, NO_MAX, FT_BOOL, start_over, FK_RUN, nullptr,
               "start a new run where --save, --metrics-file, --tensorboard-dir or an export holds an earlier run's files "
@@ -1003,6 +1011,9 @@ static inline void config_validate_data(const Config* c) {
 // The run-control flags of Megatron-DeepSpeed scripts (--eval-only, --kill-switch-path): what they
 // need, and --eval-only's value read as Megatron's argparse type=bool reads it.
 static inline void config_validate_run_control(Config* c) {
+    if (!(c->save_interval_minutes >= 0))
+        keel_usage_error("--save-interval-minutes %s: must be >= 0 (0: off)", double_repr(c->save_interval_minutes).c_str());
+    if (c->save_interval_minutes > 0 && c->save.empty()) keel_usage_error("--save-interval-minutes needs --save DIR");
     if (!(c->distributed_timeout_minutes >= 0))
         keel_usage_error("--distributed-timeout-minutes %s: must be >= 0 (0: no bound)", double_repr(c->distributed_timeout_minutes).c_str());
     const std::string& v = c->eval_only;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Megatron-DeepSpeed's run control: --kill-switch-path (BigScience), --exit-duration-in-mins and
-# --eval-only. Each stop leaves a checkpoint that resumes into the uninterrupted run byte for byte
+# Megatron-DeepSpeed's run control: --kill-switch-path (BigScience), --exit-duration-in-mins,
+# --exit-signal-handler (SIGUSR1 through mpirun), keel's --save-interval-minutes and --eval-only. Each stop leaves a checkpoint that resumes into the uninterrupted run byte for byte
 # (JSONL and final checkpoint); --eval-only reproduces the logged validation loss and writes nothing.
 # Deterministic through the test hooks of llmc/test_hooks.h: KEEL_TEST_KILL_SWITCH_AT=K (rank 0
 # touches the switch once iteration K is done) and KEEL_TEST_FAKE_CLOCK=M[@R] (M minutes per iteration).
@@ -64,4 +64,32 @@ KEEL_TEST_FAKE_CLOCK=1@1 timeout -k 5 60 mpirun -np 2 $KEEL "${RUN[@]}" --save "
 rc=$?
 [ $rc -eq 0 ] && grep -q "exiting program after .* at iteration 3" "$TMP/M.log" && [ "$(cat "$TMP/M/latest_checkpointed_iteration.txt")" = 3 ] \
   && ok "mpirun -np 2: both ranks stop after iteration 3 (rank 1's clock), checkpoint 3" || fail "two-rank duration exit (rc $rc): $(tail -3 "$TMP/M.log")"
+# ---- --save-interval-minutes 2 at a fake minute per iteration: saves after 2, 4 and 6 --------------
+KEEL_TEST_FAKE_CLOCK=1 $KEEL "${RUN[@]}" --save "$TMP/T" --save-interval-minutes 2 >"$TMP/T.log" 2>&1 || fail "save by time: run failed"
+[ "$(ls "$TMP/T" | grep -c '^iter_')" = 3 ] && [ -d "$TMP/T/iter_0000002" ] && [ -d "$TMP/T/iter_0000004" ] && [ -d "$TMP/T/iter_0000006" ] \
+  && ok "--save-interval-minutes 2: checkpoints 2, 4, 6 (a fake minute per iteration)" || fail "save by time: $(ls "$TMP/T" | tr '\n' ' ')"
+$KEEL "${RUN[@]}" --save "$TMP/T2" >"$TMP/T2.log" 2>&1; [ "$(ls "$TMP/T2" | grep -c '^iter_')" = 1 ] && ok "without it: only the final checkpoint" || fail "no-flag saves: $(ls "$TMP/T2")"
+expect_fail 2 "--save-interval-minutes needs --save" $KEEL "${RUN[@]}" --save-interval-minutes 5
+expect_fail 2 "--save-interval-minutes -1: must be >= 0" $KEEL "${RUN[@]}" --save "$TMP/T3" --save-interval-minutes -1
+
+# ---- --exit-signal-handler: SIGUSR1 to mpirun (it forwards the signal to every rank) mid-run: both ranks
+# finish the same iteration, save it and exit 0; resumed, the run reaches iteration 60 byte-identical to
+# an uninterrupted one. Without the handler SIGUSR1 kills the ranks (negative control).
+SIG=("${TINY[@]}" --train-iters 400 --exit-interval 60 --eval-interval 0 --exit-signal-handler)
+timeout -k 5 120 mpirun -np 2 $KEEL "${SIG[@]}" --save "$TMP/SA" >"$TMP/SA.log" 2>&1 || fail "signal: uninterrupted run"
+mpirun -np 2 $KEEL "${SIG[@]}" --save "$TMP/SB" --load "$TMP/SB" >"$TMP/SB.log" 2>&1 & pid=$!
+for _ in $(seq 300); do grep -qE "^ iteration +5/" "$TMP/SB.log" && break; sleep 0.1; done
+kill -USR1 $pid; wait $pid; rc=$?
+line=$(grep -m1 -E "exiting program after receiving SIGUSR1 at iteration [0-9]+ \(--exit-signal-handler\)" "$TMP/SB.log")
+at=$(grep -oE "at iteration [0-9]+" <<<"$line" | grep -oE "[0-9]+")
+if [ $rc -eq 0 ] && [ -n "$at" ] && [ "$(cat "$TMP/SB/latest_checkpointed_iteration.txt")" = "$at" ] && [ "$at" -lt 60 ]; then
+  ok "SIGUSR1 under mpirun -np 2: exit 0 after iteration $at with checkpoint $at"
+  timeout -k 5 120 mpirun -np 2 $KEEL "${SIG[@]}" --save "$TMP/SB" --load "$TMP/SB" >"$TMP/SB2.log" 2>&1 || fail "signal: resume"
+  cmp -s "$TMP/SA/iter_0000060/model.bin" "$TMP/SB/iter_0000060/model.bin" && cmp -s "$TMP/SA/iter_0000060/optimizer.bin" "$TMP/SB/iter_0000060/optimizer.bin" \
+    && ok "signal stop + resume: iteration 60 byte-identical to the uninterrupted run" || fail "signal stop + resume: iteration 60 differs"
+else fail "SIGUSR1 (rc $rc, line '$line', latest $(cat "$TMP/SB/latest_checkpointed_iteration.txt" 2>/dev/null))"; fi
+$KEEL "${TINY[@]}" --train-iters 400 --eval-interval 0 >"$TMP/SC.log" 2>&1 & pid=$!
+for _ in $(seq 300); do grep -qE "^ iteration +3/" "$TMP/SC.log" && break; sleep 0.1; done
+kill -USR1 $pid; wait $pid; rc=$?
+[ $rc -ne 0 ] && ok "without --exit-signal-handler, SIGUSR1 ends the process (exit $rc)" || fail "SIGUSR1 without the handler: exit 0"
 finish
