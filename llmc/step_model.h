@@ -1,5 +1,5 @@
 // step_model.h — `--dry-run`'s step time: how long one iteration of a layout takes, and where the
-// time goes, from quantities keel knows exactly and a table of GPUs (docs/operations.md#planning-a-run).
+// time goes, from quantities keel knows exactly and a table of GPUs (docs/operations.md#the-step-time-how-long-an-iteration-takes-and-where-the-time-goes).
 //
 // What is exact: per op of keel's layer (llmc/model.h gpt_forward/gpt_backward, the same op list on
 // both trainers) its FLOPs and the bytes it moves at this layout — the four linear layers (forward,
@@ -23,7 +23,7 @@
 // What is a model: each kernel's time is the larger of its FLOPs at a share of the dense peak and its
 // bytes at a share of the memory bandwidth (a roofline); a collective's is a ring's bytes at a share of
 // the link's bandwidth plus a per-step latency. The shares are the named constants below, each with
-// its source, set once for all layouts; docs/operations.md#planning-a-run holds the predictions against
+// its source, set once for all layouts; docs/operations.md#the-step-time-how-long-an-iteration-takes-and-where-the-time-goes holds the predictions against
 // published runs.
 #pragma once
 #include <algorithm>
@@ -354,7 +354,7 @@ static inline void step_print_breakdown(FILE* out, const StepBreakdown* b, doubl
 
 static inline void step_print(FILE* out, const StepPlan* p, const StepHw* hw, const PlanLayout* l, int64_t iterations) {
     int nodes = (p->world + hw->gpus_per_node - 1) / hw->gpus_per_node;
-    fprintf(out, "step time (a model: docs/operations.md#planning-a-run): %d x %s on %d node%s of %d (one way: intra-node %.0f GB/s, "
+    fprintf(out, "step time (a model: docs/operations.md#the-step-time-how-long-an-iteration-takes-and-where-the-time-goes): %d x %s on %d node%s of %d (one way: intra-node %.0f GB/s, "
             "inter-node %.1f GB/s per GPU), %s attention\n", p->world, hw->gpu.name, nodes, nodes == 1 ? "" : "s", hw->gpus_per_node,
             hw->gpu.nvlink_bw / 1e9, hw->gpu.ib_bw / 1e9, p->flash ? "flash" : "gemm");
     fprintf(out, "  %.4g s/iteration | %.0f tokens/s | %.4g samples/s | %.1f TFLOP/s per GPU (Megatron's formula, as the log line) "
