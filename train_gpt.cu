@@ -988,8 +988,18 @@ static void trainer_check_same_flags(const Comm* comm, const Config* c) {
 }
 
 // --dry-run's hardware: --gpu-type's row with the flags' overrides, at the run's precision.
+// --gpu-type auto: the GPU train_gpt finds, with its memory; the CPU trainer, or a GPU not in the table: a100-80gb.
 static StepHw trainer_dry_run_hw(const Config* c) {
-    const GpuSpec* spec = gpu_spec_find(c->gpu_type);
+    std::string device;
+    double device_mem = 0;
+    bool found = c->gpu_type == "auto" && backend_gpu_found(&device, &device_mem);
+    const GpuSpec* spec = c->gpu_type != "auto" ? gpu_spec_find(c->gpu_type) : found ? gpu_spec_match(device, device_mem) : nullptr;
+    if (c->gpu_type == "auto") {
+        if (!spec) spec = gpu_spec_find("a100-80gb");
+        std::string why = !found ? "no GPU found: the default" : gpu_spec_match(device, device_mem) ? "found " + device
+                                                                 : "found " + device + ", not in the table: the default";
+        printf("--gpu-type auto: %s (%s)\n", spec->name, why.c_str());
+    }
     if (!spec) keel_usage_error("--gpu-type %s: no such row in the GPU table", c->gpu_type.c_str());  // (the choices are its names)
     if (c->inter_node_gbps < 0 || c->intra_node_gbps < 0 || c->gpu_memory_gb < 0)
         keel_usage_error("--inter-node-gbps, --intra-node-gbps and --gpu-memory-gb take a size >= 0 (0: --gpu-type's)");
@@ -998,6 +1008,7 @@ static StepHw trainer_dry_run_hw(const Config* c) {
     hw.gpus_per_node = (int)c->gpus_per_node;
     if (c->inter_node_gbps > 0) hw.gpu.ib_bw = c->inter_node_gbps * 1e9;
     if (c->intra_node_gbps > 0) hw.gpu.nvlink_bw = c->intra_node_gbps * 1e9;
+    if (found && gpu_spec_match(device, device_mem)) hw.gpu.mem_gib = device_mem / (1024.0 * 1024 * 1024);
     hw.peak = c->fp32 ? spec->peak32 : spec->peak16;
     return hw;
 }

@@ -117,7 +117,7 @@ struct Config {
     std::string pp_partition_method;  // empty: keel's even split (llmc/pp_partition.h)
     double gpu_memory_gb = 0;  // 0: --gpu-type's memory
     // --dry-run's step time (llmc/step_model.h): the GPU, the node, the links; the layout search; the JSON
-    std::string gpu_type = "a100-80gb", dry_run_json;
+    std::string gpu_type = "auto", dry_run_json;  // auto: the GPU found, else a100-80gb
     int64_t gpus_per_node = 8, num_gpus = 0;
     double inter_node_gbps = 0, intra_node_gbps = 0;  // 0: --gpu-type's
     bool search_layout = false;
@@ -418,10 +418,10 @@ static const Flag FLAGS[] = {
               "where the time goes, then exit (no data, no allocation)"),
     KEEL_FLAG(FG_PARALLEL, "gpu-memory-gb", NO_MIN, NO_MAX, FT_FLOAT, gpu_memory_gb, FK_RUN, nullptr,
               "--dry-run: memory per GPU (GiB) for the fits / does-not-fit verdict (exit 0 / 1); 0: --gpu-type's"),
-    // (the choices are llmc/step_model.h's GPU_SPECS names; test_step_model plans each)
-    KEEL_FLAG(FG_PARALLEL, "gpu-type", NO_MIN, NO_MAX, FT_STR, gpu_type, FK_RUN, "v100-32gb|a100-40gb|a100-80gb|h100-sxm|h100-pcie|h200",
+    // (the choices are auto and llmc/step_model.h's GPU_SPECS names: test_gpu_spec compares them)
+    KEEL_FLAG(FG_PARALLEL, "gpu-type", NO_MIN, NO_MAX, FT_STR, gpu_type, FK_RUN, "auto|v100-32gb|a100-40gb|a100-80gb|h100-sxm|h100-pcie|h200",
               "--dry-run: the GPU the step time is predicted for (peak FLOP/s, memory bandwidth and size, NVLink, one NIC per "
-              "GPU as in its DGX)"),
+              "GPU as in its DGX); auto: the GPU train_gpt finds (its memory too), else a100-80gb"),
     KEEL_FLAG(FG_PARALLEL, "gpus-per-node", 1, 1024, FT_INT, gpus_per_node, FK_RUN, nullptr,
               "--dry-run: GPUs per node; ranks fill nodes TP first, then DP, then PP"),
     KEEL_FLAG(FG_PARALLEL, "inter-node-gbps", NO_MIN, NO_MAX, FT_FLOAT, inter_node_gbps, FK_RUN, nullptr,

@@ -79,6 +79,25 @@ static inline const GpuSpec* gpu_spec_find(const std::string& name) {
     return nullptr;
 }
 
+// --gpu-type auto: the row of a device by the name CUDA reports and its memory (bytes): "Tesla
+// V100-SXM2-32GB", "NVIDIA A100-SXM4-40GB" / "-80GB" (by memory, as the PCIe cards' names do not
+// say), "NVIDIA H100 80GB HBM3" (SXM) or "NVIDIA H100 PCIe", "NVIDIA H200" (and GH200). Null: none.
+static inline const GpuSpec* gpu_spec_match(const std::string& device, double mem_bytes) {
+    auto has = [&](const char* w) { return device.find(w) != std::string::npos; };
+    if (has("V100")) return gpu_spec_find("v100-32gb");
+    if (has("A100")) return gpu_spec_find(mem_bytes > 60.0 * (1 << 30) ? "a100-80gb" : "a100-40gb");
+    if (has("H200")) return gpu_spec_find("h200");
+    if (has("H100")) return gpu_spec_find(has("PCIe") ? "h100-pcie" : "h100-sxm");
+    return nullptr;
+}
+// The --gpu-type choices: auto, then the table's names ("auto|v100-32gb|..."); the flag table's string
+// is checked against it (test_gpu_spec).
+static inline std::string gpu_spec_choices() {
+    std::string s = "auto";
+    for (const GpuSpec& g : GPU_SPECS) s += std::string("|") + g.name;
+    return s;
+}
+
 // ---- efficiency curves (named, with their reasons) ------------------------------------------------------
 // A GEMM whose smallest dimension d is small fills fewer tensor-core tiles per wave and pipelines a
 // shorter k loop: its share of the large-GEMM rate is d/(d + STEP_GEMM_HALF_DIM) (128: one

@@ -102,12 +102,18 @@ grep -q earlier "$TMP/p.previous_run_1.json" && json "$TMP/p.json" step_seconds 
 $KEEL --dry-run "${G[@]}" --dry-run-json "$TMP/empty.json" >/dev/null && json "$TMP/empty.json" step_seconds >/dev/null \
   && ok "an empty file is written" || fail "empty file not written"
 choices=$($KEEL -h | sed -nE 's/.*--gpu-type[^{]*\{([^}]*)\}.*/\1/p' | tr '|' ' ')
-[ "$(wc -w <<<"$choices")" -eq 6 ] || fail "-h --gpu-type choices: '$choices'"
-for t in $choices; do
+[ "$(wc -w <<<"$choices")" -eq 7 ] || fail "-h --gpu-type choices: '$choices'"
+for t in ${choices#auto }; do
   o=$($KEEL --dry-run "${G[@]}" --gpu-type "$t"); rc=$?
   mem=$(sed -nE 's/.* of ([0-9.]+) GiB \(--gpu-memory-gb\).*/\1/p' <<<"$o")
   [ $rc -eq 0 ] && grep -q "x $t on 1 node" <<<"$o" && ok "--gpu-type $t plans (memory $mem GiB)" || fail "--gpu-type $t: exit $rc"
 done
+grep -q "^--gpu-type auto: a100-80gb (no GPU found: the default)" <<<"$($KEEL --dry-run "${G[@]}")" && ok "--gpu-type auto without a GPU: a100-80gb, said" \
+  || fail "auto: $($KEEL --dry-run "${G[@]}" | grep gpu-type)"
+if [ -x build/train_gpt_emu ]; then  # the CUDA trainer asks the device (the emulator's is not in the table)
+  grep -q "^--gpu-type auto: a100-80gb (found CPU emulation of the CUDA execution model, not in the table" <<<"$(build/train_gpt_emu --dry-run "${G[@]}" 2>&1)" \
+    && ok "--gpu-type auto in train_gpt: asks the device, says what it found" || fail "auto in train_gpt_emu: $(build/train_gpt_emu --dry-run "${G[@]}" 2>&1 | grep gpu-type)"
+fi
 grep -q "of 32 GiB (--gpu-memory-gb)" <<<"$($KEEL --dry-run "${G[@]}" --gpu-type v100-32gb)" && ok "v100-32gb: --gpu-memory-gb defaults to 32" \
   || fail "v100 memory default"
 grep -q "of 12 GiB (--gpu-memory-gb)" <<<"$($KEEL --dry-run "${G[@]}" --gpu-type h200 --gpu-memory-gb 12)" && ok "--gpu-memory-gb overrides the type's" \
