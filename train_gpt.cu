@@ -43,6 +43,7 @@
 #include "llmc/parallel.h"
 #include "llmc/planner.h"
 #include "llmc/schedule.h"
+#include "llmc/step_model.h"
 #include "llmc/test_hooks.h"
 #include "llmc/tokenizer.h"
 
@@ -990,8 +991,56 @@ static void trainer_check_same_flags(const Comm* comm, const Config* c) {
                           "rank %d was started with other flag values than rank 0", r);
 }
 
-// --dry-run: the planner's table for the flags' layout (llmc/planner.h); exit 0 if it fits, 1 if not.
-static void trainer_dry_run(Config* c, int launched) {
+// --dry-run's hardware: --gpu-type's row with the flags' overrides, at the run's precision.
+// --gpu-type auto: the GPU train_gpt finds, with its memory; the CPU trainer, or a GPU not in the table: a100-80gb.
+static StepHw trainer_dry_run_hw(const Config* c) {
+    std::string device;
+    double device_mem = 0;
+    bool found = c->gpu_type == "auto" && backend_gpu_found(&device, &device_mem);
+    const GpuSpec* spec = c->gpu_type != "auto" ? gpu_spec_find(c->gpu_type) : found ? gpu_spec_match(device, device_mem) : nullptr;
+    if (c->gpu_type == "auto") {
+        if (!spec) spec = gpu_spec_find("a100-80gb");
+        std::string why = !found ? "no GPU found: the default" : gpu_spec_match(device, device_mem) ? "found " + device
+                                                                 : "found " + device + ", not in the table: the default";
+        printf("--gpu-type auto: %s (%s)\n", spec->name, why.c_str());
+    }
+    if (!spec) keel_usage_error("--gpu-type %s: no such row in the GPU table", c->gpu_type.c_str());  // (the choices are its names)
+    if (c->inter_node_gbps < 0 || c->intra_node_gbps < 0 || c->gpu_memory_gb < 0)
+        keel_usage_error("--inter-node-gbps, --intra-node-gbps and --gpu-memory-gb take a size >= 0 (0: --gpu-type's)");
+    StepHw hw;
+    hw.gpu = *spec;
+    hw.gpus_per_node = (int)c->gpus_per_node;
+    if (c->inter_node_gbps > 0) hw.gpu.ib_bw = c->inter_node_gbps * 1e9;
+    if (c->intra_node_gbps > 0) hw.gpu.nvlink_bw = c->intra_node_gbps * 1e9;
+    if (found && gpu_spec_match(device, device_mem)) hw.gpu.mem_gib = device_mem / (1024.0 * 1024 * 1024);
+    hw.peak = c->fp32 ? spec->peak32 : spec->peak16;
+    return hw;
+}
+
+// --dry-run-json FILE: a plan is an output like the metrics file (llmc/outputs.h): an existing non-empty
+// FILE is refused unless --start-over, which moves it aside; the new file appears whole (written beside
+// it, then renamed), so a reader never sees half a plan.
+static void trainer_dry_run_json(const Config* c, const std::string& text) {
+    const std::string& path = c->dry_run_json;
+    struct stat sb;
+    if (stat(path.c_str(), &sb) == 0 && sb.st_size > 0) {
+        if (!c->start_over)
+            keel_flag_error("--start-over moves it aside (never deleted), or name another file",
+                            "--dry-run-json %s holds an earlier plan (%lld bytes)", path.c_str(), (long long)sb.st_size);
+        std::string aside = output_aside_file(path);
+        output_rename(path, aside);
+        printf("--start-over: moved the earlier plan %s aside to %s\n", path.c_str(), aside.c_str());
+    }
+    std::string tmp = path + ".tmp";
+    FILE* f = fopen(tmp.c_str(), "wb");
+    if (!f || fwrite(text.data(), 1, text.size(), f) != text.size() || fclose(f) != 0)
+        keel_die("writing --dry-run-json %s failed: %s", tmp.c_str(), strerror(errno));
+    if (rename(tmp.c_str(), path.c_str()) != 0) keel_die("publishing --dry-run-json %s failed: %s", path.c_str(), strerror(errno));
+    printf("dry run: wrote %s\n", path.c_str());
+}
+
+// The flags' layout (validated as training would be), for --dry-run.
+static PlanLayout trainer_dry_run_layout(Config* c, int launched) {
     config_validate_bounds(c);  // (a zero micro-batch or TP size would divide by zero below)
     if (c->max_position_embeddings == 0) c->max_position_embeddings = c->seq_length;
     int64_t T = c->tensor_model_parallel_size, P = c->pipeline_model_parallel_size;
@@ -1008,8 +1057,6 @@ static void trainer_dry_run(Config* c, int launched) {
     config_validate_tp(c, false);
     if (P > c->num_layers)
         keel_usage_error("--pipeline-model-parallel-size %lld exceeds --num-layers %lld", (long long)P, (long long)c->num_layers);
-    GPTConfig g;
-    gpt_config_from_flags(c, &g);
     PlanLayout l;
     l.tp = (int)T;
     l.pp = (int)P;
@@ -1021,10 +1068,34 @@ static void trainer_dry_run(Config* c, int launched) {
     l.checkpoint_activations = c->checkpoint_activations;
     l.adam8bit = c->optimizer == "adam8bit";
     l.adam8bit_block = (int)c->adam8bit_block_size;
+    return l;
+}
+
+// --dry-run: the planner's table for the flags' layout (llmc/planner.h) and its step time
+// (llmc/step_model.h), or with --search-layout the layouts ranked; exit 0 if the flags' layout fits, 1 if not.
+static void trainer_dry_run(Config* c, int launched) {
+    PlanLayout l = trainer_dry_run_layout(c, launched);
+    StepHw hw = trainer_dry_run_hw(c);
+    if (c->gpu_memory_gb == 0) c->gpu_memory_gb = hw.gpu.mem_gib;
+    GPTConfig g;
+    gpt_config_from_flags(c, &g);
     Plan p = plan_compute(&g, &l);
     bool fits = plan_print(stdout, &g, &l, &p, c->gpu_memory_gb);
     PlanGpu gpu = plan_gpu_bytes(c, &g, &l);
     plan_gpu_print(stdout, &gpu, c, c->gpu_memory_gb, p.reserve);
+    StepOptions opt;
+    opt.esize = c->fp32 ? 4 : 2;
+    opt.overlap_dp = c->grad_bucket_mb > 0;
+    StepPlan sp = step_predict(&hw, &g, &l, &opt);
+    int64_t iters = step_run_iterations(c->train_iters, c->train_samples, c->train_tokens, c->global_batch_size, l.seq);
+    step_print(stdout, &sp, &hw, &l, iters);
+    double limit = c->gpu_memory_gb * 1024.0 * 1024 * 1024;
+    if (c->search_layout) {
+        int gpus = c->num_gpus > 0 ? (int)c->num_gpus : l.tp * l.pp * l.dp;
+        std::vector<StepCandidate> all = step_search(&hw, &g, &l, gpus, c->global_batch_size, &opt, limit);
+        step_search_print(stdout, all, &l, gpus, c->global_batch_size, 10);
+    }
+    if (!c->dry_run_json.empty()) trainer_dry_run_json(c, step_json(&sp, &hw, &l, p.total + p.reserve, limit, fits, iters));
     exit(fits ? 0 : 1);
 }
 

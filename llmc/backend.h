@@ -88,6 +88,16 @@ static inline int backend_compute_capability() {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
     return 10 * prop.major + prop.minor;
 }
+// The first visible GPU's name and memory (bytes), for --dry-run's --gpu-type auto; false: none.
+static inline bool backend_gpu_found(std::string* name, double* mem_bytes) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) return false;
+    cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return false;
+    *name = prop.name;
+    *mem_bytes = (double)prop.totalGlobalMem;
+    return true;
+}
 // On keel's stream (cuda/stream.h); a copy to the host waits for it, one to the device does not
 // (pageable sources are staged at the call: the caller may reuse them at once).
 static inline void backend_memset_zero(void* p, size_t bytes) { device_memset_zero(p, bytes); }
@@ -115,6 +125,7 @@ static inline double backend_memory_available() {
 }
 static inline const char* backend_memory_name() { return "this machine's memory"; }
 static inline int backend_compute_capability() { return 0; }  // (no GPU: only the GPU build asks)
+static inline bool backend_gpu_found(std::string*, double*) { return false; }  // (the CPU trainer plans a GPU it does not have)
 static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 // (bytes == 0 may come with null pointers: an empty span, a rank holding no slice; memcpy's
 // arguments must not be null even then — UBSan, test/sanitize.sh)

@@ -118,7 +118,12 @@ struct Config {
     int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1, data_parallel_size = 0;
     bool checkpoint_activations = false, dry_run = false;
     std::string pp_partition_method;  // empty: keel's even split (llmc/pp_partition.h)
-    double gpu_memory_gb = 80;
+    double gpu_memory_gb = 0;  // 0: --gpu-type's memory
+    // --dry-run's step time (llmc/step_model.h): the GPU, the node, the links; the layout search; the JSON
+    std::string gpu_type = "auto", dry_run_json;  // auto: the GPU found, else a100-80gb
+    int64_t gpus_per_node = 8, num_gpus = 0;
+    double inter_node_gbps = 0, intra_node_gbps = 0;  // 0: --gpu-type's
+    bool search_layout = false;
     // Megatron-DeepSpeed's launcher-level flags (llmc/deepspeed.h): the DeepSpeed JSON, and flags keel
     // accepts with a start-up note (its computation does not change) or refuses with a reason
     bool deepspeed = false;
@@ -422,9 +427,29 @@ static const Flag FLAGS[] = {
     KEEL_FLAG(FG_PARALLEL, "checkpoint-activations", NO_MIN, NO_MAX, FT_BOOL, checkpoint_activations, FK_RUN, nullptr,
               "recompute each layer's forward in backward: keep one layer's activations instead of L (same bits)"),
     KEEL_FLAG(FG_PARALLEL, "dry-run", NO_MIN, NO_MAX, FT_BOOL, dry_run, FK_RUN, nullptr,
-              "print parameters, bytes/parameter and per-rank memory of the GPU layout, then exit (no data, no allocation)"),
+              "print parameters, bytes/parameter and per-rank memory of the GPU layout, and its predicted step time, TFLOP/s and "
+              "where the time goes, then exit (no data, no allocation)"),
     KEEL_FLAG(FG_PARALLEL, "gpu-memory-gb", NO_MIN, NO_MAX, FT_FLOAT, gpu_memory_gb, FK_RUN, nullptr,
-              "--dry-run: memory per GPU (GiB) for the fits / does-not-fit verdict (exit 0 / 1)"),
+              "--dry-run: memory per GPU (GiB) for the fits / does-not-fit verdict (exit 0 / 1); 0: --gpu-type's"),
+    // (the choices are auto and llmc/step_model.h's GPU_SPECS names: test_gpu_spec compares them)
+    KEEL_FLAG(FG_PARALLEL, "gpu-type", NO_MIN, NO_MAX, FT_STR, gpu_type, FK_RUN, "auto|v100-32gb|a100-40gb|a100-80gb|h100-sxm|h100-pcie|h200",
+              "--dry-run: the GPU the step time is predicted for (peak FLOP/s, memory bandwidth and size, NVLink, one NIC per "
+              "GPU as in its DGX); auto: the GPU train_gpt finds (its memory too), else a100-80gb"),
+    KEEL_FLAG(FG_PARALLEL, "gpus-per-node", 1, 1024, FT_INT, gpus_per_node, FK_RUN, nullptr,
+              "--dry-run: GPUs per node; ranks fill nodes TP first, then DP, then PP"),
+    KEEL_FLAG(FG_PARALLEL, "inter-node-gbps", NO_MIN, NO_MAX, FT_FLOAT, inter_node_gbps, FK_RUN, nullptr,
+              "--dry-run: network bandwidth between nodes per GPU, GB/s one way (0: --gpu-type's DGX, e.g. 25 for A100's "
+              "200 Gb/s HDR)"),
+    KEEL_FLAG(FG_PARALLEL, "intra-node-gbps", NO_MIN, NO_MAX, FT_FLOAT, intra_node_gbps, FK_RUN, nullptr,
+              "--dry-run: GPU-to-GPU bandwidth inside a node, GB/s one way (0: --gpu-type's NVLink, or PCIe for h100-pcie)"),
+    KEEL_FLAG(FG_PARALLEL, "dry-run-json", NO_MIN, NO_MAX, FT_STR, dry_run_json, FK_RUN, nullptr,
+              "--dry-run: also write the plan's figures to this JSON file (an existing non-empty file is refused unless "
+              "--start-over moves it aside)"),
+    KEEL_FLAG(FG_PARALLEL, "search-layout", NO_MIN, NO_MAX, FT_BOOL, search_layout, FK_RUN, nullptr,
+              "--dry-run: rank every TP x PP x DP x micro-batch x checkpointing x ZeRO stage of --num-gpus GPUs that "
+              "fits, by predicted step time"),
+    KEEL_FLAG(FG_PARALLEL, "num-gpus", 0, 1 << 24, FT_INT, num_gpus, FK_RUN, nullptr,
+              "--dry-run --search-layout: the GPUs to lay out (0: TP x PP x data-parallel size of the flags)"),
     // Megatron-DeepSpeed's launcher level (llmc/deepspeed.h; docs/megatron-deepspeed.md)
     KEEL_FLAG(FG_COMPAT, "deepspeed", NO_MIN, NO_MAX, FT_BOOL, deepspeed, FK_RUN, nullptr,
               "read --deepspeed_config: its fp16/bf16 and loss scaler, ZeRO stage, clipping, batch sizes and curriculum "
@@ -1091,6 +1116,8 @@ static inline void config_validate(Config* c, int world) {
     if (c->data_parallel_size != 0 && c->data_parallel_size != dp_size)
         keel_usage_error("--data-parallel-size %lld: training uses the launched ranks (%d); the flag is for --dry-run",
                          (long long)c->data_parallel_size, dp_size);
+    if (c->search_layout || !c->dry_run_json.empty() || c->num_gpus > 0)
+        keel_usage_error("--search-layout, --dry-run-json and --num-gpus plan a run: give them with --dry-run");
     config_validate_data(c);
     int64_t gas = c->global_batch_size / (c->micro_batch_size * dp_size);
     // under a batch ramp-up Megatron-DeepSpeed resets DeepSpeed's batch as it grows (set_train_batch_size),
