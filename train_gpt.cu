@@ -896,16 +896,39 @@ static std::vector<float> trainer_gather_params(Trainer<A>* tr) {
 }
 
 // Every rank takes part: rank 0 writes the gathered parameters and the state, every rank its
-// shard of the optimizer state (a pipeline stage's part of the canonical payload).
+// shard of the optimizer state (a pipeline stage's part of the canonical payload). A save that fails
+// on any rank (a full disk, a quota, an I/O error) fails on all, leaves the directory as it was, and
+// is reported once by rank 0; then the run stops with exit 1 (--save-failure stop, the default) or
+// goes on and saves again at the next interval (--save-failure continue; `final`: a save the run
+// cannot go on after, at its end or an early stop, stops it either way). Returns whether it saved.
 template <typename A>
-static void trainer_save(Trainer<A>* tr) {
-    printf("saving checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration, tr->cfg.save.c_str());
+static bool trainer_save(Trainer<A>* tr, bool final = false) {
+    const Config* c = &tr->cfg;
+    printf("saving checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration, c->save.c_str());
     std::vector<float> params = trainer_gather_params(tr);
-    ckpt_save(tr->cfg.save, &tr->world, params.data(), tr->whole.total, optimizer_save_spans(&tr->opt), tr->opt.canonical_bytes,
-              optimizer_layout(&tr->opt), &tr->st, &tr->gcfg, &tr->cfg, tr->hooks.fault_save.c_str());
-    printf("  successfully saved checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration,
-           ckpt_iter_dir(tr->cfg.save, tr->st.iteration).c_str());
-    tr->last_save_minutes = trainer_elapsed_minutes(tr);
+    SaveResult r = ckpt_save(c->save, &tr->world, params.data(), tr->whole.total, optimizer_save_spans(&tr->opt), tr->opt.canonical_bytes,
+                             optimizer_layout(&tr->opt), &tr->st, &tr->gcfg, c, tr->hooks.fault_save.c_str());
+    if (r.ok) {
+        printf("  successfully saved checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration,
+               ckpt_iter_dir(c->save, tr->st.iteration).c_str());
+        tr->last_save_minutes = trainer_elapsed_minutes(tr);
+        return true;
+    }
+    int64_t latest = tr->world.rank == 0 ? ckpt_latest(c->save) : -1;
+    std::string kept = latest >= 0 ? "iteration " + std::to_string(latest) + " stays the latest checkpoint" : "there is no checkpoint yet";
+    bool stop = final || c->save_failure == "stop";
+    if (tr->world.rank != 0) {
+        if (stop) keel_exit_after_root(KEEL_EXIT_RUNTIME);  // rank 0 reports it and ends the job
+        return false;
+    }
+    if (stop)
+        keel_die_code(KEEL_EXIT_RUNTIME, "free space (or fix the cause) and restart with --load: the run resumes from the latest checkpoint",
+                      "saving iteration %lld failed on rank %d: %s; nothing of it was kept and %s", (long long)tr->st.iteration, r.rank,
+                      r.why.c_str(), kept.c_str());
+    fflush(stdout);
+    fprintf(stderr, "warning: saving iteration %lld failed on rank %d: %s; nothing of it was kept and %s; training goes on and saves "
+            "again at the next interval (--save-failure continue)\n", (long long)tr->st.iteration, r.rank, r.why.c_str(), kept.c_str());
+    return false;
 }
 
 enum ResumeKind { RESUME_NONE, RESUME_WEIGHTS, RESUME_FULL };
@@ -1479,7 +1502,7 @@ static void trainer_setup(Trainer<A>* tr) {
 // already), then exit 0 without the end of run's validation and exports.
 template <typename A>
 static int trainer_stop_early(Trainer<A>* tr, bool saved_now, const std::string& why) {
-    if (!tr->cfg.save.empty() && !saved_now) trainer_save(tr);
+    if (!tr->cfg.save.empty() && !saved_now) trainer_save(tr, true);
     printf("%s\n", why.c_str());
     return 0;
 }
@@ -1628,8 +1651,7 @@ static int trainer_run(Trainer<A>* tr) {
         }
         if (tr->have_tok && it % c->sample_interval == 0 && tr->comm.rank == 0) trainer_print_sample(tr);  // the first pipeline
         if (!c->save.empty() && ((c->save_interval > 0 && it % c->save_interval == 0) || trainer_save_by_time(tr))) {
-            trainer_save(tr);
-            saved_now = true;
+            saved_now = trainer_save(tr);
         }
         if (c->spike_policy == "rollback" && it % c->spike_snapshot_interval == 0) trainer_snapshot(tr);
         std::string stop = trainer_exit_duration(tr, it);
@@ -1637,7 +1659,7 @@ static int trainer_run(Trainer<A>* tr) {
         if (!stop.empty()) return trainer_stop_early(tr, saved_now, stop);
         trainer_test_touch_kill_switch(tr, it);
         if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < tr->train_iters) {
-            if (!c->save.empty() && !saved_now) trainer_save(tr);
+            if (!c->save.empty() && !saved_now) trainer_save(tr, true);
             printf("exiting program at iteration %lld (--exit-interval %lld)\n", (long long)it, (long long)c->exit_interval);
             return 0;
         }
@@ -1645,7 +1667,7 @@ static int trainer_run(Trainer<A>* tr) {
     if (tr->have_valid && c->eval_interval > 0 && !evaluated_now)
         log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr, tr->st.iteration), tr->st.consumed_samples, tr->st.consumed_tokens);
     if (!nothing) trainer_evaluate_full_at_end(tr);
-    if (!c->save.empty() && !saved_now) trainer_save(tr);
+    if (!c->save.empty() && !saved_now) trainer_save(tr, true);
     if (!c->export_llmc.empty() || !c->export_hf.empty()) {
         std::vector<float> params = trainer_gather_params(tr);
         if (tr->world.rank == 0) {

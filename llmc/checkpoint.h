@@ -150,11 +150,18 @@ static inline void ckpt_write_file(const std::string& path, const void* payload,
     uint8_t header[64];
     ckpt_header(header, bytes, kind, count, checksum64(payload, bytes));
     FILE* f = fopen_check(path.c_str(), "wb");
+    FilePtr guard(f);  // closed if a write fails (a save's errors are recoverable: ckpt_phase)
     fwrite_check(header, 1, 64, f, path.c_str());
     fwrite_check(payload, 1, bytes, f, path.c_str());
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", path.c_str());
-    FILE_CHECK(fclose(f) == 0, "fclose", path.c_str());
+    FILE_CHECK(fclose(guard.release()) == 0, "fclose", path.c_str());
 }
+
+// Closes a descriptor when its scope ends, a failed write's included.
+struct FdGuard {
+    int fd;
+    ~FdGuard() { if (fd >= 0) close(fd); }
+};
 
 static inline void pwrite_all(int fd, const void* data, size_t bytes, size_t offset, const char* path) {
     const uint8_t* p = (const uint8_t*)data;
@@ -173,13 +180,14 @@ static inline void pwrite_all(int fd, const void* data, size_t bytes, size_t off
 static inline void ckpt_coop_create(const std::string& path, size_t bytes) {
     int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     FILE_CHECK(fd >= 0, "create", path.c_str());
+    FdGuard guard{fd};
     FILE_CHECK(ftruncate(fd, (off_t)(64 + bytes)) == 0, "ftruncate", path.c_str());
-    close(fd);
 }
 
 static inline void ckpt_coop_write(const std::string& path, const std::vector<StateSpan>& spans) {
     int fd = open(path.c_str(), O_WRONLY);
     FILE_CHECK(fd >= 0, "open for writing", path.c_str());
+    FdGuard guard{fd};
     std::vector<uint8_t> host;
     for (const StateSpan& sp : spans) {
         host.resize(sp.bytes);
@@ -187,12 +195,12 @@ static inline void ckpt_coop_write(const std::string& path, const std::vector<St
         pwrite_all(fd, host.data(), sp.bytes, 64 + sp.offset_canonical, path.c_str());
     }
     FILE_CHECK(fsync(fd) == 0, "fsync", path.c_str());
-    close(fd);
 }
 
 static inline void ckpt_coop_finish(const std::string& path, size_t bytes, uint32_t kind, uint64_t count) {
     int fd = open(path.c_str(), O_RDWR);
     FILE_CHECK(fd >= 0, "open", path.c_str());
+    FdGuard guard{fd};
     Checksum64 cs = checksum64_begin(bytes);
     std::vector<uint8_t> buf((size_t)8 << 20);  // a multiple of 8, as checksum64_feed wants
     for (size_t done = 0; done < bytes;) {
@@ -206,7 +214,6 @@ static inline void ckpt_coop_finish(const std::string& path, size_t bytes, uint3
     ckpt_header(header, bytes, kind, count, checksum64_end(&cs));
     pwrite_all(fd, header, 64, 0, path.c_str());
     FILE_CHECK(fsync(fd) == 0, "fsync", path.c_str());
-    close(fd);
 }
 
 // Reads a binary checkpoint file of `bytes` bytes describing `count` parameters, verifying header,
@@ -310,18 +317,111 @@ static inline void ckpt_set_pending(const std::string& path) {
     ckpt_pending = path;
 }
 
+// A save's outcome on every rank: published, or failed on some rank (the lowest such rank and
+// what failed there: a full disk, a quota, an I/O error).
+struct SaveResult {
+    bool ok = true;
+    int rank = -1;
+    std::string why;
+};
+
+// One phase of a save: fn runs on this rank with its I/O errors caught (KeelDieThrows: they become
+// a message instead of an exit), then every rank learns whether any rank failed, with the lowest
+// failing rank's message. The exchange is also the phase's barrier, so a rank that failed never
+// leaves the others waiting in a collective it skipped: all ranks take the same branch after it.
+template <typename F>
+static inline SaveResult ckpt_phase(const Comm* comm, F fn) {
+    enum { MSG = 400 };
+    char mine[MSG] = {0};
+    try {
+        KeelDieThrows scope;
+        fn();
+    } catch (const KeelError& e) {
+        snprintf(mine, sizeof mine, "%s", e.message.empty() ? "an error" : e.message.c_str());
+    }
+    std::vector<char> all((size_t)MSG * comm->size);
+    comm_allgather(comm, mine, MSG, all.data());
+    SaveResult r;
+    for (int q = 0; q < comm->size && r.ok; q++)
+        if (all[(size_t)q * MSG]) r = SaveResult{false, q, std::string(&all[(size_t)q * MSG], strnlen(&all[(size_t)q * MSG], MSG))};
+    return r;
+}
+
+// What a save has done to the directory so far (rank 0), so a failed one can be taken back.
+struct SaveProgress {
+    bool renamed = false;   // iter_N.tmp became iter_N
+    bool swapped = false;   // an earlier iter_N became iter_N.old
+    bool published = false; // latest names iter_N
+};
+
+// A failed save leaves the directory as it was (rank 0): the partial iter_N.tmp removed, an
+// iter_N that was renamed into place but not published removed again, an earlier copy of iter_N
+// put back. Once `latest` names the new checkpoint nothing is undone (a later step failed, such as
+// syncing the directory, and the checkpoint is there).
+static inline void ckpt_undo(const std::string& final_dir, const std::string& tmp, const std::string& old, const SaveProgress& p) {
+    if (p.published) return;
+    rmtree(tmp);
+    if (p.renamed) rmtree(final_dir);
+    if (p.swapped) rename(old.c_str(), final_dir.c_str());
+    ckpt_set_pending("");
+}
+
+// Rank 0's last phase: optimizer.bin's header, state.txt, then the publication (rename into place,
+// then `latest`), each step durable before the next.
+static inline void ckpt_publish(const std::string& dir, const std::string& final_dir, const std::string& tmp, const std::string& old,
+                                const std::string& state, size_t opt_bytes, int64_t n, int64_t iteration, const char* fault,
+                                SaveProgress* p) {
+    ckpt_coop_finish(tmp + "/optimizer.bin", opt_bytes, CKPT_KIND_OPTIMIZER, (uint64_t)n);
+    FILE* f = fopen_check((tmp + "/state.txt").c_str(), "wb");
+    FilePtr guard(f);
+    fwrite_check(state.data(), 1, state.size(), f, (tmp + "/state.txt").c_str());
+    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", (tmp + "/state.txt").c_str());
+    FILE_CHECK(fclose(guard.release()) == 0, "fclose", (tmp + "/state.txt").c_str());
+    fsync_path(tmp.c_str());
+    ckpt_fault(fault, "rename");
+    struct stat st;
+    if (stat(final_dir.c_str(), &st) == 0) {  // re-saving an iteration: keep the old one until the swap
+        rmtree(old);
+        FILE_CHECK(rename(final_dir.c_str(), old.c_str()) == 0, "rename", final_dir.c_str());
+        p->swapped = true;
+        ckpt_fault(fault, "swap");
+    }
+    FILE_CHECK(rename(tmp.c_str(), final_dir.c_str()) == 0, "rename", tmp.c_str());
+    p->renamed = true;
+    ckpt_set_pending("");  // published below: iter_N/ stays whatever follows
+    fsync_path(dir.c_str());
+    ckpt_fault(fault, "latest");
+    std::string latest = dir + "/latest_checkpointed_iteration.txt", latest_tmp = latest + ".tmp";
+    ckpt_set_pending(latest_tmp);
+    f = fopen_check(latest_tmp.c_str(), "wb");
+    guard.reset(f);
+    fprintf(f, "%lld\n", (long long)iteration);
+    FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", latest_tmp.c_str());
+    FILE_CHECK(fclose(guard.release()) == 0, "fclose", latest_tmp.c_str());
+    FILE_CHECK(rename(latest_tmp.c_str(), latest.c_str()) == 0, "rename", latest_tmp.c_str());
+    p->published = true;
+    ckpt_set_pending("");
+    fsync_path(dir.c_str());
+    rmtree(old);
+}
+
 // Saves a checkpoint of iteration s->iteration under dir (created if needed) and publishes it; every
 // rank of comm (the world) calls it. Rank 0 writes model.bin from params (the whole model's n
 // canonical parameters, gathered to it under pipeline parallelism) and state.txt; each rank writes
 // its spans of the optimizer's canonical state (opt_bytes in all, described by opt_layout; under
 // pipeline parallelism a stage's spans sit where the whole model's layout puts them); rank 0
-// publishes. Returns on every rank once the checkpoint is published. fault: the KEEL_FAULT_SAVE hook.
-static inline void ckpt_save(const std::string& dir, const Comm* comm, const float* params, int64_t n,
-                             const std::vector<StateSpan>& opt_spans, size_t opt_bytes, const std::string& opt_layout,
-                             const TrainState* s, const GPTConfig* g, const Config* c, const char* fault) {
+// publishes. Three phases, each ending in an agreement (ckpt_phase): an I/O error on any rank (a
+// full disk, a quota) fails the save on every rank, the directory is left as it was (ckpt_undo),
+// and the same SaveResult returns everywhere, for the caller to stop or go on. fault: the
+// KEEL_FAULT_SAVE hook.
+static inline SaveResult ckpt_save(const std::string& dir, const Comm* comm, const float* params, int64_t n,
+                                   const std::vector<StateSpan>& opt_spans, size_t opt_bytes, const std::string& opt_layout,
+                                   const TrainState* s, const GPTConfig* g, const Config* c, const char* fault) {
     std::string final_dir = ckpt_iter_dir(dir, s->iteration), tmp = final_dir + ".tmp", old = final_dir + ".old";
     bool root = comm->rank == 0;
-    if (root) {
+    SaveProgress progress;
+    SaveResult r = ckpt_phase(comm, [&] {
+        if (!root) return;
         std::string part;
         if (int err = mkdir_p_durable(dir, &part)) keel_die("--save %s: cannot create '%s': %s", dir.c_str(), part.c_str(), strerror(err));
         rmtree(tmp);  // a crash of an earlier save may have left one
@@ -330,41 +430,13 @@ static inline void ckpt_save(const std::string& dir, const Comm* comm, const flo
         ckpt_write_file(tmp + "/model.bin", params, (size_t)n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)n);
         ckpt_fault(fault, "model");
         ckpt_coop_create(tmp + "/optimizer.bin", opt_bytes);
-    }
-    comm_barrier(comm);
-    ckpt_coop_write(tmp + "/optimizer.bin", opt_spans);
-    comm_barrier(comm);
-    if (root) {
-        ckpt_coop_finish(tmp + "/optimizer.bin", opt_bytes, CKPT_KIND_OPTIMIZER, (uint64_t)n);
-        std::string state = ckpt_state_text(s, g, c, n, opt_layout);
-        FILE* f = fopen_check((tmp + "/state.txt").c_str(), "wb");
-        fwrite_check(state.data(), 1, state.size(), f, (tmp + "/state.txt").c_str());
-        FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", (tmp + "/state.txt").c_str());
-        FILE_CHECK(fclose(f) == 0, "fclose", (tmp + "/state.txt").c_str());
-        fsync_path(tmp.c_str());
-        ckpt_fault(fault, "rename");
-        struct stat st;
-        if (stat(final_dir.c_str(), &st) == 0) {  // re-saving an iteration: keep the old one until the swap
-            rmtree(old);
-            FILE_CHECK(rename(final_dir.c_str(), old.c_str()) == 0, "rename", final_dir.c_str());
-            ckpt_fault(fault, "swap");
-        }
-        FILE_CHECK(rename(tmp.c_str(), final_dir.c_str()) == 0, "rename", tmp.c_str());
-        ckpt_set_pending("");  // published: iter_N/ stays whatever follows
-        fsync_path(dir.c_str());
-        ckpt_fault(fault, "latest");
-        std::string latest = dir + "/latest_checkpointed_iteration.txt", latest_tmp = latest + ".tmp";
-        ckpt_set_pending(latest_tmp);
-        f = fopen_check(latest_tmp.c_str(), "wb");
-        fprintf(f, "%lld\n", (long long)s->iteration);
-        FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", latest_tmp.c_str());
-        FILE_CHECK(fclose(f) == 0, "fclose", latest_tmp.c_str());
-        FILE_CHECK(rename(latest_tmp.c_str(), latest.c_str()) == 0, "rename", latest_tmp.c_str());
-        ckpt_set_pending("");
-        fsync_path(dir.c_str());
-        rmtree(old);
-    }
-    comm_barrier(comm);
+    });
+    if (r.ok) r = ckpt_phase(comm, [&] { ckpt_coop_write(tmp + "/optimizer.bin", opt_spans); });
+    if (r.ok) r = ckpt_phase(comm, [&] {
+        if (root) ckpt_publish(dir, final_dir, tmp, old, ckpt_state_text(s, g, c, n, opt_layout), opt_bytes, n, s->iteration, fault, &progress);
+    });
+    if (!r.ok && root) ckpt_undo(final_dir, tmp, old, progress);
+    return r;
 }
 
 // The iteration `latest_checkpointed_iteration.txt` of --load dir names, or -1 if there is no

@@ -52,8 +52,16 @@ static inline void keel_vprint_error(const char* hint, const char* fmt, va_list 
     }
 }
 
-#ifdef KEEL_FUZZ
+// An error raised where the caller recovers instead of exiting: the fuzz targets (KEEL_FUZZ) and,
+// at run time, a KeelDieThrows scope (a checkpoint save, whose I/O failure every rank must agree on
+// before anyone acts: llmc/checkpoint.h). Everything else exits.
 struct KeelError { int code; std::string message; };
+static thread_local int keel_die_throws = 0;
+struct KeelDieThrows {
+    KeelDieThrows() { keel_die_throws++; }
+    ~KeelDieThrows() { keel_die_throws--; }
+};
+#ifdef KEEL_FUZZ
 // The message is still formatted: a format argument that reads out of bounds is a finding too.
 #define KEEL_THROW_ERROR(code, fmt, ap)         \
     do {                                        \
@@ -70,6 +78,12 @@ struct KeelError { int code; std::string message; };
 #ifdef KEEL_FUZZ
     KEEL_THROW_ERROR(code, fmt, ap);
 #endif
+    if (keel_die_throws > 0) {
+        char buf[1024];
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        throw KeelError{code, buf};
+    }
     keel_vprint_error(hint, fmt, ap);
     va_end(ap);
     exit(code);
@@ -138,8 +152,10 @@ static inline void fwrite_check(const void* p, size_t size, size_t n, FILE* f, c
 static inline void fsync_path(const char* path) {
     int fd = open(path, O_RDONLY);
     FILE_CHECK(fd >= 0, "open for fsync", path);
-    FILE_CHECK(fsync(fd) == 0, "fsync", path);
-    close(fd);
+    int rc = fsync(fd), err = errno;
+    close(fd);  // before the check: a save's failure is recoverable (llmc/checkpoint.h), so no descriptor may leak
+    errno = err;
+    FILE_CHECK(rc == 0, "fsync", path);
 }
 static inline void fsync_parent_dir(const std::string& path) {
     size_t slash = path.rfind('/');
