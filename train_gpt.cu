@@ -1127,8 +1127,8 @@ static int64_t trainer_open_inputs(Trainer<A>* tr, int T) {
         keel_usage_error("--eval-only: no checkpoint in --load %s (no latest_checkpointed_iteration.txt)", c->load.c_str());
     if (c->eval_only.empty()) trainer_claim_outputs(tr, load_it);  // --eval-only writes nothing but its validation record
     if (!c->save.empty() && c->eval_only.empty()) ckpt_check_save_dir(c->save);  // --eval-only never writes there
-    dataloader_open(&tr->train_data, c, true, T, tr->gcfg.vocab_size, (uint64_t)c->seed);
-    if (dataloader_open(&tr->valid_data, c, false, T, tr->gcfg.vocab_size, (uint64_t)c->seed)) {
+    dataloader_open(&tr->train_data, c, true, T, tr->gcfg.vocab_size, (uint64_t)c->seed, tr->train_iters);
+    if (dataloader_open(&tr->valid_data, c, false, T, tr->gcfg.vocab_size, (uint64_t)c->seed, tr->train_iters)) {
         tr->have_valid = true;
         int64_t want = c->eval_iters * c->global_batch_size;  // (fits: config_validate_sizes)
         if ((c->eval_interval > 0 || !c->eval_only.empty()) && want > tr->valid_data.nsamples)  // only a run that validates reads them
@@ -1386,10 +1386,11 @@ static void trainer_setup(Trainer<A>* tr) {
     if (kind == RESUME_NONE) trainer_init_weights(tr);
     tr->train_data.seed = tr->valid_data.seed = tr->st.seed;  // the data order's key: the checkpoint's on a resume
     printf("train data: %s per epoch\n", dataloader_describe(&tr->train_data).c_str());
-    if (dataloader_has_megatron(&tr->train_data))
-        printf(" > note: Megatron data is sampled keel's way: each part's sequences in .bin order cut into samples of T+1 tokens, "
-               "shuffled by keel's seeded permutation (not GPTDataset's numpy document shuffle); --split and blends follow "
-               "Megatron's rules (README: Megatron indexed data)\n");
+    if (dataloader_megatron_order(&tr->train_data))
+        printf(" > note: Megatron's sample order (GPTDataset's indices from numpy RandomState(%llu), the blending index, the "
+               "sequential sampler); as in BigScience's Megatron-DeepSpeed, a last epoch under 95%% of an epoch is shuffled apart "
+               "(Microsoft's and NVIDIA's trees: 80%%), and on a resume the checkpoint's seed keys the order "
+               "(docs/megatron-data.md)\n", (unsigned long long)tr->train_data.seed);
     if (tr->have_valid)
         printf("valid data: %s%s\n", dataloader_describe(&tr->valid_data).c_str(), c->eval_interval > 0 ? "" : " (not used: --eval-interval 0)");
     trainer_open_outputs(tr);

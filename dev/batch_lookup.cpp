@@ -459,7 +459,7 @@ int main(int argc, char** argv) {
     lookup_check_checkpoint(run);
     const Config* c = &run->c;
     DataLoader dl;
-    dataloader_open(&dl, c, true, (int)c->seq_length, (int)c->vocab_size, run->seed);
+    dataloader_open(&dl, c, true, (int)c->seq_length, (int)c->vocab_size, run->seed, run->train_iters);
     Tokenizer tok;
     bool text = false;
     if (!o.tokens) {
