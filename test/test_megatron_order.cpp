@@ -7,7 +7,8 @@
 //      high first) and at the 32-bit edges.
 //   3. GPTDataset: for document sizes with empty and long documents, sub-ranges, seeds, one epoch,
 //      several epochs with the last one kept in the global shuffle and shuffled apart (both sides
-//      of the 95% cutoff, and at 80% to show the cutoff is honoured), every item's start
+//      of the 95% cutoff, exactly at it and one sample under, and at 88% to show the cutoff is
+//      BigScience's 95%, not 80%), every item's start
 //      (document, offset) and the epoch count, flag and length are the reference's.
 // The reference needs python3 with numpy (scripts/setup.sh installs python3-numpy); without it the
 // test fails, saying so.
@@ -124,5 +125,8 @@ int main() {
     check_gpt(sizes, 12, 47, 500, 5, 0, "documents 12-47, seq 5, 500 samples", -1);
     check_gpt(sizes, 30, 31, 40, 3, 4294967295u, "one document, many epochs, seed 2^32-1", -1);
     check_gpt(sizes, 0, 60, 7 * per_epoch + 3, 8, 99, "8 epochs, a few samples of the last", 1);
+    int64_t from_first = (2 * tpe_all - 1) / seq, at_cutoff = from_first + (int64_t)(0.95 * (double)per_epoch);
+    check_gpt(sizes, 0, 60, at_cutoff, seq, 5, "3 epochs, the last exactly at the cutoff: in the global shuffle", 0);
+    check_gpt(sizes, 0, 60, at_cutoff - 1, seq, 5, "3 epochs, the last one sample under the cutoff: apart", 1);
     return fails != 0;
 }
