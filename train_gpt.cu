@@ -903,6 +903,22 @@ static void trainer_save(Trainer<A>* tr) {
 
 enum ResumeKind { RESUME_NONE, RESUME_WEIGHTS, RESUME_FULL };
 
+// The checkpoint's consumed samples count in the order it recorded. One written before keel read
+// Megatron data in Megatron's order counted it in keel's former order: resuming it here would skip
+// and repeat samples silently, so it is refused. A run that switches between llm.c shards and
+// Megatron data changes its data anyway; that is said, not refused.
+static void trainer_resume_data_order(TrainState* saved, const TrainState* fresh, const std::string& idir) {
+    if (saved->data_order == DATA_ORDER_UNRECORDED && fresh->data_order == DATA_ORDER_MEGATRON)
+        keel_die_code(KEEL_EXIT_RUNTIME, "resume it with the keel that wrote it, or start a new run from its weights (--finetune)",
+                      "checkpoint '%s' predates Megatron's sample order: its consumed samples count keel's former order of the "
+                      "Megatron data, so this run would skip and repeat samples", idir.c_str());
+    if (saved->data_order != DATA_ORDER_UNRECORDED && saved->data_order != fresh->data_order)
+        printf(" > note: the checkpoint's run read %s; this run reads %s from consumed sample %lld on\n",
+               saved->data_order == DATA_ORDER_MEGATRON ? "Megatron's order" : "keel's order",
+               fresh->data_order == DATA_ORDER_MEGATRON ? "Megatron's order" : "keel's order", (long long)saved->consumed_samples);
+    saved->data_order = fresh->data_order;
+}
+
 // Loads iteration `it` of --load (what ckpt_latest found at start-up; -1: none, so start from scratch
 // as Megatron does). tr->st holds the fresh state of this run's flags on entry. RESUME_FULL continues
 // the checkpoint's trajectory (the recovery flags may reset parts of it); RESUME_WEIGHTS (--finetune)
@@ -961,6 +977,7 @@ static ResumeKind trainer_resume(Trainer<A>* tr, int64_t it) {
     if (saved.seed != fresh.seed)
         printf(" > note: the data order keeps the checkpoint's RNG key (seed %llu), not --seed %llu\n",
                (unsigned long long)saved.seed, (unsigned long long)fresh.seed);
+    trainer_resume_data_order(&saved, &fresh, idir);
     if (c->no_load_rng) {
         saved.dropout_seed = fresh.dropout_seed;
         printf(" > --no-load-rng: dropout and text samples are keyed by --seed %llu\n", (unsigned long long)fresh.dropout_seed);
@@ -1375,6 +1392,7 @@ static void trainer_setup(Trainer<A>* tr) {
 
     tr->st = TrainState{};
     tr->st.seed = tr->st.dropout_seed = (uint64_t)c->seed;
+    tr->st.data_order = dataloader_order(&tr->train_data);
     lr_schedule_init(&tr->st.schedule, c);
     loss_scaler_init(&tr->st.scaler, c);
     update_guard_init(&tr->st.guard, c);

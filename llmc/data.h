@@ -133,6 +133,10 @@ struct DataSet {
     int64_t gi_seed = -1;            // the seed the arrays hold, -1 if none
 };
 
+// Which order a run's consumed-sample count walks (recorded in checkpoints as data.order): a
+// checkpoint written before the record (0) counted Megatron data in keel's former order.
+enum { DATA_ORDER_UNRECORDED = 0, DATA_ORDER_KEEL = 1, DATA_ORDER_MEGATRON = 2 };
+
 struct DataLoader {
     std::vector<DataSet> sets;     // one, or the datasets of a blend
     std::vector<double> weights;   // the blend's normalized weights (Megatron's), empty without a blend
@@ -418,6 +422,7 @@ static inline std::string dataloader_describe(const DataLoader* dl) {
 
 // Whether the loader reads in Megatron's order (every dataset a GPTDataset).
 static inline bool dataloader_megatron_order(const DataLoader* dl) { return !dl->sets.empty() && dl->sets[0].gpt; }
+static inline int64_t dataloader_order(const DataLoader* dl) { return dataloader_megatron_order(dl) ? DATA_ORDER_MEGATRON : DATA_ORDER_KEEL; }
 
 // The permutation of epoch e of dataset d: Fisher-Yates where swap i's partner is
 // rng_below(i+1, seed, DATA, e, i, d) (d = 0 is the unblended loader's stream).

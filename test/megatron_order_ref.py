@@ -1,5 +1,5 @@
 """megatron_order_ref.py — an independent reference of Megatron-DeepSpeed's sample order, for
-test/test_megatron_order.sh and build/test_megatron_order. Written from Megatron-DeepSpeed's
+test/test_megatron_order.sh and build/test_megatron_index. Written from Megatron-DeepSpeed's
 documented method (BigScience's tree: megatron/data/gpt_dataset.py, blendable_dataset.py,
 dataset_utils.py, helpers.cpp, data_samplers.py, training.py), with numpy's own RandomState —
 not from keel's code:

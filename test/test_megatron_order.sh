@@ -13,8 +13,10 @@
 #   5. the trainer on one process with --skip-train-iteration-range 3-5: the other iterations read the
 #      reference's rows, the skipped ones none; and the validation set is built for Megatron's
 #      (train_iters // eval_interval + 1) x eval_iters x global batch samples;
-#   6. negative controls: another seed, or keel's former order (each part cut in .bin order), differ.
-# The unit side (the RNG against numpy, the three index arrays) is build/test_megatron_order.
+#   6. negative controls: another seed, or keel's former order (each part cut in .bin order), differ;
+#   7. checkpoints record the order (data.order); one from before the record is refused with one line
+#      (its consumed samples counted keel's former order), and --finetune still takes its weights.
+# The unit side (the RNG against numpy, the three index arrays) is build/test_megatron_index.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 LC_ALL=C
 LOOKUP=${LOOKUP:-./batch_lookup}
@@ -110,4 +112,33 @@ windows = {tuple(stream[j:j + 17]) for j in range(0, len(stream) - 16, 16)}
 rows = [tuple(map(int, l.split()[5:])) for l in open(sys.argv[2])]
 sys.exit(0 if sum(r in windows for r in rows) < len(rows) // 2 else 1)
 PY
+# ---- 7. a checkpoint from before the order was recorded ---------------------------------------------
+RUN=("${MG[@]}" --seed 1234 --train-iters 4 --data-path $D/a --split 80,15,5 --save-interval 2)
+$KEEL "${RUN[@]}" --exit-interval 2 --save $D/ck >$D/ck.log 2>&1 || fail "checkpoint run: $(grep -m1 error $D/ck.log)"
+grep -q "^data.order = 2$" $D/ck/iter_0000002/state.txt && ok "the checkpoint records Megatron's order (data.order = 2)" || fail "no data.order in state.txt"
+$PY - $D/ck/iter_0000002/state.txt <<'PY'   # the state.txt an older keel wrote: no data.order line, checksum redone
+import sys
+M = (1 << 64) - 1
+def mix(z):
+    z = (z + 0x9E3779B97F4A7C15) & M
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+    return z ^ (z >> 31)
+def checksum(b):
+    h = 0xcbf29ce484222325 ^ len(b)
+    i = 0
+    while i + 8 <= len(b):
+        h = ((h ^ int.from_bytes(b[i:i + 8], "little")) * 0x100000001b3) & M
+        h ^= h >> 29
+        i += 8
+    for x in b[i:]:
+        h = ((h ^ x) * 0x100000001b3) & M
+    return mix(h)
+p = sys.argv[1]
+body = "".join(l for l in open(p) if not l.startswith(("data.order", "checksum"))).encode()
+open(p, "wb").write(body + ("checksum = %016x\n" % checksum(body)).encode())
+PY
+expect_fail 1 "iter_0000002' predates Megatron's sample order" $KEEL "${RUN[@]}" --load $D/ck --save $D/ck
+$KEEL "${RUN[@]}" --load $D/ck --finetune --train-iters 1 --save $D/ft >$D/ft.log 2>&1 && ok "--finetune takes such a checkpoint's weights" \
+  || fail "--finetune of the old checkpoint: $(grep -m1 error $D/ft.log)"
 finish

@@ -1,4 +1,4 @@
-// test_megatron_order — llmc/megatron_order.h against numpy itself and an independent GPTDataset
+// test_megatron_index — llmc/megatron_order.h against numpy itself and an independent GPTDataset
 // reference (test/megatron_order_ref.py, written from Megatron-DeepSpeed's documented method):
 //   1. RandomState(seed).shuffle: several arrays shuffled in turn by one generator (the draws carry
 //      over from one shuffle to the next, as doc_idx then shuffle_idx do), seeds 0 .. 2^32-1,
