@@ -46,11 +46,15 @@ static inline void numpy_rng_seed(NumpyRng* r, uint32_t seed) {
 
 // genrand_int32: the next 32-bit output of MT19937 (a full twist every 624 draws).
 static inline uint32_t numpy_rng_next32(NumpyRng* r) {
-    if (r->pos == 624) {
-        for (int i = 0; i < 624; i++) {
-            uint32_t y = (r->mt[i] & 0x80000000u) | (r->mt[(i + 1) % 624] & 0x7fffffffu);
-            r->mt[i] = r->mt[(i + 397) % 624] ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
-        }
+    if (r->pos == 624) {  // the twist, in the reference's three loops (no modulo in the hot path)
+        auto twist = [](uint32_t a, uint32_t b, uint32_t m) {
+            uint32_t y = (a & 0x80000000u) | (b & 0x7fffffffu);
+            return m ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+        };
+        int i = 0;
+        for (; i < 624 - 397; i++) r->mt[i] = twist(r->mt[i], r->mt[i + 1], r->mt[i + 397]);
+        for (; i < 623; i++) r->mt[i] = twist(r->mt[i], r->mt[i + 1], r->mt[i + 397 - 624]);
+        r->mt[623] = twist(r->mt[623], r->mt[0], r->mt[396]);
         r->pos = 0;
     }
     uint32_t y = r->mt[r->pos++];
