@@ -127,8 +127,8 @@ struct DataSet {
     std::vector<int64_t> perm;
     bool gpt = false;          // Megatron's order
     int64_t doc_begin = 0, doc_end = 0;
-    std::vector<int32_t> sizes;      // (sequences of the prefix) tokens of each
-    std::vector<int64_t> doc_token;  // (sequences of the prefix) first token of each in the .bin
+    std::vector<int32_t> sizes;      // (doc_end - doc_begin) tokens of each document of the part
+    std::vector<int64_t> doc_token;  // (doc_end - doc_begin) the first token of each in the .bin
     GPTIndex gi;                     // sizes planned at open; arrays built for gi_seed
     int64_t gi_seed = -1;            // the seed the arrays hold, -1 if none
 };
@@ -230,9 +230,9 @@ static inline void dataset_plan_gpt(DataSet* set, const MegatronData* md, int64_
     set->gpt = true;
     set->doc_begin = begin;
     set->doc_end = end;
-    set->sizes = md->ix.sizes;
-    set->doc_token.resize(md->ix.pointers.size());
-    for (size_t i = 0; i < md->ix.pointers.size(); i++) set->doc_token[i] = md->ix.pointers[i] / md->ix.width;
+    set->sizes.assign(md->ix.sizes.begin() + begin, md->ix.sizes.begin() + end);  // the part's only: a prefix may hold 10^8
+    set->doc_token.resize(end - begin);
+    for (int64_t d = begin; d < end; d++) set->doc_token[d - begin] = md->ix.pointers[d] / md->ix.width;
     set->nsamples = 0;
     if (end <= begin) return;  // an empty part: Megatron builds no dataset for it
     std::string why = megatron_index_plan(&set->gi, set->sizes.data(), begin, end, target, seq_len);
@@ -474,8 +474,8 @@ static inline std::vector<DocPiece> dataset_gpt_pieces(const DataSet* set, int64
         out.push_back({gi.doc_idx[f], off_f, off_l - off_f + 1});
         return out;
     }
-    out.push_back({gi.doc_idx[f], off_f, set->sizes[gi.doc_idx[f]] - off_f});
-    for (int64_t i = f + 1; i < l; i++) out.push_back({gi.doc_idx[i], 0, set->sizes[gi.doc_idx[i]]});
+    out.push_back({gi.doc_idx[f], off_f, set->sizes[gi.doc_idx[f] - set->doc_begin] - off_f});
+    for (int64_t i = f + 1; i < l; i++) out.push_back({gi.doc_idx[i], 0, set->sizes[gi.doc_idx[i] - set->doc_begin]});
     out.push_back({gi.doc_idx[l], 0, off_l + 1});
     return out;
 }
@@ -497,7 +497,7 @@ static inline DataLoc dataloader_resolve(DataLoader* dl, int64_t s) {
         int64_t doc_pos = set->gi.sample_idx[2 * loc.index];
         loc.epoch = doc_pos / (set->doc_end - set->doc_begin);
         loc.shard = &set->shards[0];
-        loc.offset = set->doc_token[set->gi.doc_idx[doc_pos]] + set->gi.sample_idx[2 * loc.index + 1];
+        loc.offset = set->doc_token[set->gi.doc_idx[doc_pos] - set->doc_begin] + set->gi.sample_idx[2 * loc.index + 1];
         return loc;
     }
     if (dl->shuffle) {
@@ -553,7 +553,7 @@ static inline void dataloader_read(DataLoader* dl, int64_t s, int* out) {
     int got = 0;
     for (const DocPiece& p : dataset_gpt_pieces(set, loc.index)) {
         if (p.count > n - got) keel_die("data '%s': sample %lld overruns %d tokens (a corrupt index)", set->name.c_str(), (long long)loc.index, n);
-        if (p.count > 0) shard_read_tokens(loc.shard, set->doc_token[p.doc] + p.from, (int)p.count, out + got);
+        if (p.count > 0) shard_read_tokens(loc.shard, set->doc_token[p.doc - set->doc_begin] + p.from, (int)p.count, out + got);
         got += (int)p.count;
     }
     if (got != n) keel_die("data '%s': sample %lld holds %d tokens, not %d", set->name.c_str(), (long long)loc.index, got, n);

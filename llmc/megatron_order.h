@@ -122,12 +122,13 @@ static inline int64_t megatron_num_epochs(int64_t tokens_per_epoch, int64_t seq_
 
 // Fills the sizes of everything GPTIndex holds without building it (start-up lines, the loader's
 // length): tokens per epoch, epochs, the separate-last-epoch rule and len. "" or why Megatron would
-// refuse (an empty document range, fewer than two tokens).
+// refuse (an empty document range, fewer than two tokens). Here and below, documents are numbered as
+// in the .idx and `sizes` holds those of the range: document d has sizes[d - doc_begin] tokens.
 static inline std::string megatron_index_plan(GPTIndex* gi, const int32_t* sizes, int64_t doc_begin, int64_t doc_end,
                                               int64_t num_samples, int64_t seq_length) {
     gi->num_samples = num_samples;
     gi->tokens_per_epoch = 0;
-    for (int64_t d = doc_begin; d < doc_end; d++) gi->tokens_per_epoch += sizes[d];
+    for (int64_t d = doc_begin; d < doc_end; d++) gi->tokens_per_epoch += sizes[d - doc_begin];
     if (doc_end <= doc_begin) return "no documents";
     if (gi->tokens_per_epoch < 2) return "fewer than 2 tokens";
     gi->num_epochs = megatron_num_epochs(gi->tokens_per_epoch, seq_length, num_samples);
@@ -156,14 +157,14 @@ static inline void megatron_doc_idx_append(std::vector<int32_t>* out, int64_t do
 
 // helpers.cpp build_sample_idx: walks doc_idx taking seq_length+1 tokens per sample; the next sample
 // starts on the last token of this one (offset + remaining - 1), so inputs and targets overlap by one.
-static inline void megatron_sample_idx(GPTIndex* gi, const int32_t* sizes, int64_t seq_length) {
+static inline void megatron_sample_idx(GPTIndex* gi, const int32_t* sizes, int64_t doc_begin, int64_t seq_length) {
     gi->sample_idx.assign(2 * (size_t)(gi->len + 1), 0);
     int64_t doc_pos = 0;
     int32_t offset = 0;
     for (int64_t i = 1; i <= gi->len; i++) {
         int64_t remaining = seq_length + 1;
         while (remaining != 0) {
-            int64_t doc_length = sizes[gi->doc_idx[doc_pos]] - offset;
+            int64_t doc_length = sizes[gi->doc_idx[doc_pos] - doc_begin] - offset;
             remaining -= doc_length;
             if (remaining <= 0) {
                 offset += (int32_t)(remaining + doc_length - 1);
@@ -192,7 +193,7 @@ static inline void megatron_index_build(GPTIndex* gi, const int32_t* sizes, int6
     } else {
         megatron_doc_idx_append(&gi->doc_idx, doc_begin, doc_end, gi->num_epochs, &rng);
     }
-    megatron_sample_idx(gi, sizes, seq_length);
+    megatron_sample_idx(gi, sizes, doc_begin, seq_length);
     int64_t first = gi->separate_last_epoch ? ((gi->num_epochs - 1) * gi->tokens_per_epoch - 1) / seq_length : gi->len;
     gi->shuffle_idx.resize((size_t)gi->len);
     for (int64_t i = 0; i < gi->len; i++) gi->shuffle_idx[i] = i;
