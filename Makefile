@@ -12,13 +12,14 @@
 #   make fuzz       build the libFuzzer targets (test/fuzz) and fuzz each for FUZZ_SECONDS (default 60)
 #   make test-sanitize  the CPU trainer and unit tests under ASan + UBSan on a representative set (test/sanitize.sh)
 #   make test-crash     SIGKILL at KILLS random instants (default 200), every resume byte-identical
+#   make test-crash-mpi SIGSTOP/SIGKILL of a random rank of 4 at KILLS instants (default 50): the job ends, resumes byte-identical
 #   make test-mutants   plant each defect of test/mutants/*.patch in a scratch copy: the tests it names must fail
 #   make clean      remove the binaries and build/
 # Overrides: make NO_CUDA=1 (skip the CUDA trainer), make NO_MPI=1 (build without MPI).
 CXX       ?= g++
 CXXFLAGS  ?= -O3 -march=native
 # -ffp-contract=off: a*b+c is rounded twice everywhere, so a loop's result cannot depend on whether
-# the compiler chose its vector body or its scalar tail (thread-count independence, DESIGN §4).
+# the compiler chose its vector body or its scalar tail (thread-count independence, docs/internals.md#determinism).
 # -fno-math-errno: sqrt need not set errno, so loops with sqrt vectorize (AdamW ran 5× slower
 # without it); every result is unchanged, IEEE sqrt is exact either way.
 KEEL_CXXFLAGS = -std=c++17 -Wall -Wextra -Wno-unused-parameter -ffp-contract=off -fno-math-errno -I.
@@ -142,7 +143,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all help run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-extra test-mutants
+.PHONY: all help run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-extra test-mutants
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -197,7 +198,7 @@ build/test_fast_kernels_scalar: test/test_fast_kernels.cpp $(HEADERS)
 	@mkdir -p build
 	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) -mno-avx512f -mno-avx2 $< -o $@ $(LDLIBS)
 # The readers of outside bytes (llmc/json.h, llmc/safetensors.h) and their fuzz test once more under
-# AddressSanitizer + UBSan: a read past a buffer or an overflow fails the test (DESIGN §11).
+# AddressSanitizer + UBSan: a read past a buffer or an overflow fails the test (docs/internals.md#tests-and-benchmarks).
 TEST_BINS += build/test_safetensors_asan
 build/test_safetensors_asan: test/test_safetensors.cpp $(HEADERS)
 	@mkdir -p build
@@ -216,7 +217,7 @@ build/train_gpt_emu: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
 	$(CXX) -O2 $(KEEL_CXXFLAGS) $(EMU_FLAGS) -DKEEL_CUDA $(CPU_MPI_FLAGS) -x c++ $< -o $@ $(MPI_LIBS) $(LDLIBS)
 tests: $(TEST_BINS) build/train_gpt_emu build/asan/train_gpt_cpu $(if $(FUZZ_OK),fuzz-build)
 
-# ---- hardening (README "Hardening") ---------------------------------------------------------------
+# ---- hardening (docs/operations.md#hardening) ---------------------------------------------------------------
 # libFuzzer targets, one per reader of outside bytes (test/fuzz/fuzz_*.cpp), built by clang with
 # ASan + UBSan; -DKEEL_FUZZ makes keel_die throw so a refusal is an ordinary outcome (llmc/common.h).
 # `make fuzz` runs each for FUZZ_SECONDS from its seed corpus (test/fuzz/corpus/<target>); the
@@ -264,6 +265,12 @@ test-crash: setup
 	@$(MAKE) --no-print-directory data
 	@KEEL_CRASH_KILLS=$(KILLS) bash test/test_crash_random.sh
 
+# A dead or wedged rank under mpirun (test/test_rank_faults.sh; make test runs 2 faults per layout)
+test-crash-mpi: setup
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 train_gpt_cpu
+	@$(MAKE) --no-print-directory data
+	@KILLS=$$(( ($(if $(filter command line,$(origin KILLS)),$(KILLS),50) + 1) / 2 )) bash test/test_rank_faults.sh
+
 # The suite's own test: each planted defect (test/mutants/*.patch, applied one at a time to a copy of
 # the committed tree) must fail the tests the patch names; prints the mutation score
 # (test/mutants/run.sh; MUTANTS="a b" runs only those).
@@ -304,7 +311,7 @@ test-gpu:
 	@$(MAKE) --no-print-directory data
 	@KEEL_TEST_BIN_DIR=build/gpu KEEL_CUDA_TRAINER=./train_gpt bash test/run_tests.sh cuda
 
-# ---- kernel lab (dev/cuda, STYLE 12) ---------------------------------------------------------------
+# ---- kernel lab (dev/cuda) --------------------------------------------------------------------------
 # One program per hot kernel family: numbered variants, each checked against the CPU op before it
 # is timed (dev/cuda/README.md). `make cuda-lab` builds them with nvcc for the GPU arch above into
 # build/lab/; `make cuda-lab-emu` builds them with g++ against the CUDA emulation and runs their

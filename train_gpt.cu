@@ -1,6 +1,6 @@
 // train_gpt.cu — keel's trainer: main(), the training loop, model orchestration.
 //
-// Backend-agnostic (DESIGN §1): no CUDA syntax here. g++ builds it as train_gpt_cpu, nvcc as
+// Backend-agnostic (docs/internals.md#repository-shape): no CUDA syntax here. g++ builds it as train_gpt_cpu, nvcc as
 // train_gpt; llmc/backend.h picks the op set. Everything a run does is in this file's loop:
 //
 //   per iteration:  for each micro-batch: read samples → forward → backward (gradients accumulate)
@@ -45,7 +45,7 @@
 #include "llmc/test_hooks.h"
 #include "llmc/tokenizer.h"
 
-// A: the compute type of the model (llmc/ops.h, DESIGN §3): float in the CPU trainer and under
+// A: the compute type of the model (llmc/ops.h, docs/internals.md#precision): float in the CPU trainer and under
 // --fp32; bf16 or fp16 on the GPU under --bf16 (its default) or --fp16. Whatever A, the master
 // weights, gradients, optimizer state and checkpoints are fp32, so everything below except the
 // model's forward and backward reads the same buffers in every precision.
@@ -225,7 +225,7 @@ static bool trainer_skips(const Trainer<A>* tr, int64_t iteration) {
     return skip_ranges_contains(&tr->skips, iteration) || spike_skips(&tr->st.spike, iteration);
 }
 
-// A skipped iteration (KNOBS §6, NVM semantics): its global batch is consumed unread, the iteration
+// A skipped iteration (docs/knobs.md#skipping-iterations, NVM semantics): its global batch is consumed unread, the iteration
 // and the consumed-sample/token counters advance, nothing trains (no forward, no update, no LR or
 // scaler step). One line per contiguous stretch.
 template <typename A>
@@ -397,7 +397,7 @@ static std::vector<int> trainer_replicated_tensors(const Trainer<A>* tr) {
     return ids;
 }
 
-// --sync-tp-duplicated-parameters (KNOBS §14.2, BLOOM's band-aid): before the forward, every
+// --sync-tp-duplicated-parameters (docs/knobs.md#drift-of-tp-replicated-parameters, BLOOM's band-aid): before the forward, every
 // replicated tensor becomes its average over the tensor-parallel ranks (fp32 master weights; the
 // compute copy refreshed). Test hook: KEEL_TEST_PERTURB_REPLICATED="<tensor>:<layer>:<iteration>"
 // adds 1e-3 to the first element of that tensor's layer on tensor rank 1 at the start of that
@@ -468,7 +468,7 @@ static void trainer_check_replicated(Trainer<A>* tr, int64_t it) {
         }
         if (count == 0) continue;
         if (count > 8) bad += ", ... (" + std::to_string(count) + " in all)";
-        keel_die_code(KEEL_EXIT_RUNTIME, "--sync-tp-duplicated-parameters averages the copies (KNOBS 14.2); find the cause first",
+        keel_die_code(KEEL_EXIT_RUNTIME, "--sync-tp-duplicated-parameters averages the copies (docs/knobs.md#drift-of-tp-replicated-parameters); find the cause first",
                       "iteration %lld: replicated tensor%s %s differ%s between tensor-parallel ranks 0 and %d (world ranks %d and %d)",
                       (long long)it, count > 1 ? "s" : "", bad.c_str(), count > 1 ? "" : "s", r,
                       rank_grid_rank_of(&tr->grid, 0, tr->grid.pp_rank, tr->grid.dp_rank),
@@ -487,7 +487,6 @@ static void trainer_fill_record(const Trainer<A>* tr, IterationRecord* rec, int6
     const Config* c = &tr->cfg;
     const TrainState* st = &tr->st;
     const StepResult& r = *rp;
-    int dp = tr->comm.size;
     rec->iteration = it;
     rec->consumed_samples = st->consumed_samples;
     rec->consumed_tokens = st->consumed_tokens;
@@ -503,7 +502,10 @@ static void trainer_fill_record(const Trainer<A>* tr, IterationRecord* rec, int6
     rec->skipped = r.skipped;
     rec->nan = r.nonfinite;
     rec->samples_per_second = gbs / (ms / 1000.0);
-    rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, false, ms / 1000.0, dp);
+    // per GPU as Megatron-DeepSpeed estimates it: over every rank of TP x PP x DP, and 4 passes
+    // (forward, recomputed forward, backward = 2) per layer under activation checkpointing
+    rec->tflops = log_tflops(gbs, T, c->num_layers, c->hidden_size, tr->gcfg.padded_vocab_size, c->checkpoint_activations,
+                             ms / 1000.0, tr->world.size);
     rec->layers = nullptr;
     rec->params_norm = NAN;
     rec->forward_s = rec->backward_s = rec->optimizer_s = -1;
@@ -597,7 +599,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
         }
     }
     // the tied word embedding: the first stage's copy got the lookup's gradient, the last stage's the
-    // LM head's; both take the sum, so the two copies step identically (DESIGN §5)
+    // LM head's; both take the sum, so the two copies step identically (docs/internals.md#parallelism)
     // (test hook: KEEL_TEST_UNTIE_PIPELINE_EMBEDDING=1 leaves the copies apart, to prove the exchange matters)
     comm_sends_wait(&tr->pipe);  // the iteration's sends are done before anything reuses their buffers
     if (P > 1 && (first_stage || last_stage) && !tr->hooks.untie_pipeline_embedding)
@@ -669,6 +671,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     const Config* c = &tr->cfg;
     TrainState* st = &tr->st;
     int64_t it = st->iteration + 1;                                // the iteration about to run, 1-based
+    watchdog_set_iteration(it);
     int64_t gbs = rampup_global_batch(&tr->rampup, st->consumed_samples);
     int B = (int)c->micro_batch_size, T = (int)curriculum_seqlen(&tr->curriculum, it);
     if (trainer_skips(tr, it)) {
@@ -961,7 +964,7 @@ static ResumeKind trainer_resume(Trainer<A>* tr, int64_t it) {
         printf(" > note: the loss-scaling mode changed since the checkpoint: the scaler starts at %s\n", double_repr(sc.scale).c_str());
     }
     saved.scaler = sc;
-    if (c->no_load_optim) {  // BigScience's optimizer-reset recipe (KNOBS §3.5)
+    if (c->no_load_optim) {  // BigScience's optimizer-reset recipe (docs/knobs.md#resuming-a-schedule)
         optimizer_reset(&tr->opt);  // never read: the checkpoint may even hold another optimizer's state
         saved.optimizer_step = 0;
         saved.scaler = fresh.scaler;
@@ -1050,7 +1053,7 @@ static const char* precision_describe(const Config* c) {
 }
 
 // Flags → the validated configuration, the same on every rank, with the precision resolved for
-// this backend (DESIGN §3): the GPU defaults to --bf16; the CPU computes in fp32 (its --fp16 keeps
+// this backend (docs/internals.md#precision): the GPU defaults to --bf16; the CPU computes in fp32 (its --fp16 keeps
 // fp32 arithmetic and rounds the gradients to binary16, so the loss scaler sees fp16's range).
 static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** argv) {
     if (argc == 1) {  // a first try with no arguments: how to run, not the first missing flag's error
@@ -1079,7 +1082,7 @@ static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** ar
     trainer_check_same_flags(comm, c);
 }
 
-// The rank grid and its groups (llmc/parallel.h, DESIGN §5): this stage's data-parallel group
+// The rank grid and its groups (llmc/parallel.h, docs/internals.md#parallelism): this stage's data-parallel group
 // becomes tr->comm, which everything data-parallel uses as before; the pipeline and the tied
 // embedding's groups beside it. At P = 1 the data-parallel group is the world itself.
 template <typename A>
@@ -1104,6 +1107,13 @@ static void trainer_init_groups(Trainer<A>* tr) {
     bool ends = P > 1 && (stage == 0 || stage == P - 1);
     std::vector<int> members = ends ? std::vector<int>{pp.front(), pp.back()} : std::vector<int>{tr->world.rank};
     comm_split(&tr->world, members, &tr->embed);
+    comm_name(&tr->comm, "data-parallel");
+    comm_name(&tr->pipe, "pipeline");
+    comm_name(&tr->tp, "tensor-parallel");
+    comm_name(&tr->mp, "model-parallel");
+    comm_name(&tr->embed, "embedding");
+    // every wait on another rank or the GPU from here on is bounded (llmc/watchdog.h)
+    watchdog_start(c->distributed_timeout_minutes, tr->world.rank, comm_abort_fn(&tr->world));
 }
 
 template <typename A>
@@ -1313,28 +1323,23 @@ static void trainer_open_outputs(Trainer<A>* tr) {
     }
 }
 
-// The CPU trainer keeps everything in host memory: before allocating, the planned total (what
-// gpt_build allocates, counted by the same code without allocating, plus the optimizer state) is
-// compared with the machine's physical memory, so a model that cannot fit is refused with its figure
-// instead of asking the allocator for petabytes. (A lower total can still be too much once other
-// processes are counted; the refusal is for what can never fit.)
-// TODO(GPU): the CUDA trainer's device check (cudaMemGetInfo against plan_gpu_bytes) is not here yet;
-// it needs a GPU to test. Its --dry-run prints the same comparison against --gpu-memory-gb.
+// Before allocating, the planned total (what gpt_build allocates, counted by the same code without
+// allocating, plus the optimizer state) is compared with what this backend can allocate: host
+// memory for the CPU trainer, the device's free memory for the GPU (backend_memory_available). A
+// model that cannot fit is refused with both figures instead of asking the allocator for petabytes
+// or failing halfway through the allocations.
 template <typename A>
-static void trainer_check_host_memory(Trainer<A>* tr, const ParamTable* table, int B, int T, int slots, int loss_slots, int64_t master) {
-#ifndef KEEL_CUDA
+static void trainer_check_memory(Trainer<A>* tr, const ParamTable* table, int B, int T, int slots, int loss_slots, int64_t master) {
     const Config* c = &tr->cfg;
-    GPTDeviceBytes m = gpt_device_bytes<float>(&tr->gcfg, B, T, slots, loss_slots, master);
+    GPTDeviceBytes m = gpt_device_bytes<A>(&tr->gcfg, B, T, slots, loss_slots, master);
     size_t chunks = 0;
     size_t optim = plan_optimizer_bytes(table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, &chunks, tr->grid.tp);
     double need = (double)m.params + m.grads + m.compute_copy + m.activations + m.grad_scratch + m.loss_log + m.other + optim;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    double have = backend_memory_available();
     if (have > 0 && need > have)
-        keel_die_code(KEEL_EXIT_RUNTIME, "a smaller model or micro-batch (--dry-run plans one without allocating)",
-                      "this run needs %.4g GiB of host memory (weights, gradients, optimizer state, activations), more than this "
-                      "machine's %.4g GiB", need / 1073741824.0, have / 1073741824.0);
-#endif
+        keel_die_code(KEEL_EXIT_RUNTIME, "a smaller model or micro-batch, or more ranks with --zero-stage 1 (--dry-run plans one without allocating)",
+                      "this run needs %.4g GiB (weights, gradients, optimizer state, activations), more than %s: %.4g GiB",
+                      need / 1073741824.0, backend_memory_name(), have / 1073741824.0);
 }
 
 // The validated config → model, optimizer, data; everything before the first iteration.
@@ -1375,7 +1380,7 @@ static void trainer_setup(Trainer<A>* tr) {
     param_table_build(&table, g);
     int64_t master_lo, master_hi;
     optimizer_master_range(&table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, gpt_has_compute_copy<A>(), &master_lo, &master_hi);
-    trainer_check_host_memory(tr, &table, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), (int)accum_max, master_hi - master_lo);
+    trainer_check_memory(tr, &table, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), (int)accum_max, master_hi - master_lo);
     gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), master_lo, master_hi);
     if (c->log_timers_to_tensorboard) {  // the fused LM head's backward, timed apart (trainer_forward_backward)
         tr->model.clock = [](void* t) { return trainer_timer_now((Trainer<A>*)t); };

@@ -1,6 +1,6 @@
 // backend.h — picks the op set and memory functions the trainer is compiled against.
 //
-// train_gpt.cu is backend-agnostic (DESIGN §1): it calls the ops below by name. The CPU op set
+// train_gpt.cu is backend-agnostic (docs/internals.md#repository-shape): it calls the ops below by name. The CPU op set
 // (llmc/cpu/*.h: fp32 OpenMP kernels, the readable reference of the method) builds train_gpt_cpu;
 // KEEL_CUDA selects the CUDA op set (llmc/cuda/*.cuh, namespace keel_cuda, same signatures) for
 // train_gpt — here and nowhere else. Under the CUDA build every buffer the ops touch is device
@@ -71,6 +71,15 @@ static inline void* backend_malloc(size_t bytes) {
     return p;
 }
 static inline void backend_free(void* p) { CUDA_CHECK(cudaFree(p)); }
+// What a run may still allocate: the device's free memory (the CUDA context, other processes on
+// the same GPU and anything already allocated are outside it). The trainer compares its planned
+// total with this before allocating, so a model that cannot fit is refused with its figures.
+static inline double backend_memory_available() {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    return (double)free_b;
+}
+static inline const char* backend_memory_name() { return "GPU memory free on this device"; }
 // The device's compute capability as 10·major + minor (the flash kernels need 80).
 static inline int backend_compute_capability() {
     int dev = 0;
@@ -98,6 +107,13 @@ static inline void* backend_malloc(size_t bytes) {
     return p;
 }
 static inline void backend_free(void* p) { free(p); }
+// The machine's physical memory (0 if unknown): a total above it can never fit. (A lower total can
+// still be too much once other processes are counted; the check is for what can never fit.)
+static inline double backend_memory_available() {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+}
+static inline const char* backend_memory_name() { return "this machine's memory"; }
 static inline int backend_compute_capability() { return 0; }  // (no GPU: only the GPU build asks)
 static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
 // (bytes == 0 may come with null pointers: an empty span, a rank holding no slice; memcpy's

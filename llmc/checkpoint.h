@@ -1,4 +1,4 @@
-// checkpoint.h — canonical checkpoints with atomic publish and checksums (DESIGN §8), and the llm.c
+// checkpoint.h — canonical checkpoints with atomic publish and checksums (docs/internals.md#checkpoints), and the llm.c
 // GPT-2 model file (import / export).
 //
 // Layout of --save DIR:
@@ -59,7 +59,7 @@ struct TrainState {
     SpikeState spike;      // the spike autopilot's windows, lowered-LR window and rollback history
 };
 
-// The one list of TrainState fields in state.txt: writer and reader both walk it (STYLE 4).
+// The one list of TrainState fields in state.txt: writer and reader both walk it.
 // The decay style is written by name, beside this table.
 struct StateField { const char* key; size_t offset; bool is_double; };
 #define KEEL_STATE(key, member, is_double) {key, offsetof(TrainState, member), is_double}

@@ -1,4 +1,4 @@
-// comm.h — the communication interface between ranks (DESIGN §5): all-reduce, reduce-scatter,
+// comm.h — the communication interface between ranks (docs/internals.md#parallelism): all-reduce, reduce-scatter,
 // all-gather, broadcast, send/recv, barrier, over the world or over a process group. Three backends:
 //   - single process (no MPI in the build, or not launched by mpirun): every collective is a copy;
 //   - MPI (CPU trainer, KEEL_MPI): host buffers;
@@ -23,7 +23,7 @@
 // comm_allgather_shards, which take the memory the op set computes in: device under KEEL_NCCL,
 // host otherwise.
 //
-// Determinism (DESIGN §4): floating-point sums across ranks are never left to the library's
+// Determinism (docs/internals.md#determinism): floating-point sums across ranks are never left to the library's
 // algorithm choice. comm_reduce_scatter_sum_f32 moves every rank's slice to the slice's owner and
 // the owner adds them in rank order 0, 1, ..., N-1; comm_allreduce_sum_f32 is that reduce-scatter
 // followed by an all-gather; small reductions (norm partials, losses) are all-gathered and added in
@@ -32,6 +32,10 @@
 // order (see its section).
 //
 // Sizes: MPI counts are int, so one rank's slice must stay below 2 GiB (checked, with a hint).
+//
+// Hangs: every blocking MPI call here runs inside a WatchedWait (llmc/watchdog.h) naming the call and
+// the group's label, so a peer that stops answering ends the job after --distributed-timeout-minutes
+// with a line naming this rank, the call, the group and the iteration.
 #pragma once
 #include <algorithm>
 #include <climits>
@@ -45,6 +49,7 @@
 #include <vector>
 
 #include "llmc/common.h"
+#include "llmc/watchdog.h"
 
 #ifdef KEEL_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only (OpenMPI's C++ bindings warn under -Wextra)
@@ -78,6 +83,7 @@ struct Comm {
 #ifdef KEEL_MPI
     MPI_Comm mpi_comm;    // MPI_COMM_WORLD after comm_init; the group's own after comm_split (MPI_COMM_NULL without MPI)
 #endif
+    char label[96];       // for messages: "the world (4 ranks)", "the group of world ranks [0, 2]"
 #ifdef KEEL_NCCL
     ncclComm_t nccl;      // device-buffer collectives (size > 1; nullptr in a group of one)
     int local_rank;       // this process's GPU on its node: per process, so a group inherits it
@@ -108,6 +114,7 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     c->rank = 0;
     c->size = 1;
     c->mpi = false;
+    snprintf(c->label, sizeof c->label, "the world (1 rank)");
 #ifndef KEEL_MPI
     // started by a launcher with more ranks, but unable to talk to them: every rank would train
     // alone and write the same files — refuse instead
@@ -122,6 +129,7 @@ static inline void comm_init(Comm* c, int* argc, char*** argv) {
     MPI_CHECK(MPI_Comm_rank(c->mpi_comm, &c->rank));
     MPI_CHECK(MPI_Comm_size(c->mpi_comm, &c->size));
     c->mpi = true;
+    snprintf(c->label, sizeof c->label, "the world (%d ranks)", c->size);
 #endif
 #ifdef KEEL_NCCL
     comm_nccl_init(c);
@@ -140,7 +148,10 @@ static inline void comm_finalize(Comm* c) {
 
 static inline void comm_barrier(const Comm* c) {
 #ifdef KEEL_MPI
-    if (c->size > 1) MPI_CHECK(MPI_Barrier(c->mpi_comm));
+    if (c->size > 1) {
+        WatchedWait w("MPI_Barrier", c->label);
+        MPI_CHECK(MPI_Barrier(c->mpi_comm));
+    }
 #endif
 }
 
@@ -168,6 +179,7 @@ static inline void comm_allgatherv(const Comm* c, const void* send, size_t send_
     if (c->size > 1) {
         std::vector<int> cnt(c->size), dsp(c->size);
         for (int r = 0; r < c->size; r++) { cnt[r] = comm_count(counts[r]); dsp[r] = comm_count(displ[r]); }
+        WatchedWait w("MPI_Allgatherv", c->label);
         MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_BYTE, recv, cnt.data(), dsp.data(), MPI_BYTE, c->mpi_comm));
     }
 #endif
@@ -216,6 +228,7 @@ static inline void comm_split(const Comm* parent, const std::vector<int>& member
     *out = *parent;  // local_rank: the GPU belongs to the process, not to the group
     out->rank = pos;
     out->size = (int)members.size();
+    snprintf(out->label, sizeof out->label, "the group of ranks %s", comm_format_members(members.data(), members.size()).c_str());
 #ifdef KEEL_NCCL
     out->nccl = nullptr;
 #endif
@@ -223,7 +236,10 @@ static inline void comm_split(const Comm* parent, const std::vector<int>& member
     out->mpi_comm = MPI_COMM_NULL;
     if (!parent->mpi) return;  // one process: the checks above leave {0} as the only group, a copy of the parent
     int color = *std::min_element(members.begin(), members.end()), rank = -1, size = -1;
-    MPI_CHECK(MPI_Comm_split(parent->mpi_comm, color, pos, &out->mpi_comm));
+    {
+        WatchedWait w("MPI_Comm_split", parent->label);
+        MPI_CHECK(MPI_Comm_split(parent->mpi_comm, color, pos, &out->mpi_comm));
+    }
     MPI_CHECK(MPI_Comm_rank(out->mpi_comm, &rank));
     MPI_CHECK(MPI_Comm_size(out->mpi_comm, &size));
     if (size != out->size || rank != out->rank)
@@ -241,6 +257,28 @@ static inline void comm_split(const Comm* parent, const std::vector<int>& member
 #ifdef KEEL_NCCL
     comm_nccl_create(out);
 #endif
+}
+
+// Names a group's role in its label, for messages: "the group of ranks {0, 2}" becomes "the
+// data-parallel group of ranks {0, 2}".
+static inline void comm_name(Comm* c, const char* role) {
+    std::string l = c->label;
+    if (l.rfind("the group", 0) == 0) l = std::string("the ") + role + l.substr(3);
+    snprintf(c->label, sizeof c->label, "%s", l.c_str());
+}
+
+// What ends every rank of the job at once, for the watchdog (llmc/watchdog.h): MPI_Abort over the
+// world when MPI runs (the launcher then stops all processes, a stopped one included), else nothing
+// (the watchdog exits this process).
+#ifdef KEEL_MPI
+static inline void comm_abort_world(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
+#endif
+static inline void (*comm_abort_fn(const Comm* world))(int) {
+#ifdef KEEL_MPI
+    if (world->mpi) return comm_abort_world;
+#endif
+    (void)world;
+    return nullptr;
 }
 
 // Releases a group made by comm_split (not collective in MPI's sense, but every member should call
@@ -264,14 +302,21 @@ static inline void comm_free(Comm* c) {
 
 static inline void comm_broadcast(const Comm* c, void* buf, size_t bytes, int root) {
 #ifdef KEEL_MPI
-    if (c->size > 1) MPI_CHECK(MPI_Bcast(buf, comm_count(bytes), MPI_BYTE, root, c->mpi_comm));
+    if (c->size > 1) {
+        WatchedWait w("MPI_Bcast", c->label);
+        MPI_CHECK(MPI_Bcast(buf, comm_count(bytes), MPI_BYTE, root, c->mpi_comm));
+    }
 #endif
 }
 
 static inline void comm_send(const Comm* c, const void* buf, size_t bytes, int peer, int tag) {
     comm_check_peer(c, peer, "comm_send");
 #ifdef KEEL_MPI
-    if (c->mpi) { MPI_CHECK(MPI_Send(buf, comm_count(bytes), MPI_BYTE, peer, tag, c->mpi_comm)); return; }
+    if (c->mpi) {
+        WatchedWait w("MPI_Send", c->label);
+        MPI_CHECK(MPI_Send(buf, comm_count(bytes), MPI_BYTE, peer, tag, c->mpi_comm));
+        return;
+    }
 #endif
     keel_die("comm_send to rank %d: this process runs without MPI, alone", peer);
 }
@@ -279,7 +324,11 @@ static inline void comm_send(const Comm* c, const void* buf, size_t bytes, int p
 static inline void comm_recv(const Comm* c, void* buf, size_t bytes, int peer, int tag) {
     comm_check_peer(c, peer, "comm_recv");
 #ifdef KEEL_MPI
-    if (c->mpi) { MPI_CHECK(MPI_Recv(buf, comm_count(bytes), MPI_BYTE, peer, tag, c->mpi_comm, MPI_STATUS_IGNORE)); return; }
+    if (c->mpi) {
+        WatchedWait w("MPI_Recv", c->label);
+        MPI_CHECK(MPI_Recv(buf, comm_count(bytes), MPI_BYTE, peer, tag, c->mpi_comm, MPI_STATUS_IGNORE));
+        return;
+    }
 #endif
     keel_die("comm_recv from rank %d: this process runs without MPI, alone", peer);
 }
@@ -300,6 +349,7 @@ static inline void comm_sendrecv(const Comm* c, const void* sendbuf, size_t send
         return;
     }
 #ifdef KEEL_MPI
+    WatchedWait w("MPI_Sendrecv", c->label);
     MPI_CHECK(MPI_Sendrecv(sendbuf, comm_count(send_bytes), MPI_BYTE, dest, tag, recvbuf, comm_count(recv_bytes), MPI_BYTE,
                            source, tag, c->mpi_comm, MPI_STATUS_IGNORE));
 #endif
@@ -347,6 +397,7 @@ static inline void comm_reduce_scatter_sum_f32_host(const Comm* c, const float* 
         rdsp[r] = comm_count((size_t)r * mine * sizeof(float));
     }
     scratch->resize((size_t)c->size * mine);
+    WatchedWait w("MPI_Alltoallv (a reduce-scatter)", c->label);
     MPI_CHECK(MPI_Alltoallv(buf, scnt.data(), sdsp.data(), MPI_BYTE, scratch->data(), rcnt.data(), rdsp.data(), MPI_BYTE,
                             c->mpi_comm));
     const float* s = scratch->data();

@@ -3,7 +3,7 @@
 // Contract: every failure leaves through keel_die(), which prints one line naming the problem
 // (plus an optional hint line saying what to do) and exits with a non-zero status. Library errors
 // (fopen, fread, ...) name the failing call, file:line and the system's error string.
-// Exit codes: 1 = runtime failure (I/O, corrupt input), 2 = bad command line (DESIGN §6).
+// Exit codes: 1 = runtime failure (I/O, corrupt input), 2 = bad command line (docs/internals.md#flags).
 // Fuzz builds (-DKEEL_FUZZ, test/fuzz/): keel_die throws KeelError instead of exiting, so a fuzz target
 // catches a refusal (a correct outcome) and goes on to the next input. Normal builds never throw.
 #pragma once

@@ -1,4 +1,4 @@
-// data.h — token shards, the sample index and the deterministic sampler (DESIGN §7).
+// data.h — token shards, the sample index and the deterministic sampler (docs/internals.md#data).
 //
 // Two orders, by where the data comes from:
 //

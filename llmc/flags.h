@@ -1,4 +1,4 @@
-// flags.h — every command-line flag of keel, from one table (DESIGN §6, STYLE 4).
+// flags.h — every command-line flag of keel, from one table (docs/internals.md#flags).
 //
 // The table `FLAGS` below is the single source for: the parser, `-h` usage text, the start-up
 // printout of effective values, which flags a checkpoint records, and the names tests use.
@@ -37,8 +37,8 @@ struct Config {
     int64_t pad_vocab_size_to = 0;  // 0: unset (BigScience's None)
     int64_t vocab_size = 50257;
     double init_method_std = 0.02;
-    std::string init_method = "std";               // std | small_init | mt_nlg (KNOBS §1.4)
-    // architecture and numerics knobs (KNOBS §2, §10, §11, §12); all off by default
+    std::string init_method = "std";               // std | small_init | mt_nlg (docs/knobs.md#initialization)
+    // architecture and numerics knobs (docs/knobs.md#embedding-layernorm-and-stableembedding, #attention-numerics, #normformer, #activations-dropout-positions-and-alibi); all off by default
     bool embed_layernorm = false, stable_embedding = false;
     std::string position_embedding_type = "learned", position_embedding_init = "normal";
     std::string activation = "gelu", attention_scaling = "standard";
@@ -50,13 +50,13 @@ struct Config {
     // batch and duration
     int64_t micro_batch_size = 4, global_batch_size = 0;  // 0: micro-batch × data-parallel size
     int64_t train_iters = 0, train_samples = 0, train_tokens = 0, exit_interval = 0;
-    std::string rampup_batch_size;                 // "START INCR SAMPLES" (KNOBS §4)
-    // curriculum learning by sequence length (KNOBS §5)
+    std::string rampup_batch_size;                 // "START INCR SAMPLES" (docs/knobs.md#batch-size-ramp-up)
+    // curriculum learning by sequence length (docs/knobs.md#curriculum-learning)
     bool curriculum_learning = false;
     int64_t cl_min_seqlen = 0, cl_max_seqlen = 0, cl_difficulty_step = 8, cl_total_steps = 0;
     std::string cl_schedule = "fixed_linear", cl_discrete_seqlens, cl_discrete_steps;
     double cl_root_degree = 0.0;
-    std::string skip_train_iteration_range;        // "A-B C-D ..." (KNOBS §6, NVM semantics)
+    std::string skip_train_iteration_range;        // "A-B C-D ..." (docs/knobs.md#skipping-iterations, NVM semantics)
     // optimizer and schedule
     double lr = NAN, min_lr = 0.0;
     std::string lr_decay_style = "linear";
@@ -64,12 +64,12 @@ struct Config {
     double lr_warmup_fraction = NAN;
     bool override_lr_scheduler = false, use_checkpoint_lr_scheduler = false;
     double adam_beta1 = 0.9, adam_beta2 = 0.999, adam_eps = 1e-8, weight_decay = 0.01, clip_grad = 1.0;
-    std::string optimizer = "adam";                // adam | adam8bit (KNOBS §9)
+    std::string optimizer = "adam";                // adam | adam8bit (docs/knobs.md#8-bit-adam)
     bool use_bnb_optimizer = false;                // BigScience's: = --optimizer adam8bit --stable-embedding
     int64_t adam8bit_block_size = 256, adam8bit_min_size = 4096, adam8bit_percentile_clipping = 100;
     int64_t zero_stage = 0;                        // 0: replicated optimizer state; 1: sharded over data parallel
     int64_t seed = 1234;
-    // update-skipping rules (KNOBS §8.4) and the gradient reduction (§8.5)
+    // update-skipping rules (docs/knobs.md#rejecting-a-batch-by-its-gradient-norm) and the gradient reduction (docs/knobs.md#gradient-pre-divide-factor)
     double skip_update_grad_norm_above = 0.0, skip_update_loss_zscore = 0.0, skip_update_norm_zscore = 0.0;
     int64_t skip_update_window = 100;
     double gradient_predivide_factor = 1.0;
@@ -78,7 +78,7 @@ struct Config {
     std::string spike_policy = "off", spike_metric = "loss";
     double spike_zscore = 6.0, spike_lr_factor = 1.0;
     int64_t spike_window = 50, spike_lr_iters = 100, spike_snapshot_interval = 0, spike_max_rollbacks = 10;
-    // precision and loss scaling (KNOBS §7.1)
+    // precision and loss scaling (docs/knobs.md#mixed-precision-and-loss-scaling)
     bool fp16 = false, bf16 = false, fp32 = false;
     double loss_scale = 0.0, initial_loss_scale = 4294967296.0, min_loss_scale = 1.0;
     int64_t loss_scale_window = 1000, hysteresis = 2;
@@ -94,7 +94,7 @@ struct Config {
     std::string save, load, load_llmc, export_llmc;
     std::string load_hf, export_hf, export_dtype = "fp32";  // Hugging Face directories (llmc/hf.h)
     int64_t save_interval = 0;
-    bool no_load_optim = false, no_load_rng = false, finetune = false;  // recovery recipes (KNOBS §3.5)
+    bool no_load_optim = false, no_load_rng = false, finetune = false;  // recovery recipes (docs/knobs.md#resuming-a-schedule)
     bool start_over = false;  // outputs holding an earlier run's files: moved aside, not refused (llmc/outputs.h)
     // logging and evaluation
     int64_t log_interval = 100, eval_interval = 1000, eval_iters = 100;  // Megatron's defaults; no validation data: no evaluation
@@ -102,8 +102,9 @@ struct Config {
     int64_t sample_interval = 0, sample_length = 64;
     std::string metrics_file, tensorboard_dir;
     int64_t log_layer_norms_interval = 0;
-    // Megatron-DeepSpeed's run control and extra logging (README "Coming from Megatron-DeepSpeed")
+    // Megatron-DeepSpeed's run control and extra logging (docs/megatron-deepspeed.md)
     int64_t exit_duration_in_mins = 0;             // 0: off (Megatron: None)
+    double distributed_timeout_minutes = 10;      // bound on every wait for another rank or the GPU (llmc/watchdog.h); 0: none
     std::string kill_switch_path;                  // BigScience's kill switch ("": off)
     std::string eval_only;                         // Megatron's type=bool value: "" off, any other true ("false" refused)
     bool log_params_norm = false, log_num_zeros_in_grad = false;
@@ -111,7 +112,7 @@ struct Config {
     bool log_timers_to_tensorboard = false, log_batch_size_to_tensorboard = false, log_validation_ppl_to_tensorboard = false;
     int64_t check_replicated_params_interval = 0;  // tensor parallelism: compare replicated tensors every N iterations
     bool sync_tp_duplicated_parameters = false;    // ... or average them over the TP group before every forward
-    // layout and planning (DESIGN §5): --dry-run plans any layout; training runs TP x PP x DP over the launched ranks
+    // layout and planning (docs/internals.md#parallelism): --dry-run plans any layout; training runs TP x PP x DP over the launched ranks
     int64_t tensor_model_parallel_size = 1, pipeline_model_parallel_size = 1, data_parallel_size = 0;
     bool checkpoint_activations = false, dry_run = false;
     std::string pp_partition_method;  // empty: keel's even split (llmc/pp_partition.h)
@@ -368,6 +369,10 @@ static const Flag FLAGS[] = {
     KEEL_FLAG(FG_LOG, "exit-duration-in-mins", 0, NO_MAX, FT_INT, exit_duration_in_mins, FK_RUN, nullptr,
               "stop once the run's wall time (from the earliest rank's start) exceeds this many minutes, agreed over ranks "
               "after an iteration; save first (with --save); exit 0. 0: off"),
+    KEEL_FLAG(FG_PARALLEL, "distributed-timeout-minutes", NO_MIN, NO_MAX, FT_FLOAT, distributed_timeout_minutes, FK_RUN, nullptr,
+              "end the job when one wait for another rank or for the GPU (a collective, a send, a receive, a device sync) "
+              "lasts longer than this, naming the rank, the operation, the group and the iteration (Megatron's bound on its "
+              "process groups; fractions allowed); 0: wait forever"),
     KEEL_FLAG(FG_LOG, "kill-switch-path", NO_MIN, NO_MAX, FT_STR, kill_switch_path, FK_RUN, nullptr,
               "BigScience's kill switch: if this file exists at start-up, exit at once; if it appears during training, "
               "save (with --save) before the next iteration and exit 0"),
@@ -397,7 +402,7 @@ static const Flag FLAGS[] = {
               "every N iterations compare a checksum of every replicated tensor (LayerNorms, row-parallel biases, positions) "
               "across tensor-parallel ranks; stop on a mismatch naming it; 0: off"),
     KEEL_FLAG(FG_PARALLEL, "sync-tp-duplicated-parameters", NO_MIN, NO_MAX, FT_BOOL, sync_tp_duplicated_parameters, FK_RUN, nullptr,
-              "average the replicated tensors over the tensor-parallel ranks before every forward (the BLOOM band-aid, KNOBS 14.2)"),
+              "average the replicated tensors over the tensor-parallel ranks before every forward (the BLOOM band-aid, docs/knobs.md#drift-of-tp-replicated-parameters)"),
     KEEL_FLAG(FG_PARALLEL, "pipeline-model-parallel-size", 1, INT32_MAX, FT_INT, pipeline_model_parallel_size, FK_RUN, nullptr,
               "pipeline stages P: layers split over P ranks, 1F1B schedule (launch TP x P x DP ranks)"),
     KEEL_FLAG(FG_PARALLEL, "pp-partition-method", NO_MIN, NO_MAX, FT_STR, pp_partition_method, FK_RUN, nullptr,
@@ -412,7 +417,7 @@ static const Flag FLAGS[] = {
               "print parameters, bytes/parameter and per-rank memory of the GPU layout, then exit (no data, no allocation)"),
     KEEL_FLAG(FG_PARALLEL, "gpu-memory-gb", NO_MIN, NO_MAX, FT_FLOAT, gpu_memory_gb, FK_RUN, nullptr,
               "--dry-run: memory per GPU (GiB) for the fits / does-not-fit verdict (exit 0 / 1)"),
-    // Megatron-DeepSpeed's launcher level (llmc/deepspeed.h; README "Coming from Megatron-DeepSpeed")
+    // Megatron-DeepSpeed's launcher level (llmc/deepspeed.h; docs/megatron-deepspeed.md)
     KEEL_FLAG(FG_COMPAT, "deepspeed", NO_MIN, NO_MAX, FT_BOOL, deepspeed, FK_RUN, nullptr,
               "read --deepspeed_config: its fp16/bf16 and loss scaler, ZeRO stage, clipping, batch sizes and curriculum "
               "govern, as in Megatron-DeepSpeed"),
@@ -998,6 +1003,8 @@ static inline void config_validate_data(const Config* c) {
 // The run-control flags of Megatron-DeepSpeed scripts (--eval-only, --kill-switch-path): what they
 // need, and --eval-only's value read as Megatron's argparse type=bool reads it.
 static inline void config_validate_run_control(Config* c) {
+    if (!(c->distributed_timeout_minutes >= 0))
+        keel_usage_error("--distributed-timeout-minutes %s: must be >= 0 (0: no bound)", double_repr(c->distributed_timeout_minutes).c_str());
     const std::string& v = c->eval_only;
     if (v == "false" || v == "False" || v == "0" || v == "no")
         keel_usage_error("--eval-only %s: Megatron-DeepSpeed reads any non-empty value as true (type=bool), so this would "
@@ -1098,6 +1105,9 @@ static inline std::string flags_effective_string(const Config* c, const Flag* f)
         return "unset";
     }
     if (strcmp(f->name, "fp32") == 0 && !c->fp16 && !c->bf16 && !c->fp32) return "true (no --fp16/--bf16: fp32 arithmetic)";
+    // model sizes whose 0 means "derived": say what they derive to, since a 0-wide MLP would be nonsense
+    if (strcmp(f->name, "ffn-hidden-size") == 0 && c->ffn_hidden_size == 0)
+        return "0 (= 4 x --hidden-size: " + std::to_string(4 * c->hidden_size) + ")";
     return flag_value_string(c, f);
 }
 

@@ -1,4 +1,4 @@
-// init.h — initialization (KNOBS.md §1, §2.2, §12.3), driven by the counter-based RNG.
+// init.h — initialization (docs/knobs.md#initialization, #embedding-layernorm-and-stableembedding, #activations-dropout-positions-and-alibi), driven by the counter-based RNG.
 //
 // σ comes from --init-method:  std → --init-method-std;  small_init → sqrt(2/(5h)) (Transformers
 // without Tears; the BigScience 104B's 0.006 for h = 11600);  mt_nlg → sqrt(1/(3h)) (MT-NLG 530B;

@@ -1,5 +1,5 @@
 // log.h — the Megatron-DeepSpeed log line, the JSONL metrics file, the validation line and the
-// TensorBoard scalars (DESIGN §9).
+// TensorBoard scalars (docs/internals.md#logs).
 //
 // Every iteration produces one IterationRecord. It goes to the JSONL file at once (one object per
 // line, every number in the shortest text that reads back to the same bits, so two runs compare bit
@@ -8,11 +8,11 @@
 //   elapsed  = interval wall time / (advanced + skipped iterations)
 //   lm loss  = mean over the interval's non-skipped iterations
 //   skipped / nan counters = sums over the interval (reset at each print)
-//   TFLOPs   = 24·ckpt·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) / (elapsed · world · 1e12)   (KNOBS.md §13.2)
+//   TFLOPs   = 24·ckpt·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)) / (elapsed · world · 1e12)   (docs/knobs.md#the-log-line-and-tflops)
 // Timing fields (elapsed_ms, samples_per_second, tflops) are the only non-deterministic values.
 // With --log-layer-norms-interval the record also carries the per-layer fields of
 // llmc/layer_stats.h; the spike autopilot adds records of their own ({"iteration": k, "spike": ...}).
-// TensorBoard (--tensorboard-dir, rank 0): the Megatron-DeepSpeed tags (KNOBS.md §13.1), each
+// TensorBoard (--tensorboard-dir, rank 0): the Megatron-DeepSpeed tags (docs/knobs.md#the-log-line-and-tflops), each
 // against iterations and, as "<tag> vs samples" / "<tag> vs tokens", against consumed samples and
 // tokens — the axes that stay comparable across batch-size ramp-up and curriculum runs:
 //   always: lm-loss-training/lm loss, learning-rate/learning-rate, loss-scale/loss-scale (--fp16),
@@ -283,7 +283,7 @@ static inline void log_iteration(Logger* lg, const IterationRecord* r, int64_t l
     snprintf(buf, sizeof buf, " number of skipped iterations: %3lld | number of nan iterations: %3lld |",
              (long long)lg->skipped, (long long)lg->nan);
     line += buf;
-    // samples/s and TFLOPs from the interval's mean time, like `elapsed` (KNOBS.md §13.1)
+    // samples/s and TFLOPs from the interval's mean time, like `elapsed` (docs/knobs.md#the-log-line-and-tflops)
     double scale = r->elapsed_ms > 0 && elapsed_s > 0 ? r->elapsed_ms / 1000.0 / elapsed_s : 0;
     snprintf(buf, sizeof buf, " samples per second: %.3f | TFLOPs: %.2f |", elapsed_s > 0 ? r->global_batch_size / elapsed_s : 0.0,
              r->tflops * scale);

@@ -1,7 +1,7 @@
-// loss_scaler.h — fp16 loss scaling (KNOBS.md §7.1), fp16 emulation for the CPU trainer, and the
-// rolling window behind the z-score update-skipping knobs (keel's own, generalising KNOBS.md §8.4).
+// loss_scaler.h — fp16 loss scaling (docs/knobs.md#mixed-precision-and-loss-scaling), fp16 emulation for the CPU trainer, and the
+// rolling window behind the z-score update-skipping knobs (keel's own, generalising docs/knobs.md#rejecting-a-batch-by-its-gradient-norm).
 //
-// Contract, in the order one optimizer step uses these parts (Megatron-native order, §7.1):
+// Contract, in the order one optimizer step uses these parts (Megatron-native order, docs/knobs.md#mixed-precision-and-loss-scaling):
 //   1. backward on loss·scale; the gradients are reduced (fp32 accumulation, as Megatron's
 //      --accumulate-allreduce-grads-in-fp32);
 //   2. --fp16 on the CPU trainer: grad_round_fp16() rounds every scaled gradient to binary16, so
@@ -11,12 +11,12 @@
 //   4. loss_scaler_update(found_inf): the scaler's state machine moves, then
 //   5. found_inf ? skip the update : clip and step. A skipped iteration does not advance the LR
 //      schedule and is never pushed into a z-score window.
-// DeepSpeed's fp16 optimizers update the scale first and unscale by the *updated* scale (§7.2,
+// DeepSpeed's fp16 optimizers update the scale first and unscale by the *updated* scale (docs/knobs.md#mixed-precision-and-loss-scaling,
 // [inference]): on the step where the scale doubles, the gradients come out halved. keel follows
 // Megatron native: unscale, check, update, then skip or step.
 //
 // Everything here is deterministic: the scaler is integer/power-of-two arithmetic, the gradient
-// passes are element-wise (independent of the thread count, DESIGN §4), the inf flag is an OR
+// passes are element-wise (independent of the thread count, docs/internals.md#determinism), the inf flag is an OR
 // (order-independent), and the z-score sums run oldest to newest in double.
 #pragma once
 #include <cmath>
@@ -28,7 +28,7 @@
 #include "llmc/common.h"
 #include "llmc/flags.h"
 
-// ---- 1. the loss scaler (KNOBS §7.1, Megatron `optimizer/grad_scaler.py`) -------------------------
+// ---- 1. the loss scaler (docs/knobs.md#mixed-precision-and-loss-scaling, Megatron `optimizer/grad_scaler.py`) -------------------------
 //
 // Three kinds, chosen as Megatron's get_megatron_optimizer chooses:
 //   --loss-scale S > 0   static (ConstantGradScaler): scale S forever; allowed with --bf16 too.
@@ -43,7 +43,7 @@
 //     every further overflow halves again, and the tracker keeps counting below zero. The growth
 //     has no ceiling (an fp16 overflow brings the scale back down).
 //   otherwise            disabled: scale 1, nothing moves (bf16/fp32 skip non-finite steps by the
-//                        same check with scale 1, DESIGN §10).
+//                        same check with scale 1, docs/internals.md#errors-and-safety).
 // The state (scale, growth_tracker, hysteresis_tracker) is what a checkpoint saves, as Megatron's
 // optimizer['grad_scaler'].
 struct LossScaler {
@@ -96,7 +96,7 @@ static inline LossScaleEvent loss_scaler_update(LossScaler* s, bool found_inf) {
     return LOSS_SCALE_GREW;
 }
 
-// The one line a scaler event prints (DESIGN §9, STYLE 7): what happened and why. `before` is a
+// The one line a scaler event prints (docs/internals.md#logs): what happened and why. `before` is a
 // copy of the scaler taken just before loss_scaler_update(), `after` the scaler after it. Returns
 // "" for LOSS_SCALE_CLEAN (nothing fired). Scales print exactly (shortest round-trip text).
 static inline std::string loss_scaler_describe(const LossScaler* before, const LossScaler* after,
@@ -135,7 +135,7 @@ static inline std::string loss_scaler_describe(const LossScaler* before, const L
 //
 // --skip-update-loss-zscore Z (and --skip-update-norm-zscore Z for the unscaled grad norm) skip an
 // iteration's update when its value x lies more than Z standard deviations above the mean of the
-// last --skip-update-window values: OPT's "reject the batch" (KNOBS §8.4) with a threshold that
+// last --skip-update-window values: OPT's "reject the batch" (docs/knobs.md#rejecting-a-batch-by-its-gradient-norm) with a threshold that
 // follows the run instead of a constant.
 //   - The caller pushes x only for iterations whose update was APPLIED, after deciding, so a spike
 //     (or a loss-scale overflow) never enters the window that judges the next iterations.
@@ -143,7 +143,7 @@ static inline std::string loss_scaler_describe(const LossScaler* before, const L
 //   - mean = Σx/n and the population std = sqrt(Σ(x-mean)²/n), both summed oldest to newest in
 //     double: a fixed order, so the verdict is bit-reproducible and survives resume.
 //   - std == 0 (a constant window): z = +inf if x > mean, else 0.  A NaN x gives a NaN z, which
-//     never exceeds Z: non-finite values are the non-finite check's business (DESIGN §10).
+//     never exceeds Z: non-finite values are the non-finite check's business (docs/internals.md#errors-and-safety).
 // The window is checkpointed as text (rolling_to_string) so a resumed run decides identically.
 struct RollingWindow {
     int64_t capacity;            // --skip-update-window

@@ -1,5 +1,5 @@
 // megatron_data.h — Megatron-DeepSpeed's indexed data (.idx + .bin), its --split, its weighted
-// split paths and its blending rule (README "Megatron indexed data"). No trainer state here: pure
+// split paths and its blending rule (docs/data.md). No trainer state here: pure
 // functions over bytes and strings (a parse error is returned as text, so a fuzz target can call
 // megatron_index_parse without files), plus megatron_open, which validates a prefix's two files.
 //

@@ -5,13 +5,13 @@
 // Legend: B batch, T time, C channels, NH heads, L layers, V vocabulary, Vp padded vocabulary,
 // maxT position rows.
 //
-// The parameter table (DESIGN §2) is the one description of every parameter tensor: name, shape,
+// The parameter table (docs/internals.md#the-flat-parameter-buffer) is the one description of every parameter tensor: name, shape,
 // per-layer or global, weight decay or not, tensor-parallel split, init rule. Sizes, offsets,
 // decay masks, checkpoint layout, llm.c export, gradient checks and norms all derive from it.
 // Canonical layout = table order, per-layer tensors stored (L, ...) — which is also llm.c's order,
 // so an llm.c model file is the canonical buffer behind a header.
 //
-// The model is templated on its compute type F (llmc/ops.h, DESIGN §3): float in the CPU trainer
+// The model is templated on its compute type F (llmc/ops.h, docs/internals.md#precision): float in the CPU trainer
 // and under --fp32, bf16/fp16 on the GPU under --bf16/--fp16 (with fp32 master weights, gradients,
 // statistics and losses: acc_t<F>), double in the gradient checks (test/test_gradcheck.cpp), so a
 // finite difference can be taken in double precision through the very same sequencing code.
@@ -46,7 +46,7 @@ struct GPTConfig {
     int channels;           // C
     int ffn_hidden = 0;     // F, the MLP width (--ffn-hidden-size); 0: 4C (gpt_ffn)
     int vocab_tp_multiple = 0;  // Megatron's padding under TP: Vp rounded up to this x tp_size (0: none, --pad-vocab-size-to)
-    // The pipeline stage this model is (DESIGN §5; llmc/parallel.h splits the layers): layers
+    // The pipeline stage this model is (docs/internals.md#parallelism; llmc/parallel.h splits the layers): layers
     // [stage_layer_first, stage_layer_first + stage_num_layers) of the L; the first stage owns the
     // embeddings, the last the final LayerNorm and the LM head (the tied word embedding: both own a
     // copy of wte). The defaults are the whole model on one stage.
@@ -56,7 +56,7 @@ struct GPTConfig {
     const int* pp_counts = nullptr;
     int pp_stages = 0;
     bool stage_first = true, stage_last = true;
-    // The tensor-parallel rank this model is (DESIGN §5, Megatron's scheme): tp_rank of tp_size holds
+    // The tensor-parallel rank this model is (docs/internals.md#parallelism, Megatron's scheme): tp_rank of tp_size holds
     // heads [tp_rank·NH/tp, ...) (their QKV rows and attention-out columns), the same slice of the
     // MLP's F (FC rows, projection columns) and of the padded vocabulary (wte rows); everything
     // else is replicated. The defaults are the whole model.
@@ -64,7 +64,7 @@ struct GPTConfig {
     // --checkpoint-activations: keep only each layer's output (the residual stream) and recompute the
     // layer's forward right before its backward; the other activations exist for one layer at a time.
     bool checkpoint_activations = false;
-    // the knobs that change the network (KNOBS.md §2, §10, §11, §12); the defaults are GPT-2
+    // the knobs that change the network (docs/knobs.md#embedding-layernorm-and-stableembedding, #attention-numerics, #normformer, #activations-dropout-positions-and-alibi); the defaults are GPT-2
     bool embed_layernorm = false;       // LayerNorm on the word embedding (also on under stable_embedding)
     bool stable_embedding = false;      // xavier-uniform word embedding (bitsandbytes StableEmbedding)
     bool alibi = false;                 // ALiBi biases instead of the learned position table
@@ -135,10 +135,10 @@ enum { LLMC_NUM_PARAMS = P_LNFB + 1 };
 enum TPSplit { TP_NONE, TP_ROWS, TP_COLS };  // ROWS: output rows split (column-parallel linear)
 enum InitRule {
     INIT_NORMAL,         // N(0, σ)
-    INIT_NORMAL_OUTPUT,  // N(0, σ/sqrt(2·L)), L the global layer count (KNOBS.md §1.2)
+    INIT_NORMAL_OUTPUT,  // N(0, σ/sqrt(2·L)), L the global layer count (docs/knobs.md#initialization)
     INIT_NORMAL_VOCAB,   // N(0, σ) for the V real rows, 0 for the padding rows
-    INIT_XAVIER_VOCAB,   // U(-a, a), a = sqrt(6/(Vp + C)), real rows; 0 for padding (StableEmbedding, §2.2/§2.3)
-    INIT_SINUSOIDAL,     // [sin(pos·ω_k) | cos(pos·ω_k)], ω_k = exp(-k·ln(10000)/(C/2 - 1)) (§12.3)
+    INIT_XAVIER_VOCAB,   // U(-a, a), a = sqrt(6/(Vp + C)), real rows; 0 for padding (StableEmbedding, docs/knobs.md#embedding-layernorm-and-stableembedding)
+    INIT_SINUSOIDAL,     // [sin(pos·ω_k) | cos(pos·ω_k)], ω_k = exp(-k·ln(10000)/(C/2 - 1)) (docs/knobs.md#activations-dropout-positions-and-alibi)
     INIT_ZERO,
     INIT_ONE,
 };
@@ -258,7 +258,7 @@ static inline bool param_is_mirror(const ParamTable* pt, int id, const GPTConfig
     return cfg->tp_rank > 0 && pt->t[id].tp == TP_NONE;
 }
 
-// ALiBi slopes for n heads (KNOBS.md §12.4): for n a power of two, slope_i = 2^(-8(i+1)/n); otherwise
+// ALiBi slopes for n heads (docs/knobs.md#activations-dropout-positions-and-alibi): for n a power of two, slope_i = 2^(-8(i+1)/n); otherwise
 // the slopes of the largest power of two p < n, then every other slope of the 2p series.
 static inline void alibi_slopes(int n, float* out) {
     int p = 1;
@@ -336,7 +336,7 @@ template <typename F> struct GPT {
                               // (the rank's shard: gpt_build's master range) and params is that
                               // allocation shifted by -master_lo, so offsets stay the table's
     int64_t master_lo, master_hi;  // the master weights this rank keeps: all of the table, or its shard
-    acc_t<F>* grads;          // same layout, fp32 (DESIGN §3: gradients accumulate in fp32)
+    acc_t<F>* grads;          // same layout, fp32 (docs/internals.md#precision: gradients accumulate in fp32)
     F* params_c;              // same layout, the weights the ops read: params itself when F is the
                               // master type, else its bf16/fp16 copy (gpt_params_changed refreshes it)
     F* p[NUM_PARAMS];         // views into params_c
@@ -456,7 +456,7 @@ struct AttnCost {
 //          element, the fp32 scores written and read by the softmax, the probabilities (2 bytes)
 //          written and read twice, the fp32 dP written and read, dS (2 bytes) written and read twice:
 //          26 bytes per (b, h, t, u), at 80% of bandwidth.
-// Measured on an H200 (GPT-2 124M, B=16, T=1024 and 2048, the whole step; README "GPU"), flash was
+// Measured on an H200 (GPT-2 124M, B=16, T=1024 and 2048, the whole step; docs/gpu.md), flash was
 // the faster path at both lengths, as the model predicts.
 static inline AttnCost gpt_attention_cost(int B, int T, int C, int NH, int cc) {
     double hs = (double)C / NH, bh = (double)B * NH, tt = (double)T * T;
@@ -735,7 +735,7 @@ template <typename F> static inline void gpt_activation_backward(const GPT<F>* m
     if (m->config.activation == ACT_RELU) relu_backward(dinp, dout, inp, N); else gelu_backward(dinp, dout, inp, N);
 }
 
-// Embedding: word lookup [→ LayerNorm] [+ positions] [→ dropout] into acts.encoded (KNOBS.md §2.1:
+// Embedding: word lookup [→ LayerNorm] [+ positions] [→ dropout] into acts.encoded (docs/knobs.md#embedding-layernorm-and-stableembedding:
 // the norm is on the word embedding only, positions are added after it, dropout comes last).
 template <typename F> static void gpt_embed_forward(GPT<F>* m, int B, int T) {
     const GPTConfig* cfg = &m->config;

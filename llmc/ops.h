@@ -12,7 +12,7 @@
 #include "llmc/quantize.h"
 #include "llmc/rand.h"
 
-// ---- precision (DESIGN §3) ------------------------------------------------------------------------
+// ---- precision (docs/internals.md#precision) ------------------------------------------------------------------------
 // The model computes in its storage type F (activations and the weights the ops read): float on
 // the CPU and under --fp32, bf16/fp16 on the GPU under --bf16/--fp16, double in the gradient checks.
 // Everything that accumulates is of acc_t<F>: the master weights the optimizer updates, the

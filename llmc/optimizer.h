@@ -1,10 +1,10 @@
 // optimizer.h — one optimizer step on the flat buffers: gradient reduction, global norm, the
 // update-skipping rules, global-norm clipping, then Adam: AdamW with fp32 state (--optimizer adam)
 // or bitsandbytes' blockwise 8-bit Adam (--optimizer adam8bit), with decay groups from the
-// parameter table (KNOBS.md §7, §8, §9).
+// parameter table (docs/knobs.md#mixed-precision-and-loss-scaling, #optimizer-clipping-and-skipped-updates, #8-bit-adam).
 //
-// Order, per iteration (Megatron native path, §7.1/§8.2), after the backward passes:
-//   0. reduce: g /= F (--gradient-predivide-factor), sum over data-parallel ranks, g *= F/DP (§8.5)
+// Order, per iteration (Megatron native path, docs/knobs.md#mixed-precision-and-loss-scaling, #optimizer-clipping-and-skipped-updates), after the backward passes:
+//   0. reduce: g /= F (--gradient-predivide-factor), sum over data-parallel ranks, g *= F/DP (docs/knobs.md#gradient-pre-divide-factor)
 //   1. loss scaling (when on, llmc/loss_scaler.h): [--fp16: round g to binary16], g /= scale, found_inf,
 //      update the scaler — the caller does this and passes found_inf
 //   2. norm = sqrt(Σ g²), summed per unit in fixed chunks, then over units in table order (below);
@@ -44,7 +44,7 @@
 // chunk boundary (which is also a block boundary) can contribute its chunks' partial sums and get the
 // same bits as one process.
 //
-// Data parallelism and ZeRO (DESIGN §5). The flat buffer is partitioned over the DP ranks at
+// Data parallelism and ZeRO (docs/internals.md#parallelism). The flat buffer is partitioned over the DP ranks at
 // unit-relative GRAD_CHUNK boundaries (shard_lo). Every step, gradients are reduce-scattered to
 // the shard owners (llmc/comm.h, summed in rank order); each rank rounds/unscales/checks its shard
 // and computes the norm partials of its shard's chunks, which are all-gathered, so every rank adds
@@ -62,7 +62,7 @@
 // Under --optimizer adam every unit is fp32 and the payload is m then v over the canonical buffer.
 // Under adam8bit a unit keeps fp32 state when it has fewer than --adam8bit-min-size elements, or is
 // the word embedding under --stable-embedding (bitsandbytes' 32-bit override for StableEmbedding —
-// which in Megatron-DeepSpeed's integration never took effect, KNOBS §2.3; here it does).
+// which in Megatron-DeepSpeed's integration never took effect, docs/knobs.md#embedding-layernorm-and-stableembedding; here it does).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -200,7 +200,7 @@ struct UpdateGuard {
 
 static inline bool optimizer_unit_is_8bit(const Config* c, int id, int64_t numel) {
     if (c->optimizer != "adam8bit") return false;
-    if (id == P_WTE && c->stable_embedding) return false;  // StableEmbedding: 32-bit state (KNOBS §2.2)
+    if (id == P_WTE && c->stable_embedding) return false;  // StableEmbedding: 32-bit state (docs/knobs.md#embedding-layernorm-and-stableembedding)
     return numel >= c->adam8bit_min_size;
 }
 
@@ -675,7 +675,7 @@ static inline void update_guard_init(UpdateGuard* g, const Config* c) {
     rolling_init(&g->norm, c->skip_update_window);
 }
 
-// Step 0: the data-parallel mean of the gradients with the pre-divide split (KNOBS §8.5), reduced
+// Step 0: the data-parallel mean of the gradients with the pre-divide split (docs/knobs.md#gradient-pre-divide-factor), reduced
 // to the shard owners: afterwards this rank's shard [shard_lo[rank], shard_lo[rank+1]) of g holds
 // Σ_r g_r / DP (summed in rank order). The net factor is 1/DP; F only decides how much of it is
 // applied before the sum (overflow/underflow control under fp16).
@@ -689,7 +689,7 @@ static inline void grad_reduce(const Comm* comm, const Optimizer* o, float* g, d
 
 // ---- Step 0 overlapped with the backward: gradient buckets ---------------------------------------------
 // The data-parallel reduction of an iteration's gradients starts while the last micro-batch's
-// backward is still running (Megatron's overlapped gradient reduction; DESIGN §5). The backward runs
+// backward is still running (Megatron's overlapped gradient reduction; docs/internals.md#parallelism). The backward runs
 // the stage's layers from last to first, so layer l's slice of every per-layer tensor is final once
 // the backward of layer l of the last micro-batch is done. A bucket is a group of consecutive layers,
 // grown (from the last layer down) until its gradients reach bucket_elems: one contiguous range per

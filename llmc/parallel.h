@@ -1,4 +1,4 @@
-// parallel.h — the arithmetic of 3D parallelism (DESIGN §5), as pure functions: where a rank sits in
+// parallel.h — the arithmetic of 3D parallelism (docs/internals.md#parallelism), as pure functions: where a rank sits in
 // the TP × PP × DP grid, which layers a pipeline stage owns, and the 1F1B schedule a stage executes.
 // No MPI and no I/O here: the trainer turns the schedule into send/recv calls, and
 // test/test_pipeline_schedule.cpp enumerates every (stage, P, M) and runs all stages together in a

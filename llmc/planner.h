@@ -1,9 +1,9 @@
 // planner.h — `--dry-run`: the size and memory of a run, computed from the flags before any
-// allocation, for the GPU layout keel targets (DESIGN §3, §5). What the BigScience logbooks did on
+// allocation, for the GPU layout keel targets (docs/internals.md#precision, #parallelism). What the BigScience logbooks did on
 // paper (seed 001: "18 bytes per parameter … plus activations") as a table with a verdict.
 // Parameters: counted from the parameter table itself (model.h), so every knob's tensors are
 // included, and printed beside the logbooks' formula n·(12h²+13h) + v·h + s·h + 2h.
-// Bytes per parameter (bf16 mixed precision, DESIGN §3):
+// Bytes per parameter (bf16 mixed precision, docs/internals.md#precision):
 //   bf16 weights 2 · fp32 gradients 4 · fp32 master weights 4 · optimizer state 8 (Adam m, v) or
 //   ≈2 (8-bit m, v + one fp32 absmax per block of each) — 18 (or ≈12) in all. ZeRO-1 divides the
 //   master weights and the optimizer state by DP.
@@ -159,8 +159,11 @@ static inline size_t plan_optimizer_bytes(const ParamTable* pt, const Config* c,
     int64_t lo = zero_stage == 1 ? shards[rank] : 0, hi = zero_stage == 1 ? shards[rank + 1] : pt->total;
     *chunks = 0;
     for (const OptUnit& u : units) {
-        for (int64_t k = 0; k < u.numel; k += GRAD_CHUNK)
-            *chunks += u.offset_canonical + k >= shards[rank] && u.offset_canonical + k < shards[rank + 1];
+        // the unit's chunk starts k = 0, G, 2G, ... whose canonical offset lies in this rank's shard:
+        // the multiples of G in [a, b), counted without walking them (a model of 10^15 parameters
+        // has 10^10 chunks, and this runs before the memory verdict that refuses it)
+        int64_t a = std::max<int64_t>(0, shards[rank] - u.offset_canonical), b = std::min<int64_t>(u.numel, shards[rank + 1] - u.offset_canonical);
+        if (b > a) *chunks += (size_t)((b + GRAD_CHUNK - 1) / GRAD_CHUNK - (a + GRAD_CHUNK - 1) / GRAD_CHUNK);
         bool sliced = u.q8 && tp > 1 && pt->t[u.id].tp != TP_NONE;
         if (sliced) whole_blocks += (u.numel * tp + bs - 1) / bs;
         int64_t n = std::min(u.offset_canonical + u.numel, hi) - std::max(u.offset_canonical, lo);

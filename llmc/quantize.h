@@ -1,4 +1,4 @@
-// quantize.h — the 8-bit dynamic quantization maps of bitsandbytes' 8-bit optimizers (KNOBS.md §9)
+// quantize.h — the 8-bit dynamic quantization maps of bitsandbytes' 8-bit optimizers (docs/knobs.md#8-bit-adam)
 // and the round-to-nearest code search; shared host code (the maps are built once, then copied to
 // wherever the optimizer kernels run).
 //

@@ -1,10 +1,10 @@
-// rand.h — keel's counter-based random numbers (DESIGN §4).
+// rand.h — keel's counter-based random numbers (docs/internals.md#determinism).
 //
 // Contract: every random number is a pure function of (seed, purpose, indices). There is no
 // generator state to advance, so a value never depends on call order, thread count, rank or
 // parallel layout: element i of tensor t initialises the same on TP=1 and TP=2, the sample order
 // after a resume is the order an uninterrupted run would have used, and replicated parameters
-// cannot drift apart through RNG (the BLOOM tp_rank-0 dataloader bug, KNOBS.md §14.2).
+// cannot drift apart through RNG (the BLOOM tp_rank-0 dataloader bug, docs/knobs.md#drift-of-tp-replicated-parameters).
 //
 // The mixer is splitmix64's finaliser applied once per key word (a keyed hash chain). It is not
 // cryptographic; it passes the statistical needs of init, shuffling, dropout and sampling.

@@ -1,13 +1,13 @@
 // schedule.h — the schedule knobs: what each iteration's learning rate, global batch and sequence
 // length are, and which iterations are skipped. Every function here is pure in the counters the
 // trainer owns (samples, tokens, iteration), so a resumed run recomputes the same values.
-//   LRSchedule   Megatron-DeepSpeed AnnealingLR, optionally decaying over tokens   (KNOBS.md §3)
-//   RampUp       --rampup-batch-size START INCR SAMPLES                             (KNOBS.md §4)
-//   Curriculum   sequence-length curriculum learning (DeepSpeed legacy CL)          (KNOBS.md §5)
-//   SkipRanges   --skip-train-iteration-range A-B ...                               (KNOBS.md §6)
+//   LRSchedule   Megatron-DeepSpeed AnnealingLR, optionally decaying over tokens   (docs/knobs.md#learning-rate-schedule)
+//   RampUp       --rampup-batch-size START INCR SAMPLES                             (docs/knobs.md#batch-size-ramp-up)
+//   Curriculum   sequence-length curriculum learning (DeepSpeed legacy CL)          (docs/knobs.md#curriculum-learning)
+//   SkipRanges   --skip-train-iteration-range A-B ...                               (docs/knobs.md#skipping-iterations)
 //
 // LR schedule. Units: the schedule counts SAMPLES. Each successful update advances it by the global
-// batch size; an iteration whose update was skipped (non-finite gradients) does not advance it (§3.3).
+// batch size; an iteration whose update was skipped (non-finite gradients) does not advance it (docs/knobs.md#learning-rate-schedule).
 //   iteration-based run: warmup = lr_warmup_iters·GBS (or fraction·decay), decay = (lr_decay_iters or
 //                        train_iters)·GBS
 //   sample-based run:    warmup = lr_warmup_samples (or fraction·decay), decay = lr_decay_samples
@@ -20,7 +20,7 @@
 //                else ratio = (num_tokens - warmup_tokens)/(decay_tokens - warmup_tokens)
 //   linear coeff = 1 - ratio, cosine coeff = (cos(π·ratio) + 1)/2;  lr = min_lr + coeff·(max_lr - min_lr)
 // Iteration i's update uses lr(num_steps before its own step). keel logs that value (Megatron's
-// log line printed the next iteration's; see README).
+// log line printed the next iteration's; see docs/training.md).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -40,8 +40,8 @@ struct LRSchedule {
     double warmup_steps, decay_steps;   // in samples; a warmup fraction may leave warmup fractional, as in Megatron
     int style;                          // LrDecayStyle
     int64_t num_steps;                  // samples of the successful updates so far
-    // Token-based decay (§3.3, --lr-decay-tokens; 0 = off). Warmup stays in samples on purpose: the
-    // curriculum authors found token-based warmup slowed it down under short sequences (§5.4).
+    // Token-based decay (docs/knobs.md#learning-rate-schedule, --lr-decay-tokens; 0 = off). Warmup stays in samples on purpose: the
+    // curriculum authors found token-based warmup slowed it down under short sequences (docs/knobs.md#curriculum-learning).
     double decay_tokens;
     int64_t warmup_tokens;              // tokens consumed when warmup ended (captured by lr_schedule_step)
     int64_t num_tokens;                 // tokens consumed before the last successful update's iteration
@@ -95,7 +95,7 @@ static inline double lr_schedule_get(const LRSchedule* s) {
 // Megatron records warmup_tokens inside get_lr, and only when num_steps lands EXACTLY on the warmup
 // end; keel's get stays pure, so the capture happens wherever Megatron's step() would call get_lr.
 // If warmup is not a multiple of the global batch (176B: 183_105 / 2048) the capture never fires and
-// the token decay runs from warmup_tokens = 0, as in the reference (§3.3).
+// the token decay runs from warmup_tokens = 0, as in the reference (docs/knobs.md#learning-rate-schedule).
 static inline void lr_schedule_capture_warmup_tokens(LRSchedule* s) {
     if (s->decay_tokens > 0 && s->warmup_steps > 0 && (double)s->num_steps == s->warmup_steps)
         s->warmup_tokens = s->num_tokens;
@@ -104,14 +104,14 @@ static inline void lr_schedule_capture_warmup_tokens(LRSchedule* s) {
 // One successful update of `increment` samples. `tokens_before` is the consumed-token count BEFORE
 // this iteration's tokens are added: Megatron passes args.consumed_train_tokens, which train() only
 // updates after train_step returns. A skipped update does not step, but its tokens still count, so
-// under token decay the next step jumps over them (§3.3).
+// under token decay the next step jumps over them (docs/knobs.md#learning-rate-schedule).
 static inline void lr_schedule_step(LRSchedule* s, int64_t increment, int64_t tokens_before) {
     s->num_tokens = tokens_before;
     s->num_steps += increment;
     lr_schedule_capture_warmup_tokens(s);
 }
 
-// Resume (KNOBS.md §3.5): num_steps, num_tokens and warmup_tokens always come from the checkpoint;
+// Resume (docs/knobs.md#resuming-a-schedule): num_steps, num_tokens and warmup_tokens always come from the checkpoint;
 // decay_tokens always comes from the command line (it is not in Megatron's state_dict). The five
 // hyper-parameters come from the command line if --override-lr-scheduler, from the checkpoint if
 // --use-checkpoint-lr-scheduler, and must otherwise agree or the run aborts.
@@ -187,7 +187,7 @@ static inline bool schedule_flag_given(const Config* c, const Flag* f) {
     return flag_value_string(c, f) != flag_value_string(&defaults, f);
 }
 
-// ---- batch-size ramp-up (KNOBS.md §4, Megatron RampupBatchsizeNumMicroBatches) ------------------
+// ---- batch-size ramp-up (docs/knobs.md#batch-size-ramp-up, Megatron RampupBatchsizeNumMicroBatches) ------------------
 // The global batch starts at START and grows by INCR every SAMPLES/num_increments consumed samples,
 // num_increments = (GBS - START)/INCR, reaching GBS after SAMPLES samples:
 //   batch(consumed) = consumed > SAMPLES ? GBS : START + floor(consumed / samples_per_increment)·INCR
@@ -258,7 +258,7 @@ static inline int64_t rampup_train_iters(const RampUp* r, int64_t train_samples)
     return iters + (rest >= 0 ? rest / gbs : -((-rest + gbs - 1) / gbs));
 }
 
-// ---- curriculum learning by sequence length (KNOBS.md §5, DeepSpeed CurriculumScheduler) ---------
+// ---- curriculum learning by sequence length (docs/knobs.md#curriculum-learning, DeepSpeed CurriculumScheduler) ---------
 // Iteration t (1-based, the one about to run) trains on samples truncated to curriculum_seqlen(t):
 //   fixed_root(t; r):  d = floor((t/T)^(1/r)·(max - min) + min);  d -= d % step;  d = min(d, max)
 //   fixed_linear:      fixed_root with r = 1
@@ -380,7 +380,7 @@ static inline int64_t curriculum_seqlen(const Curriculum* cl, int64_t t) {
     return std::min(d, cl->max_d);
 }
 
-// ---- skipped iterations (KNOBS.md §6) -----------------------------------------------------------
+// ---- skipped iterations (docs/knobs.md#skipping-iterations) -----------------------------------------------------------
 // --skip-train-iteration-range A-B C-D: 1-based inclusive ranges, sorted, overlapping ones merged
 // (1-5 2-6 → 1-6; like Megatron-DeepSpeed, touching ranges 1-5 6-8 stay two). keel follows
 // Megatron-LM's semantics, not MDS's: a skipped iteration consumes its whole global batch and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sanitize.sh — the CPU trainer under AddressSanitizer + UBSan (README "Hardening").
+# sanitize.sh — the CPU trainer under AddressSanitizer + UBSan (docs/operations.md#hardening).
 #   bash test/sanitize.sh smoke   (test/test_sanitize_smoke.sh, in make test: ~1-2 minutes)
 #   bash test/sanitize.sh full    (make test-sanitize: the smoke, every CPU unit test built with the
 #                                  sanitizers, and scripted tests re-run with KEEL=build/asan/train_gpt_cpu)

@@ -1,4 +1,4 @@
-// test_adam8bit — bitsandbytes' blockwise 8-bit Adam as keel builds it (KNOBS.md §9):
+// test_adam8bit — bitsandbytes' blockwise 8-bit Adam as keel builds it (docs/knobs.md#8-bit-adam):
 //   1. the dynamic quantization maps against the reference construction (fp32 linspace, as torch);
 //   2. the fast nearest-code search against the obvious one, on every input class;
 //   3. quantize/dequantize error bounds per block, and the sign of m kept;

@@ -2,9 +2,9 @@
 # 8-bit Adam vs 32-bit Adam on the default Brown run (scripts/brown_cpu.args), stopped after its
 # first 200 iterations (--exit-interval: the schedule is the full run's, so these are exactly the
 # full runs' first 200 iterations and their validation at 200). The two validation losses must agree
-# within MARGIN nats; README "8-bit Adam" reports both the 200- and the 1200-iteration numbers.
+# within MARGIN nats; docs/knobs.md#8-bit-adam reports both the 200- and the 1200-iteration numbers.
 source "$(dirname "$0")/lib.sh"
-MARGIN=0.15  # observed 0.126 (7.472 vs 7.346); README "8-bit Adam" has the whole run
+MARGIN=0.15  # observed 0.126 (7.472 vs 7.346); docs/knobs.md#8-bit-adam has the whole run
 STOP=200
 for o in adam adam8bit; do
   $KEEL @scripts/brown_cpu.args --optimizer "$o" --exit-interval $STOP --save "$TMP/ck_$o" --sample-interval 0 \

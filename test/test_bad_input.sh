@@ -131,7 +131,7 @@ expect_fail 1 "shard '$TMP/neg.bin': the header's token count is negative \(-5\)
 expect_fail 1 "the shards hold no sample of 3000001 tokens" $K "${TINY[@]}" --train-iters 4 --seq-length 3000000  # (was out of memory)
 # a model no machine holds is refused before anything is allocated, naming the figure (it used to ask the
 # allocator for 48 PB: an AddressSanitizer report under make test-sanitize)
-expect_fail 1 "this run needs [0-9.e+]+ GiB of host memory \(weights, gradients, optimizer state, activations\), more than this machine's [0-9.]+ GiB" \
+expect_fail 1 "this run needs [0-9.e+]+ GiB \(weights, gradients, optimizer state, activations\), more than this machine's memory: [0-9.]+ GiB" \
   $K "${TINY[@]}" --train-iters 4 --num-layers 100000 --hidden-size 100000 --num-attention-heads 10
 $K "${TINY[@]}" --train-iters 3 --eval-interval 0 --eval-iters 100000 >"$TMP/noval.log" 2>&1 \
   && ok "--eval-iters beyond the validation set with validation off: trains" || fail "validation off: $(grep error "$TMP/noval.log")"

@@ -1,4 +1,4 @@
-// test_comm_groups — llmc/comm.h's process groups (DESIGN §5) against the rank grid of llmc/parallel.h.
+// test_comm_groups — llmc/comm.h's process groups (docs/internals.md#parallelism) against the rank grid of llmc/parallel.h.
 // For every TP×PP shape of the world (at 4 ranks: (1,1) (1,2) (1,4) (2,1) (2,2) (4,1)) each rank
 // splits the world into its data-parallel, pipeline, tensor-parallel and embedding groups
 // {first stage, last stage}, and checks against the grid's own arithmetic (the reference):

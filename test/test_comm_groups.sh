@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# llmc/comm.h's process groups under `mpirun --oversubscribe -np 4` (DESIGN §5): test/test_comm_groups.cpp
+# llmc/comm.h's process groups under `mpirun --oversubscribe -np 4` (docs/internals.md#parallelism): test/test_comm_groups.cpp
 # (see its header for what it checks) built twice, because make builds the compiled tests without MPI
 # (build/test_comm_groups: the single-process case, run by run_tests.sh on its own):
 #   1. build/comm_groups_mpi  (-DKEEL_MPI): host buffers over MPI — the CPU trainer's backend;

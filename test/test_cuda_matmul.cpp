@@ -6,7 +6,7 @@
 // bf16 and fp16 storage (--bf16, --fp16): inputs rounded to the type, the CPU's fp32 op on the same
 // rounded values as reference. Outputs of the storage type (out, dinp) are rounded once: rtol
 // 2^-7 (bf16) / 2^-9 (fp16) plus the fp32 tolerance. dweight and dbias are fp32 buffers accumulated
-// in fp32 (DESIGN §3): they keep the fp32 tolerance, which a gradient rounded to bf16 would miss.
+// in fp32 (docs/internals.md#precision): they keep the fp32 tolerance, which a gradient rounded to bf16 would miss.
 // The GeLU ops (matmul_forward_gelu, matmul_backward_gelu: cuBLASLt's GELU_AUX_BIAS and DGELU
 // epilogues) against their CPU twins (the matmul, then cpu/gelu.h): see test_gelu_* below.
 #include "llmc/cpu/matmul.h"

@@ -19,7 +19,8 @@
 #      are recomputed from the fp32 master weights the checkpoint holds);
 #   5. checkpoints are canonical: the CPU trainer loads the CUDA trainer's checkpoint and its first
 #      validation loss matches;
-#   6. data parallel through the NCCL backend (mpirun -np 2, ZeRO-1) within 2e-5 of one process.
+#   6. data parallel through the NCCL backend (mpirun -np 2, ZeRO-1) within 2e-5 of one process;
+#   7. a model beyond the device's free memory is refused before any allocation.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 CUDA=${KEEL_CUDA_TRAINER:-build/train_gpt_emu}
@@ -36,6 +37,13 @@ parity() {  # name tol flags...: the same run on both trainers
 }
 
 grep -q "backend: cuda" < <($CUDA "${ARGS[@]}" --train-iters 1 2>&1) || fail "$CUDA does not report the CUDA backend"
+# 7. a model the device cannot hold is refused before anything is allocated, naming both figures
+# (the plan against cudaMemGetInfo's free bytes: the emulated device has 16 GiB; 96 layers of
+# 4096 channels need ~330 GiB), and --save gets no checkpoint
+out=$(timeout -k 10 120 $CUDA "${ARGS[@]}" --num-layers 96 --hidden-size 4096 --num-attention-heads 32 --save "$TMP/big" 2>&1); rc=$?
+if [ $rc = 1 ] && grep -qE "this run needs [0-9.]+ GiB \(weights, gradients, optimizer state, activations\), more than GPU memory free on this device: [0-9.]+ GiB" <<<"$out" \
+   && [ "$(grep -c "^error" <<<"$out")" = 1 ] && [ -z "$(ls -A "$TMP/big" 2>/dev/null)" ]; then ok "a model beyond the device's memory: refused before allocating (exit 1, one line, no checkpoint)"
+else fail "oversized model on the device: exit $rc: $(grep -i "error\|memory" <<<"$out" | head -3)"; fi
 KNOBS=(--position-embedding-type alibi --normformer --embed-layernorm --activation relu --apply-query-key-layer-scaling)
 parity gpt2 2e-5 --fp32
 parity knobs 2e-5 --fp32 "${KNOBS[@]}"

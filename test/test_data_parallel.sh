@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Data parallelism and ZeRO-1 under `mpirun --oversubscribe` (DESIGN §4, §5):
+# Data parallelism and ZeRO-1 under `mpirun --oversubscribe` (docs/internals.md#determinism, #parallelism):
 #   1. ZeRO-1 ≡ ZeRO-0 at DP=2 and DP=4, with gradient accumulation, for adam and adam8bit:
 #      identical records and checkpoint bytes;
 #   2. DP=2 and DP=4 vs one process on the same global batch (dropout on): the first step's loss is

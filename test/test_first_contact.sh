@@ -7,7 +7,8 @@
 #   3. `./train_gpt_cpu` with no arguments: a short usage on stderr, naming -h, exit 2.
 #   4. `-h` lists every flag exactly once (the start-up printout's list is the reference), under
 #      topic headings.
-#   5. The start-up printout shows no `nan` (unset values say so) and no `fp32 ... false` on an fp32 run.
+#   5. The start-up printout shows no `nan` (unset values say so), no `fp32 ... false` on an fp32 run,
+#      and a derived size (ffn-hidden-size 0) with the value it derives to.
 #   6. A finished run started again says "nothing to train" and the command that trains further;
 #      that command works.
 source "$(dirname "$0")/lib.sh"
@@ -86,6 +87,9 @@ grep -qE ' \.+ nan$' <<<"$args" && fail "start-up printout shows nan: $(grep -E 
 grep -qE '^  embed-dropout \.+ unset \(= --hidden-dropout: 0\)$' <<<"$args" && ok "embed-dropout: unset, = --hidden-dropout" \
   || fail "embed-dropout: $(grep embed-dropout <<<"$args")"
 grep -qE '^  fp32 \.+ true' <<<"$args" && ok "an fp32 run: fp32 true" || fail "fp32 line: $(grep -E '^  fp32 ' <<<"$args")"
+# sizes whose 0 means "derived" say what they derive to (a bare 0 reads as a zero-wide MLP)
+grep -qE '^  ffn-hidden-size \.+ 0 \(= 4 x --hidden-size: 128\)$' <<<"$args" \
+  && ok "ffn-hidden-size: 0 with the width it derives to" || fail "derived size: $(grep -E '^  ffn-hidden-size ' <<<"$args")"
 $K "${TINY[@]}" --train-iters 3 --eval-interval 0 --fp16 >"$TMP/fp16.log" 2>&1 || fail "fp16 run"
 grep -qE '^  fp32 \.+ false$' "$TMP/fp16.log" && grep -qE '^  fp16 \.+ true$' "$TMP/fp16.log" && ok "an --fp16 run: fp32 false" \
   || fail "fp16 run: $(grep -E '^  fp(16|32) ' "$TMP/fp16.log")"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_fuzz_smoke.sh — the libFuzzer targets (test/fuzz/, README "Hardening") in make test: builds
+# test_fuzz_smoke.sh — the libFuzzer targets (test/fuzz/, docs/operations.md#hardening) in make test: builds
 # each with clang (ASan + UBSan + libFuzzer; scripts/setup.sh installs clang and its runtime), runs it
 # over its seed corpus test/fuzz/corpus/<target> (every input that ever crashed a reader is kept
 # there) and fuzzes it KEEL_FUZZ_SMOKE_SECONDS (default 3) more, from a fresh temporary corpus.

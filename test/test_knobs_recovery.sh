@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Recovery knobs end to end through the trainer (KNOBS.md §3.5, §6, §12.2; DESIGN.md §4, §8):
+# Recovery knobs end to end through the trainer (docs/knobs.md#resuming-a-schedule, #skipping-iterations, #activations-dropout-positions-and-alibi; docs/internals.md#determinism, #checkpoints):
 #  1. --skip-train-iteration-range (NVIDIA Megatron-LM semantics): a skipped iteration consumes its
 #     global batch unread (counters advance; no forward/backward/update/LR step; no JSONL record), one
 #     message per contiguous stretch; across a resume inside a range; malformed ranges exit 2.
@@ -86,7 +86,7 @@ for f in model.bin optimizer.bin; do
 done
 
 # Adjacent ranges print as one stretch; a range that ends exactly at the resume iteration must not
-# block a later range (Megatron-DeepSpeed's deque bug, KNOBS.md §6).
+# block a later range (Megatron-DeepSpeed's deque bug, docs/knobs.md#skipping-iterations).
 R=(--skip-train-iteration-range 2-2 3-3 5-5)
 run m1 --train-iters 6 "${R[@]}"
 check "ranges 2-2 3-3 5-5: records for 1 4 6" eq "$(iters "$TMP/m1.jsonl")" "1 4 6"

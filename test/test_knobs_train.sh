@@ -15,7 +15,7 @@ run() { local name=$1; shift; $KEEL "$@" --metrics-file "$TMP/$name.jsonl" >"$TM
 col() { node -e 'const f=process.argv[2];for(const l of require("fs").readFileSync(process.argv[1],"utf8").split("\n")){if(!l)continue;const r=JSON.parse(l);if("lm_loss" in r)console.log(r[f]===null?"null":r[f])}' "$TMP/$1.jsonl" "$2" | paste -sd' '; }
 want() { local got="$1" exp="$2" what="$3"; [ "$got" = "$exp" ] && ok "$what: $got" || fail "$what: got '$got' want '$exp'"; }
 
-# ---- loss scaler (KNOBS §7.1) -------------------------------------------------------------------
+# ---- loss scaler (docs/knobs.md#mixed-precision-and-loss-scaling) -------------------------------------------------------------------
 # Injected overflows at 2, 3, 7; initial 1024, window 3, hysteresis 2 (worked by hand):
 #   it1 clean g1 | it2 inf hyst 2->1 | it3 inf hyst 0: 1024->512 | it4,5 clean | it6 clean g3: 512->1024, hyst 2
 #   it7 inf hyst 1 | it8,9 clean | it10 clean g3: 1024->2048
@@ -51,7 +51,7 @@ want "$(col inj32 skipped)" "0 0 1 0 0" "fp32: the injected inf is skipped"
 grep -q "iteration 3: update skipped, non-finite gradient" "$TMP/inj32.log" && ok "fp32: non-finite line" || fail "fp32: no non-finite line"
 grep -q "number of nan iterations:   1" "$TMP/inj32.log" && ok "fp32: counted in the log line" || fail "fp32: nan not counted"
 
-# ---- update-skipping rules (KNOBS §8.4 and keel's z-scores) ----------------------------------------
+# ---- update-skipping rules (docs/knobs.md#rejecting-a-batch-by-its-gradient-norm and keel's z-scores) ----------------------------------------
 # The grad-norm ceiling: skipped exactly when grad_norm > X (pre-clip), and then the LR stays.
 run gn "${BASE[@]}" --train-iters 12 --skip-update-grad-norm-above 1.8
 v=$(node -e 'let bad=0,sk=0,prev=null;for(const l of require("fs").readFileSync(process.argv[1],"utf8").split("\n")){if(!l)continue;const r=JSON.parse(l);
@@ -79,7 +79,7 @@ cmp -s <(strip_timing "$TMP/zl.jsonl") <(strip_timing "$TMP/zs.jsonl") && ok "z-
 # a resume may shorten the window: the newest values are kept
 run zs3 "${BASE[@]}" --train-iters 16 --skip-update-loss-zscore 0.3 --skip-update-window 2 --load "$TMP/zck"
 
-# ---- batch ramp-up (KNOBS §4) ---------------------------------------------------------------------
+# ---- batch ramp-up (docs/knobs.md#batch-size-ramp-up) ---------------------------------------------------------------------
 # START 2, INCR 2, over 8 samples to GBS 6, micro-batch 2: 2 increments, one every 4 samples.
 #   consumed 0 → 2, 2 → 2, 4 → 4, 8 → 6 (8 is not > 8: 2 + int(8/4)·2), 14 → 6 ...
 # --train-samples 40: the ramp takes 4 iterations (14 samples), then (40-14)//6 = 4 more → 8 iterations.
@@ -93,7 +93,7 @@ grep -q "global batch size:     4 |" "$TMP/ramp.log" && ok "ramp-up: current bat
 expect_fail 2 "rampup-batch-size" $KEEL "${BASE[@]}" --train-iters 5 --rampup-batch-size 2 2 8
 expect_fail 2 "rampup-batch-size.*divisible" $KEEL "${R[@]}" --train-samples 40 --rampup-batch-size 3 3 8
 
-# ---- curriculum learning (KNOBS §5) ----------------------------------------------------------------
+# ---- curriculum learning (docs/knobs.md#curriculum-learning) ----------------------------------------------------------------
 # min 8, max 16, step 4, 4 steps, fixed_linear: d(t) = floor(t/4·8 + 8) - d%4:
 #   t=1: 10→8, t=2: 12, t=3: 14→12, t=4: 16, t=5: 16 (capped)
 C=("${BASE[@]}" --curriculum-learning --cl-min-seqlen 8 --cl-max-seqlen 16 --cl-difficulty-step 4 --cl-total-steps 4)
@@ -108,7 +108,7 @@ a=$(grep val_loss "$TMP/clv.jsonl" | head -1); b=$(grep val_loss "$TMP/plv.jsonl
 [ -n "$a" ] && [ "$a" = "$b" ] && ok "curriculum: validation at full length ($a)" || fail "curriculum validation: '$a' vs '$b'"
 expect_fail 2 "cl-min-seqlen" $KEEL "${BASE[@]}" --train-iters 2 --curriculum-learning --cl-min-seqlen 6 --cl-difficulty-step 4 --cl-total-steps 4
 
-# ---- token-based LR decay and --train-tokens (KNOBS §3.3, §5.4) ------------------------------------
+# ---- token-based LR decay and --train-tokens (docs/knobs.md#learning-rate-schedule, #curriculum-learning) ------------------------------------
 # Under the curriculum the tokens per iteration vary, so token decay differs from sample decay.
 # lr of iteration i+1 = f(samples = i·4, tokens = consumed tokens before iteration i); warmup 8
 # samples (2 iterations) captures warmup_tokens = tokens before iteration 2 = 32.
@@ -127,7 +127,7 @@ run tt "${C[@]}" --train-iters 100 --train-tokens 150
 want "$(col tt iteration | awk '{print $NF}')" "4" "--train-tokens: last iteration"
 grep -q "stopping: 192 tokens consumed, --train-tokens 150 reached" "$TMP/tt.log" && ok "--train-tokens line" || fail "no --train-tokens line"
 
-# ---- gradient pre-divide (KNOBS §8.5): on one process the net factor is 1, only rounding differs ----
+# ---- gradient pre-divide (docs/knobs.md#gradient-pre-divide-factor): on one process the net factor is 1, only rounding differs ----
 run pd1 "${BASE[@]}" --train-iters 4
 run pd3 "${BASE[@]}" --train-iters 4 --gradient-predivide-factor 3
 v=$(node -e 'const a=process.argv[1].split(" ").map(Number),b=process.argv[2].split(" ").map(Number);

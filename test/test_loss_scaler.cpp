@@ -1,4 +1,4 @@
-// test_loss_scaler — llmc/loss_scaler.h against hand-worked values (KNOBS.md §7.1):
+// test_loss_scaler — llmc/loss_scaler.h against hand-worked values (docs/knobs.md#mixed-precision-and-loss-scaling):
 //   - the dynamic scaler's trajectory (scale, growth_tracker, hysteresis_tracker) over a scripted
 //     overflow pattern, the floor at --min-loss-scale, the static and disabled scalers, and the
 //     text of every event's log line;
@@ -61,7 +61,7 @@ static void test_dynamic_trajectory() {
     loss_scaler_init(&s, &c);
     check(s.enabled && s.dynamic && s.scale == 65536 && s.growth_tracker == 0 && s.hysteresis_tracker == 2,
           "dynamic init: enabled, scale 2^16, growth 0, hysteresis 2");
-    // Worked by hand from the §7.1 state machine, window 3, hysteresis 2. Columns: input, then the
+    // Worked by hand from the loss scaler's state machine (docs/knobs.md#mixed-precision-and-loss-scaling), window 3, hysteresis 2. Columns: input, then the
     // state after update (scale, growth_tracker, hysteresis_tracker) and the event.
     const ScalerStep script[] = {
         {true, 65536, 0, 1, LOSS_SCALE_OVERFLOW_HYSTERESIS},   // 1 inf: hyst 2->1 > 0, scale kept
@@ -137,7 +137,7 @@ static void test_static_and_disabled() {
     Config b;
     b.bf16 = true; b.loss_scale = 8;
     loss_scaler_init(&s, &b);
-    check(s.enabled && !s.dynamic && s.scale == 8, "static under --bf16 --loss-scale 8 (allowed, §7.1)");
+    check(s.enabled && !s.dynamic && s.scale == 8, "static under --bf16 --loss-scale 8 (allowed, docs/knobs.md#mixed-precision-and-loss-scaling)");
     Config d;  // fp32, no --loss-scale
     loss_scaler_init(&s, &d);
     check(!s.enabled && !s.dynamic && s.scale == 1, "disabled (no --fp16, no --loss-scale): scale 1");

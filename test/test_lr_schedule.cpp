@@ -1,7 +1,7 @@
 // test_lr_schedule — the LR schedule (llmc/schedule.h) against hand-computed values at the
 // boundaries: first update, warmup end, decay start and end, past the end; iteration- and
 // sample-based units, warmup fraction, each decay style; token-based decay (--lr-decay-tokens):
-// warmup_tokens captured only on an exact warmup end, and restored on resume (KNOBS.md §3.3, §3.5).
+// warmup_tokens captured only on an exact warmup end, and restored on resume (docs/knobs.md#learning-rate-schedule, #resuming-a-schedule).
 #include "llmc/schedule.h"
 
 static int failures = 0;

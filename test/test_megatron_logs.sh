@@ -13,6 +13,8 @@
 #                           plus at most L x C: the key biases' gradients are zero in exact arithmetic
 #                           (softmax ignores a shift shared by a query's scores) and some round to an
 #                           exact 0, depending on the backend's summation order;
+#   tflops                  Megatron's estimate per GPU: divided by the world size, factor 4 under
+#                           --checkpoint-activations;
 #   --log-{timers,batch-size,validation-ppl}-to-tensorboard and the two above: their TensorBoard tags
 #                           (Megatron's names) with the JSONL's values, read back by the independent
 #                           reader of test_tensorboard.cpp; none of them in a run without the flags.
@@ -56,6 +58,28 @@ got = one[-1]["params_norm"]
 assert abs(got - norm) <= 1e-12 * norm, (got, norm)
 print(f"zeros {want} (V={V}, padded {Vp}); params norm {got} vs model.bin {norm}")
 EOF
+
+# TFLOPs per GPU, Megatron-DeepSpeed's estimate: 24·F·B·s·l·h²·(1 + s/(6h) + Vp/(16·l·h)) over the
+# iteration's seconds times the WORLD size (every GPU of TP x PP x DP), F = 4 under
+# --checkpoint-activations (the forward runs twice) else 3; recomputed here from each record's own
+# elapsed_ms. At TP=2 x PP=2 a divisor of the data-parallel size alone reads 4x too high.
+$KEEL "${RUN[@]}" --train-iters 2 --checkpoint-activations --metrics-file "$TMP/ca.jsonl" >"$TMP/ca.log" 2>&1 || fail "checkpoint-activations run"
+python3 - "$TMP/s.jsonl" "$TMP/s.log" 1 3 "$TMP/m.jsonl" "$TMP/m.log" 4 3 "$TMP/ca.jsonl" "$TMP/ca.log" 1 4 <<'PY' \
+  && ok "tflops = Megatron's formula over world size (4 ranks at TP=2 x PP=2), factor 4 under --checkpoint-activations" || fail "tflops"
+import json, re, sys
+a = sys.argv[1:]
+L, h, s = 2, 32, 16
+for i in range(0, len(a), 4):
+    recs = [json.loads(l) for l in open(a[i]) if '"consumed_samples"' in l]
+    Vp = int(re.search(r"V=\d+ \(padded (\d+)\)", open(a[i + 1]).read()).group(1))
+    world, factor = int(a[i + 2]), int(a[i + 3])
+    for r in recs:
+        B = r["global_batch_size"]
+        flops = 24 * factor * B * s * L * h * h * (1 + s / (6 * h) + Vp / (16 * L * h))
+        want = flops / (r["elapsed_ms"] / 1000 * world * 1e12)
+        if abs(r["tflops"] - want) > 1e-9 * want:
+            sys.exit(f"{a[i]} iteration {r['iteration']}: tflops {r['tflops']} != {want} (world {world}, factor {factor}, Vp {Vp})")
+PY
 
 # TensorBoard: each flag's tags with the JSONL's values
 $READER "$TMP"/tb/events.out.tfevents.* >"$TMP/scalars" 2>"$TMP/err" || fail "reader: $(cat "$TMP/err")"

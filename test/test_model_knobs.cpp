@@ -1,5 +1,5 @@
 // test_model_knobs — each knob that changes the network or its initialisation, against values
-// computed by hand from its formula (KNOBS.md §1, §2, §10, §11, §12). Every check here fails if
+// computed by hand from its formula (docs/knobs.md#initialization, #embedding-layernorm-and-stableembedding, #attention-numerics, #normformer, #activations-dropout-positions-and-alibi). Every check here fails if
 // its knob is inert or wrong; the gradients of the same knobs are checked in test_gradcheck.
 #include <algorithm>
 #include <vector>
@@ -267,7 +267,7 @@ static void test_model_effects() {
     }
 }
 
-// --gradient-predivide-factor (KNOBS §8.5): ÷F before the sum, ×F/DP after; the net factor is 1/DP.
+// --gradient-predivide-factor (docs/knobs.md#gradient-pre-divide-factor): ÷F before the sum, ×F/DP after; the net factor is 1/DP.
 // One process here (the sum over ranks is exercised by test_data_parallel under mpirun).
 static void test_predivide() {
     Tiny t(tiny_cfg());

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Checkpoints, exports, samples and per-layer statistics under pipeline parallelism (DESIGN §5, §8):
+# Checkpoints, exports, samples and per-layer statistics under pipeline parallelism (docs/internals.md#parallelism, #checkpoints):
 #   1. bit-exact resume at PP=2 × DP=2 with ZeRO-1 (8-bit Adam with percentile clipping, dropout on):
 #      6 iterations straight = 3, exit, resume, 3 more — every record and the final checkpoint's bytes;
 #   2. reshard: that PP=2 × DP=2 ZeRO-1 checkpoint loaded and written again at PP=1, PP=3 (uneven:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Pipeline parallelism (--pipeline-model-parallel-size, DESIGN §5) under `mpirun --oversubscribe`:
+# Pipeline parallelism (--pipeline-model-parallel-size, docs/internals.md#parallelism) under `mpirun --oversubscribe`:
 #   1. PP=2 and PP=4 (1F1B, 4 micro-batches) vs one process on the same global batch, dropout on:
 #      every loss, grad norm and validation loss within 1e-5 relative. Not bit-identical, for a
 #      documented reason: the tied word embedding's gradient is summed once per step across the

@@ -1,5 +1,5 @@
 // test_safetensors — llmc/json.h and llmc/safetensors.h, the readers of outside bytes behind
-// --load-hf (DESIGN §11: every reader of outside bytes is fuzzed; the Makefile also builds this test
+// --load-hf (docs/internals.md#tests-and-benchmarks: every reader of outside bytes is fuzzed; the Makefile also builds this test
 // under AddressSanitizer + UBSan as test_safetensors_asan):
 //   - JSON: values of every kind read back (escapes, surrogate pairs, integers past 2^53 exactly);
 //     every class of malformed text refused with its reason, duplicate keys and deep nesting too;

@@ -1,5 +1,5 @@
-// test_schedule_knobs — batch-size ramp-up (KNOBS.md §4), sequence-length curriculum (§5) and
-// skipped-iteration ranges (§6) from llmc/schedule.h, against values computed by hand (shown in the
+// test_schedule_knobs — batch-size ramp-up (docs/knobs.md#batch-size-ramp-up), sequence-length curriculum (docs/knobs.md#curriculum-learning) and
+// skipped-iteration ranges (docs/knobs.md#skipping-iterations) from llmc/schedule.h, against values computed by hand (shown in the
 // comments) and an independent step-by-step count. Every usage error is provoked in a forked child,
 // which must exit with status 2 and name the flag on stderr.
 #include <sys/wait.h>
@@ -63,7 +63,7 @@ static Config ramp_config(const char* spec, int64_t gbs, int64_t mbs, int64_t tr
 }
 
 // Independent count: walk the iterations one by one, each taking the batch of its rung (written
-// out here from §4's formula, not by calling the library), and stop before a batch that would run
+// out here from the ramp-up formula (docs/knobs.md#batch-size-ramp-up), not by calling the library), and stop before a batch that would run
 // past train_samples. Equals Megatron's count whenever train_samples lies beyond the ramp.
 static int64_t iterations_by_walking(int64_t start, int64_t incr, int64_t ramp, int64_t gbs, int64_t train_samples) {
     double per_rung = (double)ramp / (double)((gbs - start) / incr);

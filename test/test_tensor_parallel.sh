@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Tensor parallelism (--tensor-model-parallel-size, DESIGN §5) under `mpirun --oversubscribe`:
+# Tensor parallelism (--tensor-model-parallel-size, docs/internals.md#parallelism) under `mpirun --oversubscribe`:
 #   1. the gradient under TP=2 (test/tp_gradcheck.cpp, fp64): finite differences for every tensor,
 #      equality with the TP=1 gradient, replicated gradients identical on both ranks;
 #   2. TP=2 vs one process: the initial weights byte-identical (model.bin after iteration 1, whose

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Determinism (DESIGN §4): two identical runs give identical JSONL bytes (wall-clock fields aside)
+# Determinism (docs/internals.md#determinism): two identical runs give identical JSONL bytes (wall-clock fields aside)
 # and identical checkpoint bytes; so do runs with OMP_NUM_THREADS=1 and 2.
 source "$(dirname "$0")/lib.sh"
 run() { # $1 dir, $2 threads
@@ -15,7 +15,7 @@ for x in b c d; do
   done
 done
 # The LR each update used (TINY: peak 3e-3, warmup 2 iterations = 8 samples, global batch 4):
-# iteration 1 runs at 0, iteration 2 at half the peak, iteration 3 at the peak (KNOBS.md §3.3).
+# iteration 1 runs at 0, iteration 2 at half the peak, iteration 3 at the peak (docs/knobs.md#learning-rate-schedule).
 lrs=$(grep -o '"lr": [0-9.e+-]*' "$TMP/a/m.jsonl" | head -3 | cut -d' ' -f2 | tr '\n' ' ')
 [ "$lrs" = "0 0.0015 0.003 " ] && ok "LR used by iterations 1-3: $lrs" || fail "LR used by iterations 1-3: '$lrs'"
 # The loss must actually move (a run that trains nothing would also be "deterministic").

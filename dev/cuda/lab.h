@@ -1,5 +1,5 @@
 // dev/cuda/lab.h — what every kernel-lab program (dev/cuda/*.cu) shares: flags, inputs, the check
-// against the CPU reference, and the timing. STYLE 12: numbered variants of a kernel, each checked
+// against the CPU reference, and the timing. Numbered variants of a kernel, each checked
 // against the CPU op (llmc/cpu) before it is timed; the winner moves into llmc/cuda.
 //
 // A lab program builds its inputs (deterministic, llmc/rand.h), runs the CPU op once as the

@@ -1,4 +1,4 @@
-// cpu/adam8bit.h — bitsandbytes' blockwise 8-bit Adam (KNOBS.md §9) and its fp32 twin.
+// cpu/adam8bit.h — bitsandbytes' blockwise 8-bit Adam (docs/knobs.md#8-bit-adam) and its fp32 twin.
 // Legend: n elements of one parameter tensor ("unit": a global tensor or one layer's slice);
 // BS the quantization block size (256 or 2048); blocks start at the unit's first element.
 //

@@ -1,5 +1,5 @@
 // cpu/attention.h — causal multi-head self-attention (materialized softmax), with the numerics
-// knobs of KNOBS.md §10 and §12: ALiBi, qk-inward scaling, query-key layer scaling, attention dropout.
+// knobs of docs/knobs.md#attention-numerics, #activations-dropout-positions-and-alibi: ALiBi, qk-inward scaling, query-key layer scaling, attention dropout.
 // Legend: B batch, T time, C channels, NH heads, hs = C/NH head size.
 //   inp  = qkv (B,T,3C): q in [0,C), k in [C,2C), v in [2C,3C); head h uses channels [h·hs, (h+1)·hs)
 //   score: norm = sqrt(hs)·coeff (coeff = the 1-based layer number under

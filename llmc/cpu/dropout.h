@@ -3,7 +3,7 @@
 //   forward:  out[b,r] = keep(b,r) ? inp[b,r] / (1-p) : 0          (out may alias inp)
 //   backward: dinp[b,r] += keep(b,r) ? dout[b,r] / (1-p) : 0
 //   keep(b,r) = uniform(seed, DROPOUT, site, first_sample + b, r) >= p
-// Why counter-based (DESIGN §4): the mask of an element depends on (seed, site, the run's sample
+// Why counter-based (docs/internals.md#determinism): the mask of an element depends on (seed, site, the run's sample
 // number, the element's index inside the sample) and nothing else, so the backward regenerates it
 // instead of storing it, a resumed run draws the masks the uninterrupted run would have drawn, and
 // the masks do not change with the thread count, the micro-batch size or the parallel layout (a

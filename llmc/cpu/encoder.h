@@ -5,10 +5,10 @@
 //   A negative id (vocabulary-parallel embedding: the token's row is on another tensor-parallel
 //   rank) reads as a zero row and receives no gradient.
 //   position_forward/backward: the position add alone, for --embed-layernorm, where the LayerNorm
-//   sits between the word lookup and the positions (KNOBS.md §2.1).
+//   sits between the word lookup and the positions (docs/knobs.md#embedding-layernorm-and-stableembedding).
 // Numerics: the backward scatters into rows that several positions share (a repeated token), so
 // it is parallel over channel blocks and walks (b,t) in order inside each block: every element
-// sums its contributions in one fixed order whatever the thread count (no atomics, DESIGN §4).
+// sums its contributions in one fixed order whatever the thread count (no atomics, docs/internals.md#determinism).
 #pragma once
 #include <cstddef>
 

@@ -1,4 +1,4 @@
-// cpu/gelu.h — GeLU, tanh approximation (what GPT-2 and the BigScience runs used, KNOBS.md §12.1).
+// cpu/gelu.h — GeLU, tanh approximation (what GPT-2 and the BigScience runs used, docs/knobs.md#activations-dropout-positions-and-alibi).
 // Legend: N elements.
 //   forward:  y = 0.5·x·(1 + tanh(k·(x + 0.044715·x³))),  k = sqrt(2/π)
 //   backward: dx += dy · [0.5·(1+th) + 0.5·x·(1-th²)·k·(1 + 3·0.044715·x²)]

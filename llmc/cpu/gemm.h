@@ -3,7 +3,7 @@
 // Legend: M rows of C, NC_ columns of C, K the reduced dimension.
 //   C[m,j] = chain over k ascending:  acc = C[m,j];  acc = fma(A(m,k), B(k,j), acc)
 //   A(m,k) = a[m·rs_a + k·cs_a],  B(k,j) = b[k·rs_b + j·cs_b]   (any strides: transposes are free)
-// Numerics — the one thing this file must not change (DESIGN §4): every element of C is one fused
+// Numerics — the one thing this file must not change (docs/internals.md#determinism): every element of C is one fused
 // multiply-add chain in ascending k, started from the value C holds on entry. Vector width, tile
 // shape, cache blocks and the thread split decide only *which* elements are computed together,
 // never the order of any element's sum, so the AVX-512, AVX2 and scalar paths, every thread count,

@@ -1,10 +1,10 @@
-// cpu/headscale.h — NormFormer's learned per-head scale (--normformer, KNOBS.md §11).
+// cpu/headscale.h — NormFormer's learned per-head scale (--normformer, docs/knobs.md#normformer).
 // Legend: N rows (B*T), C channels, NH heads, hs = C/NH.
 //   forward:  out[n, h·hs + i] = inp[n, h·hs + i] · scale[h]
 //   backward: dinp += dout · scale[h];  dscale[h] += Σ_n Σ_i dout·inp
 // Placement: keel applies it to each head's attention output BEFORE the output projection, as the
 // NormFormer paper describes; fairseq's --scale-heads multiplies the projected output reshaped into
-// NH chunks, which after the projection no longer belong to heads (see README).
+// NH chunks, which after the projection no longer belong to heads (docs/knobs.md#normformer).
 // Numerics: dscale is parallel over heads, each summing rows in order (thread-count independent).
 #pragma once
 #include <cstddef>

@@ -3,7 +3,7 @@
 //   forward:  out[n,o] = bias[o] + Σ_i inp[n,i]·W[o,i]                 W: (OC,C) as in PyTorch/llm.c
 //   backward: dinp[n,i] += Σ_o dout[n,o]·W[o,i]
 //             dW[o,i]   += Σ_n dout[n,o]·inp[n,i];   dbias[o] += Σ_n dout[n,o]
-// Numerics (DESIGN §4): each output element is one fused multiply-add chain in ascending order of
+// Numerics (docs/internals.md#determinism): each output element is one fused multiply-add chain in ascending order of
 // the summed index, started from bias[o] (or 0) in the forward and from the value already there in
 // the backward. One order per element, independent of threads, tiling and vector width.
 // Two implementations with those identical bits:

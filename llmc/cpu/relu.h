@@ -1,4 +1,4 @@
-// cpu/relu.h — ReLU, OPT's MLP activation (--activation relu, KNOBS.md §12.1: OPT 11.10 swapped
+// cpu/relu.h — ReLU, OPT's MLP activation (--activation relu, docs/knobs.md#activations-dropout-positions-and-alibi: OPT 11.10 swapped
 // GeLU for ReLU suspecting GeLU's x³ term under fp16).
 // Legend: N elements.
 //   forward:  y = max(x, 0)

@@ -2,7 +2,7 @@
 // Why not std::exp/std::tanh: libm's are scalar calls (a GeLU over 12·B·T·4C elements spent more
 // time in tanhf than the MLP's matmuls), and a vectorized libm (libmvec) gives different bits from
 // the scalar libm that handles a loop's tail — a result that would depend on where a thread's range
-// starts (DESIGN §4). These are straight-line IEEE operations (+, ×, fma, round-to-nearest, a
+// starts (docs/internals.md#determinism). These are straight-line IEEE operations (+, ×, fma, round-to-nearest, a
 // bit-level scale by 2ⁿ): the vector body and the scalar tail compute the very same bits.
 // Accuracy (test_fast_kernels checks it against libm in double on a dense grid):
 //   exp_f32:  relative error ≤ 2 ulp for x in [-86.5, 88.3]; outside, the value at the nearer end

@@ -3,13 +3,13 @@
 // grid-wide fence and the fixed-order warp/block reductions.
 //
 // The op set lives in namespace keel_cuda, so a test can hold it beside the CPU op set (same names,
-// same signatures: STYLE 1-2); llmc/backend.h brings it into scope for the CUDA trainer.
+// same signatures as llmc/cpu); llmc/backend.h brings it into scope for the CUDA trainer.
 //
 // Launch convention (one macro, used for every launch):
 //     KEEL_LAUNCH(kernel, grid, block, smem, stream)(args...);
 // is exactly `kernel<<<grid, block, smem, stream>>>(args...)` under nvcc. `<<< >>>` is not C++,
 // and keel's kernels also compile with g++ against the CPU emulation of the CUDA execution model
-// (test/cuda_emu; README "Testing CUDA code without a GPU"), which defines KEEL_LAUNCH as a call of its
+// (test/cuda_emu; docs/gpu.md and docs/emulator.md), which defines KEEL_LAUNCH as a call of its
 // launcher before this file is read. A macro rather than a preprocessing step: the GPU build stays
 // plain CUDA, and what a reader sees is what both compilers compile. Kernel names passed to it have
 // at most one template argument (a comma would split the macro argument).
@@ -26,6 +26,7 @@
 
 #include "llmc/common.h"
 #include "llmc/cuda/stream.h"
+#include "llmc/watchdog.h"
 #include "llmc/ops.h"
 
 // KEEL_UNROLL before a loop with a constant trip count: nvcc unrolls it, so register arrays indexed
@@ -70,6 +71,8 @@ static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d -
 static inline void device_to_host(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, MAIN_STREAM));
+    // the host's wait on the GPU: where a wedged kernel or an NCCL call stuck on a dead peer shows
+    WatchedWait w("waiting for the GPU (a copy to the host after the queued kernels and NCCL calls)", "");
     CUDA_CHECK(cudaStreamSynchronize(MAIN_STREAM));
 }
 static inline void host_to_device(void* dst, const void* src, size_t bytes) {
@@ -117,8 +120,12 @@ static inline void host_upload(void* dst, const void* src, size_t bytes) {
     upload_reserve(bytes);
     unsigned k = r->next++ % UPLOAD_SLOTS;
     cudaError_t ready = cudaEventQuery(r->done[k]);  // the slot's last copy has run (or it never had one)
-    if (ready == cudaErrorNotReady) CUDA_CHECK(cudaEventSynchronize(r->done[k]));
-    else CUDA_CHECK(ready);
+    if (ready == cudaErrorNotReady) {
+        WatchedWait w("waiting for the GPU (an upload slot's earlier copy)", "");
+        CUDA_CHECK(cudaEventSynchronize(r->done[k]));
+    } else {
+        CUDA_CHECK(ready);
+    }
     memcpy(r->slot[k], src, bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, r->slot[k], bytes, cudaMemcpyHostToDevice, MAIN_STREAM));
     CUDA_CHECK(cudaEventRecord(r->done[k], MAIN_STREAM));
@@ -150,7 +157,7 @@ static inline void* scratch_reserve(DeviceScratch* s, size_t bytes) {
 // Kernels are templated on the storage type F of activations and weights (float under --fp32,
 // __nv_bfloat16 under --bf16, __half under --fp16); arithmetic is always fp32: load with to_f32,
 // store with from_f32 (round to nearest even). Statistics, losses and parameter gradients are fp32
-// buffers whatever F (DESIGN §3).
+// buffers whatever F (docs/internals.md#precision).
 __device__ __host__ inline float to_f32(float x) { return x; }
 __device__ __host__ inline float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __host__ inline float to_f32(__half x) { return __half2float(x); }
@@ -221,7 +228,7 @@ __device__ inline void grid_fence() {
 
 // ---- fixed-order reductions ----------------------------------------------------------------------
 // Butterfly over the 32 lanes: every lane ends with the same sum, added in the same tree whatever
-// the data, so the result is a function of the inputs alone (DESIGN §4: no float atomics).
+// the data, so the result is a function of the inputs alone (docs/internals.md#determinism: no float atomics).
 template <typename T> __device__ inline T warp_sum(T v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
     return v;

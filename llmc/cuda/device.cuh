@@ -16,6 +16,12 @@
 #include <cstdio>
 
 static inline void cuda_report(void) {
+#ifdef KEEL_CUDA_EMULATION
+    // The emulation's runtime, device count and library versions are stand-ins (it reports 8 devices so
+    // that multi-rank tests find one each): printing them would read as a real GPU's.
+    printf("cuda: emulated on the CPU (test/cuda_emu): no GPU is used, kernels run as CPU threads\n");
+    return;
+#endif
     int devices = 0, runtime = 0;
     cudaError_t err = cudaGetDeviceCount(&devices);
     cudaRuntimeGetVersion(&runtime);

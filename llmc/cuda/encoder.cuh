@@ -4,10 +4,10 @@
 //   A negative id (vocabulary-parallel embedding: the row is on another tensor-parallel rank) reads
 //   as a zero row (out = wpe[t,:], or 0) and adds nothing to dwte (dwpe still gets dout).
 //   position_forward/backward: the position add alone (--embed-layernorm puts the LayerNorm between
-//   the word lookup and the positions, KNOBS.md §2.1).
+//   the word lookup and the positions, docs/knobs.md#embedding-layernorm-and-stableembedding).
 // Legend: B batch, T time, C channels, Vp padded vocabulary, maxT position rows.
-// Forward ops: one thread per element of out. Gradients dwte, dwpe are fp32 whatever F (DESIGN §3).
-// Determinism (no float atomics, DESIGN §4): several positions share a dwte row when a token
+// Forward ops: one thread per element of out. Gradients dwte, dwpe are fp32 whatever F (docs/internals.md#precision).
+// Determinism (no float atomics, docs/internals.md#determinism): several positions share a dwte row when a token
 // repeats. The dwte scatter works from the token groups (encoder_token_groups, llmc/ops.h: the
 // positions of each distinct id, ascending, built on the host): block x owns group x's row, its
 // threads 4 adjacent channels each (16-byte fp32 accesses), and each thread adds the group's

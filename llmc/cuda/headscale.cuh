@@ -4,7 +4,7 @@
 //   backward: dinp += dout · scale[h];  dscale[h] += Σ_n Σ_i dout·inp   (dscale fp32 whatever F)
 // Legend: N rows (B*T), C channels, NH heads, hs = C/NH.
 // Element-wise parts: one thread per element, fp32 arithmetic whatever the storage type F.
-// Determinism (no float atomics, DESIGN §4): dscale is a sum over N·hs products per head, done in
+// Determinism (no float atomics, docs/internals.md#determinism): dscale is a sum over N·hs products per head, done in
 // two stages: block (row chunk of HS_ROW_CHUNK rows, head) reduces its chunk with a fixed thread
 // assignment and block_sum's fixed tree into a scratch partial, then a thread per head adds the
 // chunks' partials in chunk order. The chunking depends on N alone, never on timing.

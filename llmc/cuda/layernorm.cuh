@@ -7,7 +7,7 @@
 //             dx += rstd·(g - mean(g) - xhat·mean(g·xhat));  dw += Σ_rows dout·xhat;  db += Σ_rows dout
 // Legend: N rows (B*T), C channels (any C: 4*hidden under --normformer, not a multiple of 32).
 // Numerics: statistics in fp32 whatever the storage type F, two-pass (subtract-mean) variance;
-// mean, rstd, dweight and dbias are fp32 buffers (DESIGN §3: fp32 statistics and gradient accumulation).
+// mean, rstd, dweight and dbias are fp32 buffers (docs/internals.md#precision: fp32 statistics and gradient accumulation).
 //
 // Channel ownership. A row's channels are cut into chunks of V = Pack128<F>::SIZE (8 bf16/fp16, 4
 // fp32); lane l of a row's warp owns chunks l, l+32, l+64, ... and sums a chunk's channels in order.

@@ -10,7 +10,7 @@
 //   dinp      dinpᵀ (C,N) += W as (C,OC) · doutᵀ (OC,N)                beta = 1 (0 with dinp_write)
 //   dweight   dWᵀ (C,OC)  += inpᵀ (C,N) · op(doutᵀ as (OC,N), T)       beta = 1
 // Numerics: fp32 accumulation (CUBLAS_COMPUTE_32F) for fp32, bf16 and fp16 storage; dweight and
-// dbias are fp32 whatever the storage type (DESIGN §3: gradients accumulate in fp32). cuBLASLt picks one
+// dbias are fp32 whatever the storage type (docs/internals.md#precision: gradients accumulate in fp32). cuBLASLt picks one
 // algorithm per shape from its heuristic and is deterministic for it on a given GPU and library
 // version (no split-K reduction with atomics is requested: the workspace is fixed and the heuristic
 // is asked for the first result only, once per shape; split-K partial sums only in fp32). dbias is keel's own deterministic two-stage

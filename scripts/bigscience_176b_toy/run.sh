@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # BigScience's 176B (BLOOM) Megatron-DeepSpeed arguments and DeepSpeed config at toy size, under mpirun
-# on 4 processes (TP 2 x PP 2): README "Coming from Megatron-DeepSpeed", worked example.
+# on 4 processes (TP 2 x PP 2): docs/megatron-deepspeed.md, the worked example.
 #   bash scripts/bigscience_176b_toy/run.sh            # after `make` and `make data`
 # The data: the Brown shards as two Megatron indexed datasets (./megatron_data, one per shard file),
 # blended 70/30 by BigScience's weighted split paths (train: their first 98%, validation: the rest of

@@ -1,5 +1,5 @@
 // emu_core.h — the CUDA execution model on the CPU, so keel's llmc/cuda kernels run under g++ in CI
-// (README "Testing CUDA code without a GPU"). Test-only: nothing here is ever compiled into the GPU build.
+// (docs/gpu.md and docs/emulator.md). Test-only: nothing here is ever compiled into the GPU build.
 //
 // What is emulated, and how:
 //   - a launch runs the grid's blocks one after another on the calling OS thread;
@@ -276,7 +276,7 @@ inline unsigned warp_ballot(unsigned mask, bool pred) {
 // With it set, one JSON object goes to FILE at exit — exit() or a return from main; not _exit or a
 // fatal signal — or to FILE.r on rank r of a multi-rank run (OMPI_COMM_WORLD_RANK / PMI_RANK /
 // PMIX_RANK in the environment, or an MPI world of more than one rank seen by the NCCL shim).
-// Keys (scripts/gpu_profile.sh reads them; README "Step profile"):
+// Keys (scripts/gpu_profile.sh reads them; docs/gpu.md):
 //   launches, launches_by_kernel   kernel launches, and by the launch's kernel expression as written
 //                                  (KEEL_LAUNCH's #kernel, e.g. "matmul_dbias_kernel<F>")
 //   gemm_calls, gemm_flops         cublasLtMatmul calls and 2·m·n·k·batch summed over them

@@ -1,4 +1,4 @@
-// fuzz.h — what every libFuzzer target in test/fuzz/ shares (built by `make fuzz`, README "Hardening").
+// fuzz.h — what every libFuzzer target in test/fuzz/ shares (built by `make fuzz`, docs/operations.md#hardening).
 //
 // Contract: a target feeds one input to one of keel's readers of outside bytes. A refusal is a
 // correct outcome: the reader calls keel_die, which under -DKEEL_FUZZ throws KeelError (llmc/common.h)
