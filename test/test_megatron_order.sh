@@ -14,6 +14,7 @@
 #      reference's rows, the skipped ones none; and the validation set is built for Megatron's
 #      (train_iters // eval_interval + 1) x eval_iters x global batch samples;
 #   6. negative controls: another seed, or keel's former order (each part cut in .bin order), differ;
+#      a seed numpy refuses (past 2^32-1) is refused with one line;
 #   7. checkpoints record the order (data.order); one from before the record is refused with one line
 #      (its consumed samples counted keel's former order), and --finetune still takes its weights.
 # The unit side (the RNG against numpy, the three index arrays) is build/test_megatron_index.
@@ -112,6 +113,9 @@ windows = {tuple(stream[j:j + 17]) for j in range(0, len(stream) - 16, 16)}
 rows = [tuple(map(int, l.split()[5:])) for l in open(sys.argv[2])]
 sys.exit(0 if sum(r in windows for r in rows) < len(rows) // 2 else 1)
 PY
+expect_fail 2 "seed 4294967296: Megatron's data order seeds numpy's RandomState, which takes 0 to 2\^32-1" \
+  $KEEL "${MG[@]}" --seed 4294967296 --train-iters 4 --data-path $D/a --split 80,15,5
+
 # ---- 7. a checkpoint from before the order was recorded ---------------------------------------------
 RUN=("${MG[@]}" --seed 1234 --train-iters 4 --data-path $D/a --split 80,15,5 --save-interval 2)
 $KEEL "${RUN[@]}" --exit-interval 2 --save $D/ck >$D/ck.log 2>&1 || fail "checkpoint run: $(grep -m1 error $D/ck.log)"
