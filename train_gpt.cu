@@ -933,6 +933,22 @@ static bool trainer_save(Trainer<A>* tr, bool final = false) {
 
 enum ResumeKind { RESUME_NONE, RESUME_WEIGHTS, RESUME_FULL };
 
+// The checkpoint's consumed samples count in the order it recorded. One written before keel read
+// Megatron data in Megatron's order counted it in keel's former order: resuming it here would skip
+// and repeat samples silently, so it is refused. A run that switches between llm.c shards and
+// Megatron data changes its data anyway; that is said, not refused.
+static void trainer_resume_data_order(TrainState* saved, const TrainState* fresh, const std::string& idir) {
+    if (saved->data_order == DATA_ORDER_UNRECORDED && fresh->data_order == DATA_ORDER_MEGATRON)
+        keel_die_code(KEEL_EXIT_RUNTIME, "resume it with the keel that wrote it, or start a new run from its weights (--finetune)",
+                      "checkpoint '%s' predates Megatron's sample order: its consumed samples count keel's former order of the "
+                      "Megatron data, so this run would skip and repeat samples", idir.c_str());
+    if (saved->data_order != DATA_ORDER_UNRECORDED && saved->data_order != fresh->data_order)
+        printf(" > note: the checkpoint's run read %s; this run reads %s from consumed sample %lld on\n",
+               saved->data_order == DATA_ORDER_MEGATRON ? "Megatron's order" : "keel's order",
+               fresh->data_order == DATA_ORDER_MEGATRON ? "Megatron's order" : "keel's order", (long long)saved->consumed_samples);
+    saved->data_order = fresh->data_order;
+}
+
 // Loads iteration `it` of --load (what ckpt_latest found at start-up; -1: none, so start from scratch
 // as Megatron does). tr->st holds the fresh state of this run's flags on entry. RESUME_FULL continues
 // the checkpoint's trajectory (the recovery flags may reset parts of it); RESUME_WEIGHTS (--finetune)
@@ -991,6 +1007,7 @@ static ResumeKind trainer_resume(Trainer<A>* tr, int64_t it) {
     if (saved.seed != fresh.seed)
         printf(" > note: the data order keeps the checkpoint's RNG key (seed %llu), not --seed %llu\n",
                (unsigned long long)saved.seed, (unsigned long long)fresh.seed);
+    trainer_resume_data_order(&saved, &fresh, idir);
     if (c->no_load_rng) {
         saved.dropout_seed = fresh.dropout_seed;
         printf(" > --no-load-rng: dropout and text samples are keyed by --seed %llu\n", (unsigned long long)fresh.dropout_seed);
@@ -1234,8 +1251,8 @@ static int64_t trainer_open_inputs(Trainer<A>* tr, int T) {
         keel_usage_error("--eval-only: no checkpoint in --load %s (no latest_checkpointed_iteration.txt)", c->load.c_str());
     if (c->eval_only.empty()) trainer_claim_outputs(tr, load_it);  // --eval-only writes nothing but its validation record
     if (!c->save.empty() && c->eval_only.empty()) ckpt_check_save_dir(c->save);  // --eval-only never writes there
-    dataloader_open(&tr->train_data, c, true, T, tr->gcfg.vocab_size, (uint64_t)c->seed);
-    if (dataloader_open(&tr->valid_data, c, false, T, tr->gcfg.vocab_size, (uint64_t)c->seed)) {
+    dataloader_open(&tr->train_data, c, true, T, tr->gcfg.vocab_size, (uint64_t)c->seed, tr->train_iters);
+    if (dataloader_open(&tr->valid_data, c, false, T, tr->gcfg.vocab_size, (uint64_t)c->seed, tr->train_iters)) {
         tr->have_valid = true;
         int64_t want = c->eval_iters * c->global_batch_size;  // (fits: config_validate_sizes)
         if ((c->eval_interval > 0 || !c->eval_only.empty()) && want > tr->valid_data.nsamples)  // only a run that validates reads them
@@ -1477,6 +1494,7 @@ static void trainer_setup(Trainer<A>* tr) {
 
     tr->st = TrainState{};
     tr->st.seed = tr->st.dropout_seed = (uint64_t)c->seed;
+    tr->st.data_order = dataloader_order(&tr->train_data);
     lr_schedule_init(&tr->st.schedule, c);
     loss_scaler_init(&tr->st.scaler, c);
     update_guard_init(&tr->st.guard, c);
@@ -1488,10 +1506,11 @@ static void trainer_setup(Trainer<A>* tr) {
     if (kind == RESUME_NONE) trainer_init_weights(tr);
     tr->train_data.seed = tr->valid_data.seed = tr->st.seed;  // the data order's key: the checkpoint's on a resume
     printf("train data: %s per epoch\n", dataloader_describe(&tr->train_data).c_str());
-    if (dataloader_has_megatron(&tr->train_data))
-        printf(" > note: Megatron data is sampled keel's way: each part's sequences in .bin order cut into samples of T+1 tokens, "
-               "shuffled by keel's seeded permutation (not GPTDataset's numpy document shuffle); --split and blends follow "
-               "Megatron's rules (docs/data.md)\n");
+    if (dataloader_megatron_order(&tr->train_data))
+        printf(" > note: Megatron's sample order (GPTDataset's indices from numpy RandomState(%llu), the blending index, the "
+               "sequential sampler); as in BigScience's Megatron-DeepSpeed, a last epoch under 95%% of an epoch is shuffled apart "
+               "(Microsoft's and NVIDIA's trees: 80%%), and on a resume the checkpoint's seed keys the order "
+               "(docs/megatron-data.md)\n", (unsigned long long)tr->train_data.seed);
     if (tr->have_valid)
         printf("valid data: %s%s\n", dataloader_describe(&tr->valid_data).c_str(), c->eval_interval > 0 ? "" : " (not used: --eval-interval 0)");
     trainer_open_outputs(tr);

@@ -39,6 +39,10 @@
 //   human (default): a header per iteration (global batch, seqlen, consumed-sample range, and
 //     whether it was skipped or rolled back), then one line per row:
 //       rank R step M row B | sample S | index I epoch E | shard PATH tokens O-O+T | TEXT
+//     For Megatron indexed data (Megatron's order, llmc/megatron_order.h) INDEX is the GPTDataset
+//     sample the item maps to (shuffle_idx), EPOCH the pass over the documents it starts in, and the
+//     place is PREFIX.bin documents D[FROM:TO] ... (the sequences of the .idx the row's tokens span,
+//     Python slices).
 //     TEXT is the decoded T+1 tokens on one line: \n, \r, \t and \\ are escaped, as are other control
 //     bytes and bytes that are not valid UTF-8 (\xNN), so one row is one grep-able line. Without the
 //     GPT-2 files (--vocab-file/--merge-file, data/gpt2/ by default) or with --no-text it shows the
@@ -313,6 +317,7 @@ struct Row {
     int set;              // which dataset of a blend (0 without one)
     const Shard* shard;
     int64_t offset;       // the sample's first token in the shard
+    std::vector<DocPiece> pieces;  // Megatron's order: the documents the sample spans
     std::vector<int> tokens;  // (T+1) the row: inputs tokens[0..T-1], targets tokens[1..T]
 };
 
@@ -346,6 +351,7 @@ static std::vector<Row> lookup_rows(const Run* run, DataLoader* dl, const Step* 
         row->set = loc.set;
         row->shard = loc.shard;
         row->offset = loc.offset;
+        if (dl->sets[loc.set].gpt) row->pieces = dataset_gpt_pieces(&dl->sets[loc.set], loc.index);
         dataloader_read(dl, row->sample, sample.data());  // the trainer's read: the whole sample, of which a row is a prefix
         row->tokens.assign(sample.begin(), sample.begin() + s->T + 1);
     }
@@ -403,12 +409,32 @@ static void lookup_print_header(const Run* run, const Step* s) {
     printf("\n");
 }
 
+// Where a row's tokens are: an llm.c shard's token span, or (Megatron's order) the documents of the
+// .bin it spans, each as DOC[FROM:TO] in Python's slice notation — of a curriculum row's first T+1
+// tokens only.
+static std::string lookup_where(const Row& r) {
+    int T = (int)r.tokens.size() - 1;
+    char buf[96];
+    if (r.pieces.empty()) {
+        snprintf(buf, sizeof buf, " tokens %lld-%lld", (long long)r.offset, (long long)(r.offset + T));
+        return "shard " + r.shard->path + buf;
+    }
+    std::string out = r.shard->path + " documents";
+    int64_t left = T + 1;
+    for (const DocPiece& p : r.pieces) {
+        if (left <= 0) break;
+        int64_t n = std::min(p.count, left);
+        left -= n;
+        snprintf(buf, sizeof buf, " %lld[%lld:%lld]", (long long)p.doc, (long long)p.from, (long long)(p.from + n));
+        out += buf;
+    }
+    return out;
+}
+
 static void lookup_print_rows(const DataLoader* dl, const Tokenizer* tok, const std::vector<Row>& rows) {
     for (const Row& r : rows) {
-        int T = (int)r.tokens.size() - 1;
-        printf("  rank %d step %lld row %lld | sample %lld | index %lld epoch %lld | shard %s tokens %lld-%lld | ", r.rank,
-               (long long)r.step, (long long)r.b, (long long)r.sample, (long long)r.index, (long long)r.epoch,
-               r.shard->path.c_str(), (long long)r.offset, (long long)(r.offset + T));
+        printf("  rank %d step %lld row %lld | sample %lld | index %lld epoch %lld | %s | ", r.rank, (long long)r.step, (long long)r.b,
+               (long long)r.sample, (long long)r.index, (long long)r.epoch, lookup_where(r).c_str());
         if (tok) {
             std::string text;
             tokenizer_decode(tok, r.tokens.data(), r.tokens.size(), text);
@@ -446,7 +472,7 @@ static void lookup_print_preamble(const Run* run, const DataLoader* dl, const Lo
     printf("# trajectory flags from the %s | train data: %s of %lld tokens per epoch\n", run->source.c_str(),
            dataloader_describe(dl).c_str(), (long long)run->c.seq_length + 1);
     printf("# row: rank, micro-batch step, row | the run's sample number | shuffled index, epoch | shard and token span (T+1 "
-           "tokens) | text (\\n \\r \\t \\\\ \\xNN escaped)\n");
+           "tokens), or the .bin's documents DOC[FROM:TO] | text (\\n \\r \\t \\\\ \\xNN escaped)\n");
     if (run->c.spike_policy == "rollback" && run->ckpt_iteration < 0)
         printf("# --spike-policy rollback: the rollbacks are recorded in checkpoints; with --load DIR the iterations they "
                "discarded are marked\n");
@@ -459,7 +485,7 @@ int main(int argc, char** argv) {
     lookup_check_checkpoint(run);
     const Config* c = &run->c;
     DataLoader dl;
-    dataloader_open(&dl, c, true, (int)c->seq_length, (int)c->vocab_size, run->seed);
+    dataloader_open(&dl, c, true, (int)c->seq_length, (int)c->vocab_size, run->seed, run->train_iters);
     Tokenizer tok;
     bool text = false;
     if (!o.tokens) {

