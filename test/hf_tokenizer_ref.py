@@ -235,7 +235,7 @@ def make(out, gpt2_dir):
     post = {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True}
     gpt2_added = [added(50256, "<|endoftext|>", True, normalized=True), added(50257, "[SW]", False, single_word=True),
                   added(50258, "<L>", True, lstrip=True), added(50259, "<R>", True, rstrip=True), added(50260, "<|end", False),
-                  added(50261, " hello", False)]
+                  added(50261, " hello", False), added(50262, " hello world", False)]
     write_dir(os.path.join(out, "gpt2"), {"version": "1.0", "truncation": None, "padding": None, "added_tokens": gpt2_added,
                                           "normalizer": None, "pre_tokenizer": byte_level(), "post_processor": post, "decoder": dec,
                                           "model": model}, {"tokenizer_config.json": {"eos_token": "<|endoftext|>", "model_max_length": 1024}})
@@ -253,6 +253,23 @@ def make(out, gpt2_dir):
     for k, tok in enumerate(["ab", "bc", "abc", "\u0120a"]):
         small[tok] = 256 + k
     small_model = {"type": "BPE", "vocab": small, "merges": ["b c", "a b", "\u0120 a"], "ignore_merges": True}
+    # bloomsmall: BLOOM's Split over a vocabulary where "a" merges with each character the Split's class
+    # excludes, so a piece boundary missing at any of them changes the ids
+    bs = dict(small)
+    bmerges = []
+    for c in sorted(BLOOM_STOPS) + [" ", "\t", "\u00a0", "\u3000", "\u0085"]:
+        spelled = "".join(BYTE_CHAR[b] for b in c.encode("utf-8"))
+        left = spelled[0]
+        for ch in spelled[1:]:
+            if left + ch not in bs:
+                bs[left + ch] = len(bs)
+                bmerges.append(left + " " + ch)
+            left += ch
+        bs["a" + spelled] = len(bs)
+        bmerges.append("a " + spelled)
+    bloom_small = {"type": "BPE", "vocab": bs, "merges": bmerges}
+    write_dir(os.path.join(out, "bloomsmall"), {"added_tokens": [], "normalizer": None, "pre_tokenizer": bloom_pre,
+                                                "decoder": dec, "model": bloom_small})
     write_dir(os.path.join(out, "small"), {"added_tokens": [], "normalizer": None, "pre_tokenizer": byte_level(),
                                            "decoder": dec, "model": small_model})
 
