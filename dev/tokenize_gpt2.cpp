@@ -7,6 +7,8 @@
 //   tokenize_gpt2 --decode [flags] < ids.txt          ids (separated by any whitespace) → raw bytes
 //   tokenize_gpt2 [flags] --documents FILE...         encodes each FILE as one document
 //   --shard-out PATH writes the ids as an llm.c shard (llmc/data.h) instead of printing them.
+//   tokenize_gpt2 --save-tokenizer DIR [--pretokenizer gpt2|bloom]   writes the tokenizer in Hugging
+//       Face's format (e.g. GPT-2's vocabulary with BLOOM's pre-tokenizer, for a PretrainedFromHF run).
 // Documents: each document is prefixed by <|endoftext|> (id 50256; with --tokenizer, its eos_token), the llm.c / FineWeb convention,
 // so a model sees "end of the previous text" before every document, the first included. Plain stdin
 // input gets no prefix. The literal text "<|endoftext|>" inside any input is ordinary text (as in the
@@ -27,6 +29,8 @@ struct Options {
     std::string bpe = "data/gpt2/vocab.bpe";
     std::string shard_out;
     std::string tokenizer;
+    std::string save_tokenizer;
+    std::string pretokenizer = "gpt2";
     bool decode = false;
     bool help = false;
     std::vector<std::string> documents;
@@ -46,6 +50,10 @@ static const CliFlag CLI_FLAGS[] = {
     {"--bpe", "PATH", &Options::bpe, nullptr, "GPT-2 vocab.bpe (the ranked merges)"},
     {"--tokenizer", "DIR|ORG/NAME", &Options::tokenizer, nullptr,
      "a Hugging Face tokenizer.json: its directory, or a model id in the local HF cache (instead of --encoder/--bpe)"},
+    {"--save-tokenizer", "DIR", &Options::save_tokenizer, nullptr,
+     "write the tokenizer as DIR/tokenizer.json + tokenizer_config.json (Hugging Face's format) and exit"},
+    {"--pretokenizer", "gpt2|bloom", &Options::pretokenizer, nullptr,
+     "--save-tokenizer's pre-tokenizer: GPT-2's ByteLevel regex, or BLOOM's Split + ByteLevel"},
     {"--decode", nullptr, nullptr, &Options::decode, "read ids from stdin, write the raw bytes they spell"},
     {"--shard-out", "PATH", &Options::shard_out, nullptr, "write the ids as an llm.c shard instead of text"},
     {"--documents", "FILE...", nullptr, nullptr,
@@ -80,6 +88,7 @@ static Options cli_parse(int argc, char** argv) {
         if (i + 1 >= argc) keel_usage_error("%s needs a value (%s)", flag->name, flag->metavar);
         o.*flag->value = argv[++i];
     }
+    if (o.pretokenizer != "gpt2" && o.pretokenizer != "bloom") keel_usage_error("--pretokenizer '%s': gpt2 or bloom", o.pretokenizer.c_str());
     if (o.decode && (!o.shard_out.empty() || !o.documents.empty()))
         keel_usage_error("--decode reads ids from stdin; it takes neither --shard-out nor --documents");
     return o;
@@ -135,6 +144,10 @@ int main(int argc, char** argv) {
     Tokenizer tok;
     if (o.tokenizer.empty()) tokenizer_load(&tok, o.encoder.c_str(), o.bpe.c_str());
     else hf_tokenizer_load(&tok, hf_tokenizer_resolve(o.tokenizer, "--tokenizer"));
+    if (!o.save_tokenizer.empty()) {
+        hf_tokenizer_save(&tok, o.save_tokenizer, o.pretokenizer == "bloom" ? TOKPRE_BLOOM : TOKPRE_GPT2_ONIG);
+        return 0;
+    }
     if (!o.documents.empty() && tok.eod < 0)
         keel_die("--documents: the tokenizer names no end-of-document token (no eos_token in tokenizer_config.json or special_tokens_map.json)");
     if (o.decode) {

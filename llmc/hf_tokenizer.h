@@ -339,3 +339,53 @@ static inline void hf_tokenizer_for_run(Tokenizer* tok, const std::string& type,
     hf_tokenizer_load(tok, hf_tokenizer_resolve(name));
     hf_tokenizer_add_megatron_extras(tok);
 }
+
+// ---- writing tokenizer.json -------------------------------------------------------------------------
+
+// dir/tokenizer.json and dir/tokenizer_config.json for a loaded tokenizer, in the form HF's own files
+// take: the vocabulary spelled in GPT-2's byte alphabet, the merges as "a b" in rank order, the
+// end-of-document token as a special added token and the eos_token. pretok picks the pre-tokenizer
+// written: TOKPRE_GPT2_ONIG (GPT-2's ByteLevel) or TOKPRE_BLOOM (BLOOM's Split + ByteLevel).
+static inline void hf_tokenizer_save(const Tokenizer* tok, const std::string& dir, int pretok) {
+    int cp_of_byte[256];
+    tokenizer_byte_alphabet(cp_of_byte);
+    auto spell = [&](const std::string& raw) {
+        std::string s;
+        for (unsigned char b : raw) tokenizer_utf8_append(s, (uint32_t)cp_of_byte[b]);
+        return json_quote(s);
+    };
+    std::vector<std::pair<int, uint64_t>> ranked;  // (rank, pair)
+    for (const auto& m : tok->merges) ranked.push_back({m.second.rank, m.first});
+    std::sort(ranked.begin(), ranked.end());
+    std::string j = "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [";
+    if (tok->eod >= 0)
+        j += "\n    {\"id\": " + std::to_string(tok->eod) + ", \"content\": " + json_quote(tok->token_bytes[tok->eod]) +
+             ", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}\n  ";
+    j += "],\n  \"normalizer\": null,\n  \"pre_tokenizer\": ";
+    const char* byte_level = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": true, \"use_regex\": ";
+    if (pretok == TOKPRE_BLOOM)
+        j += "{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": {\"Regex\": " + json_quote(HF_BLOOM_SPLIT) +
+             "}, \"behavior\": \"Isolated\", \"invert\": false}, " + byte_level + "false}]}";
+    else
+        j += std::string(byte_level) + "true}";
+    j += ",\n  \"post_processor\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": false, \"use_regex\": true},\n"
+         "  \"decoder\": {\"type\": \"ByteLevel\", \"add_prefix_space\": true, \"trim_offsets\": true, \"use_regex\": true},\n"
+         "  \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": \"\", "
+         "\"end_of_word_suffix\": \"\", \"fuse_unk\": false, \"byte_fallback\": false, \"vocab\": {";
+    for (int id = 0; id < tok->vocab_size; id++) j += std::string(id ? ",\n" : "\n") + "    " + spell(tok->token_bytes[id]) + ": " + std::to_string(id);
+    j += "\n  }, \"merges\": [";
+    for (size_t k = 0; k < ranked.size(); k++) {
+        int l = (int)(ranked[k].second >> 32), r = (int)(uint32_t)ranked[k].second;
+        std::string a = spell(tok->token_bytes[l]), b = spell(tok->token_bytes[r]);
+        j += std::string(k ? ",\n" : "\n") + "    " + a.substr(0, a.size() - 1) + " " + b.substr(1);
+    }
+    j += "\n  ]}\n}\n";
+    mkdir_p(dir);
+    std::string cfg = "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"eos_token\": " +
+                      (tok->eod >= 0 ? json_quote(tok->token_bytes[tok->eod]) : std::string("null")) + "\n}\n";
+    for (const auto& f : {std::make_pair(dir + "/tokenizer.json", j), std::make_pair(dir + "/tokenizer_config.json", cfg)}) {
+        FILE* out = fopen_check(f.first.c_str(), "wb");
+        fwrite_check(f.second.data(), 1, f.second.size(), out, f.first.c_str());
+        FILE_CHECK(fclose(out) == 0, "fclose", f.first.c_str());
+    }
+}

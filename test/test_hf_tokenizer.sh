@@ -12,7 +12,8 @@
 #      punctuation, U+0085 / U+FEFF, whose \s differs from JS's): keel ids == the reference's, in
 #      every directory; decode(encode(x)) == x where no prefix space is added and no lstrip/rstrip takes spaces;
 #   2. ids written by hand from the format's rules (independent of both programs);
-#   3. gpt2/ on the Brown validation text == tokenize_gpt2 with OpenAI's files (checked against JS);
+#   3. gpt2/ and tokenize_gpt2 --save-tokenizer's file on the Brown validation text == tokenize_gpt2 with
+#      OpenAI's files (checked against JS); --save-tokenizer --pretokenizer bloom is among 1.'s directories;
 #   4. the HF cache: HF_HOME, TRANSFORMERS_CACHE, refs/main → snapshot; a model id missing names the path;
 #   5. --documents puts the eos_token (</s>) before every document;
 #   6. refusals: one line naming the file and the key, exit 1.
@@ -23,6 +24,9 @@ source "$(dirname "$0")/lib.sh"
 REF="python3 test/hf_tokenizer_ref.py"
 D="$TMP/tok"
 $REF make "$D" data/gpt2 || { fail "building the tokenizer directories"; finish; }
+# and keel's own writer (tokenize_gpt2 --save-tokenizer): GPT-2's files in HF's format, BLOOM's pre-tokenizer
+./tokenize_gpt2 --save-tokenizer "$D/saved_bloom" --pretokenizer bloom && ./tokenize_gpt2 --save-tokenizer "$D/saved_gpt2" ||
+  fail "tokenize_gpt2 --save-tokenizer failed"
 
 # ---- 1. hard strings against the reference ----
 node test/tokenizer_ref.js --cases "$TMP/cases" || fail "writing the JS hard strings"
@@ -38,7 +42,7 @@ hf_case bloom_punct 'a.b,c!d?e…f。g，h、i।j۔k،l (m) n|o [p] {q} "r" '"'
 hf_case odd_space 'a\xc2\x85b \xef\xbb\xbfc  \xc2\x85 d\xe2\x80\xa8e'
 hf_case mixed_runs 'tab\t\tx  \n  y.  z ,, w!! ?? ...end'
 files=("$TMP"/cases/*.txt)
-for d in gpt2 bloom prefix small bloomsmall; do
+for d in gpt2 bloom prefix small bloomsmall saved_bloom; do
   $REF encode "$D/$d" "${files[@]}" > "$TMP/ref_$d" || { fail "the reference failed on $d"; continue; }
   n=0; bad=0
   for f in "${files[@]}"; do
@@ -78,6 +82,8 @@ by_hand bloomsmall 'a|a' "97 124 97" "| ends a piece though a merge would join i
 # ---- 3. Brown: the same ids as OpenAI's files ----
 cmp -s <(./tokenize_gpt2 --tokenizer "$D/gpt2" < data/brown/val.txt) <(./tokenize_gpt2 < data/brown/val.txt) &&
   ok "gpt2 tokenizer.json on Brown validation == OpenAI's files" || fail "gpt2 tokenizer.json and OpenAI's files differ on Brown validation"
+cmp -s <(./tokenize_gpt2 --tokenizer "$D/saved_gpt2" < data/brown/val.txt) <(./tokenize_gpt2 < data/brown/val.txt) &&
+  ok "--save-tokenizer's GPT-2 tokenizer.json on Brown validation == OpenAI's files" || fail "--save-tokenizer's tokenizer.json differs on Brown validation"
 
 # ---- 4. the HF cache ----
 mkdir -p "$TMP/hf/hub/models--test-org--tiny/refs" "$TMP/hf/hub/models--test-org--tiny/snapshots"
