@@ -7,9 +7,16 @@ standard library (the `tokenizers` package is not available offline), for test/t
                                           (GPT2_DIR/encoder.json, vocab.bpe) under OUT: gpt2/ (ByteLevel
                                           with its regex, "a b" merges, added tokens of every kind),
                                           bloom/ (BLOOM's Split + ByteLevel, [a, b] merges, </s> eos in
-                                          special_tokens_map.json), prefix/ (add_prefix_space), small/
-                                          (a 260-token vocabulary with ignore_merges)
+                                          special_tokens_map.json), openai/ (GPT-2 as OpenAI's files: no
+                                          added tokens), prefix/ (add_prefix_space), small/ (a 260-token
+                                          vocabulary with ignore_merges), bloomsmall/ (BLOOM's Split; "a"
+                                          merges with every character it splits at)
   hf_tokenizer_ref.py encode DIR FILE...  prints the ids of each FILE (UTF-8 text), one line each
+  hf_tokenizer_ref.py preprocess DIR INPUT PREFIX KEYS EOD [--append-eod] [--megatron-extras]
+                                          Megatron-DeepSpeed's tools/preprocess_data.py on JSON lines with
+                                          this tokenizer (KEYS comma-separated; EOD the end-of-document id;
+                                          --megatron-extras: _AutoTokenizer's 21 <extra_id_NN> tokens),
+                                          written by test/megatron_ref.py's MMapIndexedDataset writer
 
 Method, written independently of keel's C++: classes come from Python's unicodedata (\\p{L}: a
 category starting with L, \\p{N}: with N) and a literal list of Unicode White_Space (Oniguruma's \\s);
@@ -247,6 +254,8 @@ def make(out, gpt2_dir):
                                            "normalizer": None, "pre_tokenizer": bloom_pre, "post_processor": post, "decoder": dec,
                                            "model": bloom_model},
               {"special_tokens_map.json": {"bos_token": "<s>", "eos_token": {"content": "</s>", "lstrip": False}, "pad_token": "<pad>"}})
+    write_dir(os.path.join(out, "openai"), {"added_tokens": [], "normalizer": None, "pre_tokenizer": byte_level(),
+                                            "post_processor": None, "decoder": dec, "model": model})
     write_dir(os.path.join(out, "prefix"), {"added_tokens": [], "normalizer": None, "pre_tokenizer": byte_level(prefix=True),
                                             "post_processor": None, "decoder": dec, "model": model})
     small = {BYTE_CHAR[b]: b for b in range(256)}
@@ -274,8 +283,35 @@ def make(out, gpt2_dir):
                                            "decoder": dec, "model": small_model})
 
 
+def preprocess(d, path, prefix, keys, eod, append_eod, extras):
+    """encode() per JSON line and key; empty documents left out; EOD after each non-empty one."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import megatron_ref
+    ref = Ref(d)
+    if extras:  # a new token takes the id after the largest so far (AddedVocabulary.add_tokens)
+        for k in range(21):
+            content = "<extra_id_%02d>" % k
+            if content in ref.vocab or any(a["content"] == content for a in ref.added):
+                continue
+            nid = max([len(ref.vocab) - 1] + [a["id"] for a in ref.added]) + 1
+            ref.added.append(added(nid, content, True))
+    docs = {k: [] for k in keys}
+    for line in open(path, encoding="utf-8"):  # text mode: \n, \r\n and \r end lines, as in the tool
+        data = json.loads(line)
+        for k in keys:
+            ids = ref.encode(data[k])
+            if ids:
+                docs[k].append(ids + ([eod] if append_eod else []))
+    dtype = "uint16" if len(ref.vocab) < 65500 else "int32"
+    for k in keys:
+        megatron_ref.write_prefix("%s_%s_document" % (prefix, k), docs[k], dtype)
+
+
 def main():
-    if len(sys.argv) >= 4 and sys.argv[1] == "make":
+    if len(sys.argv) >= 7 and sys.argv[1] == "preprocess":
+        preprocess(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5].split(","), int(sys.argv[6]), "--append-eod" in sys.argv[7:],
+                   "--megatron-extras" in sys.argv[7:])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "make":
         make(sys.argv[2], sys.argv[3])
     elif len(sys.argv) >= 4 and sys.argv[1] == "encode":
         ref = Ref(sys.argv[2])
