@@ -57,7 +57,7 @@ static const CliFlag CLI_FLAGS[] = {
     {"--decode", nullptr, nullptr, &Options::decode, "read ids from stdin, write the raw bytes they spell"},
     {"--shard-out", "PATH", &Options::shard_out, nullptr, "write the ids as an llm.c shard instead of text"},
     {"--documents", "FILE...", nullptr, nullptr,
-     "encode each FILE as one document prefixed by <|endoftext|> (50256); every later argument is a FILE"},
+     "encode each FILE as one document prefixed by <|endoftext|> (50256; with --tokenizer, its eos_token); every later argument is a FILE"},
     {"-h", nullptr, nullptr, &Options::help, "print this help"},
 };
 

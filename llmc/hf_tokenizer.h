@@ -289,10 +289,10 @@ static inline void hf_tok_read_config(const HfTokReader* r, Tokenizer* tok, cons
     if (aps && aps->type == JSON_BOOL && tok->pretok != TOKPRE_BLOOM) tok->add_prefix_space = aps->boolean;
 }
 
-static inline void hf_tokenizer_load(Tokenizer* tok, const std::string& dir) {
+// The tokenizer.json at json_path; the config files are looked for in dir.
+static inline void hf_tokenizer_load_file(Tokenizer* tok, const std::string& json_path, const std::string& dir) {
     HfTokReader r;
-    r.path = dir + "/tokenizer.json";
-    if (!file_exists(r.path.c_str())) keel_die("tokenizer directory '%s' has no tokenizer.json", dir.c_str());
+    r.path = json_path;
     std::string text = file_read_all(r.path.c_str()), err;
     Json root;
     if (!json_parse(text.data(), text.size(), &root, &err)) keel_die("tokenizer file '%s': malformed JSON: %s", r.path.c_str(), err.c_str());
@@ -306,6 +306,12 @@ static inline void hf_tokenizer_load(Tokenizer* tok, const std::string& dir) {
     hf_tok_read_added(&r, tok, &root, byte_of_cp);
     hf_tok_read_config(&r, tok, dir);
     tok->serial = ++tokenizer_load_count;
+}
+
+static inline void hf_tokenizer_load(Tokenizer* tok, const std::string& dir) {
+    std::string path = dir + "/tokenizer.json";
+    if (!file_exists(path.c_str())) keel_die("tokenizer directory '%s' has no tokenizer.json", dir.c_str());
+    hf_tokenizer_load_file(tok, path, dir);
 }
 
 // _AutoTokenizer's add_special_tokens: a token already known keeps its id; a new one takes the next id.
