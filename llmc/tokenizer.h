@@ -42,6 +42,12 @@
 // is the line's position among the merges. (gpt-3-encoder also drops the last line, which is empty in
 // the official file.)
 //
+// Hugging Face tokenizers (llmc/hf_tokenizer.h reads tokenizer.json into this struct) use the same BPE
+// with three more settings: the pre-tokenizer (pretok: GPT-2's regex with Oniguruma's \s, BLOOM's
+// Split, or none), ByteLevel's add_prefix_space (per segment), ignore_merges; and added tokens, which
+// tokenizer_encode matches in the text before the model as HF's AddedVocabulary does
+// (tokenizer_find_added). vocab_size is then the model's vocabulary; added ids past it decode too.
+//
 // Threads: tokenizer_encode is const and thread-safe. It memoises piece → ids in a thread_local cache
 // (a word recurs many times in real text), tagged with the loaded tokenizer's serial number so two
 // tokenizers never share entries, and cleared past TOKENIZER_CACHE_MAX entries to bound memory.
