@@ -257,35 +257,40 @@ static inline void hf_tok_read_added(HfTokReader* r, Tokenizer* tok, const Json*
     tokenizer_set_added(tok, added);
 }
 
-// eos_token of a transformers config file: a string or {"content": ...}; "" when absent.
-static inline std::string hf_tok_config_eos(const std::string& path) {
-    if (!file_exists(path.c_str())) return "";
+// A transformers config file beside tokenizer.json (tokenizer_config.json, special_tokens_map.json);
+// false when absent.
+static inline bool hf_tok_config_file(const std::string& path, Json* root) {
+    if (!file_exists(path.c_str())) return false;
     std::string text = file_read_all(path.c_str()), err;
-    Json root;
-    if (!json_parse(text.data(), text.size(), &root, &err)) keel_die("tokenizer file '%s': malformed JSON: %s", path.c_str(), err.c_str());
-    const Json* eos = json_get(&root, "eos_token");
+    if (!json_parse(text.data(), text.size(), root, &err)) keel_die("tokenizer file '%s': malformed JSON: %s", path.c_str(), err.c_str());
+    return true;
+}
+
+// Its eos_token: a string or {"content": ...}; "" when absent or null.
+static inline std::string hf_tok_config_eos(const std::string& path, const Json* root) {
+    const Json* eos = json_get(root, "eos_token");
     if (eos && eos->type == JSON_OBJECT) eos = json_get(eos, "content");
     if (!eos || eos->type == JSON_NULL) return "";
     if (eos->type != JSON_STRING) keel_die("tokenizer file '%s': eos_token must be a string or {\"content\": ...}", path.c_str());
     return eos->text;
 }
 
-// tokenizer_config.json may override the pre-tokenizer's add_prefix_space (transformers' GPT-2 and
-// BLOOM fast tokenizers rebuild ByteLevel with it).
+// The end-of-document id: tokenizer_config.json's eos_token, else special_tokens_map.json's (-1: none).
+// tokenizer_config.json's add_prefix_space overrides a top-level ByteLevel's (transformers' GPT-2 and
+// BLOOM fast tokenizers rebuild the pre-tokenizer with it).
 static inline void hf_tok_read_config(const HfTokReader* r, Tokenizer* tok, const std::string& dir) {
-    std::string path = dir + "/tokenizer_config.json", eos = hf_tok_config_eos(path);
-    if (eos.empty()) eos = hf_tok_config_eos(dir + "/special_tokens_map.json");
+    std::string config = dir + "/tokenizer_config.json", map = dir + "/special_tokens_map.json", eos;
+    Json croot, mroot;
+    bool have_config = hf_tok_config_file(config, &croot);
+    if (have_config) eos = hf_tok_config_eos(config, &croot);
+    if (eos.empty() && hf_tok_config_file(map, &mroot)) eos = hf_tok_config_eos(map, &mroot);
     tok->eod = -1;
     if (!eos.empty()) {
         auto it = r->vocab.find(eos);
         if (it == r->vocab.end()) keel_die("tokenizer directory '%s': eos_token \"%s\" is not a token of tokenizer.json", dir.c_str(), eos.c_str());
         tok->eod = it->second;
     }
-    if (!file_exists(path.c_str())) return;
-    std::string text = file_read_all(path.c_str()), err;
-    Json root;
-    json_parse(text.data(), text.size(), &root, &err);  // parsed above already
-    const Json* aps = json_get(&root, "add_prefix_space");
+    const Json* aps = have_config ? json_get(&croot, "add_prefix_space") : nullptr;
     if (aps && aps->type == JSON_BOOL && tok->pretok != TOKPRE_BLOOM) tok->add_prefix_space = aps->boolean;
 }
 

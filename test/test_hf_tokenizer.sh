@@ -77,6 +77,8 @@ by_hand small 'abcabc' "97 257 97 257" "BPE by rank: b c (rank 0) before a b"
 by_hand small 'x a' "120 259" "' a' merged by the third merge"
 by_hand prefix 'Hello' "18435" "add_prefix_space: ' Hello'"
 by_hand gpt2 'say hello world' "16706 50262" "the longest added token at a position"
+cp -r "$D/gpt2" "$D/gpt2_aps"; echo '{"eos_token": "<|endoftext|>", "add_prefix_space": true}' > "$D/gpt2_aps/tokenizer_config.json"
+by_hand gpt2_aps 'Hello' "18435" "tokenizer_config.json's add_prefix_space overrides ByteLevel's"
 by_hand bloomsmall 'a|a' "97 124 97" "| ends a piece though a merge would join it"
 
 # ---- 3. Brown: the same ids as OpenAI's files ----
