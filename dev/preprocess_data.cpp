@@ -16,7 +16,8 @@
 //   --log-interval documents (documents/s, MB/s); a summary line to stdout at the end.
 //   Lines end at \n, \r\n or \r (Python's text mode). A line that is not a JSON object, lacks a key, holds
 //   a non-string value, or is not valid UTF-8 is refused naming FILE:LINE; so is a blank line (Python's
-//   json.loads refuses it too). The outputs are written under .tmp names and renamed when complete.
+//   json.loads refuses it too). The outputs are written under .tmp names and renamed when complete; a
+//   refused run removes them.
 //   Not supported (refused): --split-sentences and --keep-newlines (NLTK's Punkt), --dataset-impl lazy|cached.
 // Exit status: 0 ok, 1 runtime failure (unreadable file, bad line), 2 bad command line.
 #include <chrono>
@@ -148,6 +149,13 @@ static void encode_line(const Tokenizer* tok, const Options* o, const std::strin
 
 // ---- the output files ------------------------------------------------------------------------------
 
+// The .tmp files of an unfinished run: removed at exit, so a refused input leaves nothing behind
+// (every refusal leaves through exit, llmc/common.h); emptied once the outputs are renamed.
+static std::vector<std::string> partial_files;
+static void remove_partial_files() {
+    for (const std::string& f : partial_files) remove(f.c_str());
+}
+
 struct Output {
     std::string bin, idx;
     FILE* f = nullptr;
@@ -250,7 +258,10 @@ int main(int argc, char** argv) {
         outs[k].bin = o.output_prefix + "_" + o.json_keys[k] + "_document.bin";
         outs[k].idx = o.output_prefix + "_" + o.json_keys[k] + "_document.idx";
         outs[k].f = fopen_check((outs[k].bin + ".tmp").c_str(), "wb");
+        partial_files.push_back(outs[k].bin + ".tmp");
+        partial_files.push_back(outs[k].idx + ".tmp");
     }
+    atexit(remove_partial_files);
     printf("Opening %s\nVocab size: %d\nOutput prefix: %s\n", o.input.c_str(), tok.vocab_size, o.output_prefix.c_str());
     size_t cap = (size_t)(BATCH_LINES_PER_WORKER * o.workers);
     std::vector<std::string> batch(cap);
@@ -267,6 +278,7 @@ int main(int argc, char** argv) {
     }
     fclose(in);
     for (Output& out : outs) output_finish(&out, dtype);
+    partial_files.clear();
     double s = p.seconds();
     for (const Output& out : outs)
         printf("%s: %zu documents, %lld tokens (%s)\n", out.bin.c_str(), out.sizes.size(), (long long)out.tokens, megatron_dtype_name(dtype));

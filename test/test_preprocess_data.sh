@@ -10,7 +10,7 @@
 #   3. a vocabulary of 65,500 tokens: int32 (Megatron's best_fitting_dtype), byte-identical;
 #   4. progress lines on stderr every --log-interval documents, a summary with throughput;
 #   5. refusals naming FILE:LINE (malformed JSON, a blank line, a missing key, a non-string value,
-#      invalid UTF-8) and bad command lines; nothing left under the output names after a refusal.
+#      invalid UTF-8) and bad command lines; no output file (final or .tmp) left after a refusal.
 # Needs `make preprocess_data` and data/ (make data). Takes ~20 s.
 source "$(dirname "$0")/lib.sh"
 [ -x ./preprocess_data ] || { fail "./preprocess_data not built"; finish; }
@@ -85,7 +85,7 @@ why=$(same_files "$TMP/keel_big" "$TMP/ref_big" text) && [ "$(dtype_of "$TMP/kee
 bad() {  # bad NAME CONTENT PATTERN: the line-3 defect must be refused naming FILE:3
   printf '{"text": "a"}\n{"text": "b"}\n%b\n{"text": "d"}\n' "$2" > "$TMP/$1.jsonl"
   expect_fail 1 "$TMP/$1.jsonl:3: $3" ./preprocess_data --input "$TMP/$1.jsonl" --output-prefix "$TMP/out_$1" --tokenizer-type GPT2BPETokenizer
-  [ -e "$TMP/out_$1_text_document.bin" ] || [ -e "$TMP/out_$1_text_document.idx" ] && fail "$1: output files left under the final names"
+  ls "$TMP/out_$1"_text_document.* >/dev/null 2>&1 && fail "$1: output files left behind: $(ls "$TMP/out_$1"_text_document.*)"
 }
 bad malformed '{"text": "c"' "malformed JSON: byte 12"
 bad blank '' "malformed JSON: byte 0: unexpected end of input"
