@@ -131,7 +131,7 @@ endif
 GPU_ARCH_STAMP := build/gpu_arch_flags
 
 HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh)
-TARGETS := train_gpt_cpu tokenize_gpt2 batch_lookup layer_norms megatron_data
+TARGETS := train_gpt_cpu tokenize_gpt2 batch_lookup layer_norms megatron_data preprocess_data
 # Without MPI, train_gpt is a single-GPU build: no NCCL (its bootstrap needs MPI), one process.
 ifneq ($(NVCC),)
   TARGETS += train_gpt
@@ -176,6 +176,10 @@ batch_lookup: dev/batch_lookup.cpp $(HEADERS)
 # Megatron's indexed data (.bin/.idx): written from text or llm.c shards, read back and validated.
 megatron_data: dev/megatron_data.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
+
+# Megatron-DeepSpeed's tools/preprocess_data.py: JSON lines → PREFIX_KEY_document.bin/.idx (threads: -pthread).
+preprocess_data: dev/preprocess_data.cpp $(HEADERS)
+	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) -pthread $< -o $@ $(LDLIBS)
 
 # Per-layer weight/gradient norms and activation RMS of a checkpoint (the --log-layer-norms-interval oracle).
 layer_norms: dev/layer_norms.cpp $(HEADERS)
@@ -364,4 +368,4 @@ help:
 	@sed -n 's/^#   make/  make/p; s/^# Overrides:/Overrides:/p' $(firstword $(MAKEFILE_LIST))
 
 clean:
-	rm -rf build train_gpt_cpu train_gpt tokenize_gpt2 batch_lookup layer_norms megatron_data
+	rm -rf build train_gpt_cpu train_gpt tokenize_gpt2 batch_lookup layer_norms megatron_data preprocess_data

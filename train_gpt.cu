@@ -45,6 +45,7 @@
 #include "llmc/schedule.h"
 #include "llmc/step_model.h"
 #include "llmc/test_hooks.h"
+#include "llmc/hf_tokenizer.h"
 #include "llmc/tokenizer.h"
 
 // A: the compute type of the model (llmc/ops.h, docs/internals.md#precision): float in the CPU trainer and under
@@ -801,7 +802,7 @@ static void trainer_print_sample(Trainer<A>* tr) {
     const GPTConfig* g = &tr->gcfg;
     GPT<A>* m = &tr->model;
     int T = m->T, V = g->vocab_size, Vp = gpt_vocab_rows(g), P = tr->grid.pp, stage = tr->grid.pp_rank;
-    std::vector<int> toks = {TOKENIZER_EOT};
+    std::vector<int> toks = {tr->tok.eod};
     std::vector<float> row(Vp);
     gpt_set_dropout(m, false, 0, 0);
     gpt_use_slot(m, 0);
@@ -816,7 +817,7 @@ static void trainer_print_sample(Trainer<A>* tr) {
             comm_sends_wait(&tr->pipe);  // the next position's forward rewrites what was sent
             int next = 0;
             comm_broadcast(&tr->pipe, &next, sizeof next, P - 1);
-            if (next == TOKENIZER_EOT) break;
+            if (next == tr->tok.eod) break;
             toks.push_back(next);
             continue;
         }
@@ -837,7 +838,7 @@ static void trainer_print_sample(Trainer<A>* tr) {
             if (u < acc) { next = j; break; }
         }
         if (P > 1) comm_broadcast(&tr->pipe, &next, sizeof next, P - 1);
-        if (next == TOKENIZER_EOT) break;
+        if (next == tr->tok.eod) break;
         toks.push_back(next);
     }
     if (tr->world.rank != 0) return;
@@ -1384,12 +1385,15 @@ static void trainer_open_outputs(Trainer<A>* tr) {
     const GPTConfig* g = &tr->gcfg;
     int B = (int)c->micro_batch_size, T = (int)c->seq_length, stage = tr->grid.pp_rank;
     if (c->sample_interval > 0) {
-        tokenizer_load(&tr->tok, c->vocab_file.c_str(), c->merge_file.c_str());
+        hf_tokenizer_for_run(&tr->tok, c->tokenizer_type, c->tokenizer_name_or_path, c->vocab_file, c->merge_file);
         if (tokenizer_vocab_size(&tr->tok) > g->vocab_size)
-            keel_usage_error("--sample-interval decodes with the GPT-2 tokenizer (%d ids) but --vocab-size is %d",
+            keel_usage_error("--sample-interval decodes with the tokenizer (%d ids) but --vocab-size is %d",
                              tokenizer_vocab_size(&tr->tok), g->vocab_size);
+        if (tr->tok.eod < 0 || tr->tok.eod >= g->vocab_size)
+            keel_usage_error("--sample-interval starts each sample at the end-of-document token, which the tokenizer lacks "
+                             "(give its eos_token in tokenizer_config.json)");
         if (tokenizer_vocab_size(&tr->tok) < g->vocab_size)
-            printf(" > note: --sample-interval: ids from %d up to the vocabulary's %d are printed as <|id N|> (the GPT-2 tokenizer lacks them)\n",
+            printf(" > note: --sample-interval: ids from %d up to the vocabulary's %d are printed as <|id N|> (the tokenizer lacks them)\n",
                    tokenizer_vocab_size(&tr->tok), g->vocab_size);
         tr->have_tok = true;
     }

@@ -450,6 +450,10 @@ static void lookup_print_rows(const DataLoader* dl, const Tokenizer* tok, const 
 // The GPT-2 tokenizer if the text can be shown; otherwise nullptr, and the reason on stdout.
 static bool lookup_load_tokenizer(const Config* c, bool no_text, Tokenizer* tok) {
     if (no_text) return false;
+    if (c->tokenizer_type == "PretrainedFromHF") {  // read once already by the flags (llmc/deepspeed.h), so it loads
+        hf_tokenizer_for_run(tok, c->tokenizer_type, c->tokenizer_name_or_path, c->vocab_file, c->merge_file);
+        return true;
+    }
     for (const std::string* f : {&c->vocab_file, &c->merge_file})
         if (!file_exists(f->c_str())) {
             printf("# no text: %s is missing (make data fetches it, or give --vocab-file/--merge-file); showing token ids\n",

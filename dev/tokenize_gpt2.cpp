@@ -1,14 +1,19 @@
 // tokenize_gpt2 — GPT-2 BPE on the command line: text → ids, ids → text, documents → an llm.c shard.
+// With --tokenizer DIR|ORG/NAME the tokenizer is a Hugging Face tokenizer.json (llmc/hf_tokenizer.h:
+// a directory, or a model id in the local HF cache), read as `tokenizers` reads it.
 //
 // Contract
 //   tokenize_gpt2 [flags] < text.txt                 prints the ids, space-separated, on one line
 //   tokenize_gpt2 --decode [flags] < ids.txt          ids (separated by any whitespace) → raw bytes
 //   tokenize_gpt2 [flags] --documents FILE...         encodes each FILE as one document
 //   --shard-out PATH writes the ids as an llm.c shard (llmc/data.h) instead of printing them.
-// Documents: each document is prefixed by <|endoftext|> (id 50256), the llm.c / FineWeb convention,
+//   tokenize_gpt2 --save-tokenizer DIR [--pretokenizer gpt2|bloom]   writes the tokenizer in Hugging
+//       Face's format (e.g. GPT-2's vocabulary with BLOOM's pre-tokenizer, for a PretrainedFromHF run).
+// Documents: each document is prefixed by <|endoftext|> (id 50256; with --tokenizer, its eos_token), the llm.c / FineWeb convention,
 // so a model sees "end of the previous text" before every document, the first included. Plain stdin
 // input gets no prefix. The literal text "<|endoftext|>" inside any input is ordinary text (as in the
-// JS encoder): only --documents inserts id 50256.
+// JS encoder): only --documents inserts id 50256. A Hugging Face tokenizer matches its added tokens
+// (<|endoftext|>, </s>, ...) inside the text, as `tokenizers` does.
 // Input bytes need not be valid UTF-8; see llmc/tokenizer.h for how invalid bytes are kept lossless.
 // Exit status: 0 ok, 1 runtime failure (unreadable file, bad id), 2 bad command line.
 #include <string>
@@ -16,12 +21,16 @@
 
 #include "llmc/common.h"
 #include "llmc/data.h"
+#include "llmc/hf_tokenizer.h"
 #include "llmc/tokenizer.h"
 
 struct Options {
     std::string encoder = "data/gpt2/encoder.json";
     std::string bpe = "data/gpt2/vocab.bpe";
     std::string shard_out;
+    std::string tokenizer;
+    std::string save_tokenizer;
+    std::string pretokenizer = "gpt2";
     bool decode = false;
     bool help = false;
     std::vector<std::string> documents;
@@ -39,10 +48,16 @@ struct CliFlag {
 static const CliFlag CLI_FLAGS[] = {
     {"--encoder", "PATH", &Options::encoder, nullptr, "GPT-2 encoder.json (token → id)"},
     {"--bpe", "PATH", &Options::bpe, nullptr, "GPT-2 vocab.bpe (the ranked merges)"},
+    {"--tokenizer", "DIR|ORG/NAME", &Options::tokenizer, nullptr,
+     "a Hugging Face tokenizer.json: its directory, or a model id in the local HF cache (instead of --encoder/--bpe)"},
+    {"--save-tokenizer", "DIR", &Options::save_tokenizer, nullptr,
+     "write the tokenizer as DIR/tokenizer.json + tokenizer_config.json (Hugging Face's format) and exit"},
+    {"--pretokenizer", "gpt2|bloom", &Options::pretokenizer, nullptr,
+     "--save-tokenizer's pre-tokenizer: GPT-2's ByteLevel regex, or BLOOM's Split + ByteLevel"},
     {"--decode", nullptr, nullptr, &Options::decode, "read ids from stdin, write the raw bytes they spell"},
     {"--shard-out", "PATH", &Options::shard_out, nullptr, "write the ids as an llm.c shard instead of text"},
     {"--documents", "FILE...", nullptr, nullptr,
-     "encode each FILE as one document prefixed by <|endoftext|> (50256); every later argument is a FILE"},
+     "encode each FILE as one document prefixed by <|endoftext|> (50256; with --tokenizer, its eos_token); every later argument is a FILE"},
     {"-h", nullptr, nullptr, &Options::help, "print this help"},
 };
 
@@ -73,6 +88,7 @@ static Options cli_parse(int argc, char** argv) {
         if (i + 1 >= argc) keel_usage_error("%s needs a value (%s)", flag->name, flag->metavar);
         o.*flag->value = argv[++i];
     }
+    if (o.pretokenizer != "gpt2" && o.pretokenizer != "bloom") keel_usage_error("--pretokenizer '%s': gpt2 or bloom", o.pretokenizer.c_str());
     if (o.decode && (!o.shard_out.empty() || !o.documents.empty()))
         keel_usage_error("--decode reads ids from stdin; it takes neither --shard-out nor --documents");
     return o;
@@ -116,7 +132,9 @@ static void cli_write_ids(const std::vector<int>& ids) {
 }
 
 static void cli_write_shard(const char* path, const std::vector<int>& ids) {
-    std::vector<uint16_t> tokens(ids.begin(), ids.end());  // every GPT-2 id < 50257 fits in uint16
+    for (int id : ids)
+        if (id > 65535) keel_die("--shard-out: id %d does not fit an llm.c shard (uint16 tokens)", id);
+    std::vector<uint16_t> tokens(ids.begin(), ids.end());
     shard_write(path, tokens.data(), tokens.size());
 }
 
@@ -124,7 +142,14 @@ int main(int argc, char** argv) {
     Options o = cli_parse(argc, argv);
     if (o.help) { cli_print_help(); return 0; }
     Tokenizer tok;
-    tokenizer_load(&tok, o.encoder.c_str(), o.bpe.c_str());
+    if (o.tokenizer.empty()) tokenizer_load(&tok, o.encoder.c_str(), o.bpe.c_str());
+    else hf_tokenizer_load(&tok, hf_tokenizer_resolve(o.tokenizer, "--tokenizer"));
+    if (!o.save_tokenizer.empty()) {
+        hf_tokenizer_save(&tok, o.save_tokenizer, o.pretokenizer == "bloom" ? TOKPRE_BLOOM : TOKPRE_GPT2_ONIG);
+        return 0;
+    }
+    if (!o.documents.empty() && tok.eod < 0)
+        keel_die("--documents: the tokenizer names no end-of-document token (no eos_token in tokenizer_config.json or special_tokens_map.json)");
     if (o.decode) {
         std::vector<int> ids = cli_parse_ids(cli_read_stdin());
         std::string bytes;
@@ -139,7 +164,7 @@ int main(int argc, char** argv) {
     }
     for (const std::string& path : o.documents) {
         std::string text = file_read_all(path.c_str());
-        ids.push_back(TOKENIZER_EOT);
+        ids.push_back(tok.eod);
         tokenizer_encode(&tok, text.data(), text.size(), ids);
     }
     if (o.shard_out.empty()) cli_write_ids(ids);

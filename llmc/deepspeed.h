@@ -25,6 +25,8 @@
 //   - Refused with a reason: zero_optimization.stage 2/3, optimizer and scheduler sections (the flags
 //     define keel's optimizer and schedule), fp16.consecutive_hysteresis / auto_cast true, a
 //     curriculum_type other than seqlen.
+//   - --tokenizer-type PretrainedFromHF: the tokenizer (--tokenizer-name-or-path) is read at parse time
+//     and its vocabulary becomes --vocab-size (megatron_apply_tokenizer); a start-up note names it.
 //   - Every other key is named in ONE warning line (keel does not use it); a malformed file or a
 //     value of the wrong type is one error line with the key's path.
 #pragma once
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "llmc/common.h"
+#include "llmc/hf_tokenizer.h"
 #include "llmc/json.h"
 
 struct DsReader {
@@ -269,17 +272,39 @@ static inline void megatron_check_flags(const Config* c) {
     if (c->distributed_backend != "nccl")
         keel_usage_error("--distributed-backend %s: keel communicates over NCCL (GPU) or MPI (CPU trainer); give nccl or leave it out",
                          c->distributed_backend.c_str());
-    if (c->tokenizer_type == "PretrainedFromHF")
-        keel_usage_error("--tokenizer-type PretrainedFromHF: keel's tokenizer is GPT-2 BPE (--vocab-file/--merge-file); to train on "
-                         "data tokenized already, drop --tokenizer-type and --tokenizer-name-or-path (text samples would then be wrong)");
-    if (!c->tokenizer_name_or_path.empty())
-        keel_usage_error("--tokenizer-name-or-path applies to --tokenizer-type PretrainedFromHF, which keel does not have");
+}
+
+// --tokenizer-type PretrainedFromHF --tokenizer-name-or-path P: the tokenizer is read now (offline: a
+// directory, or a model id in the local HF cache; llmc/hf_tokenizer.h) and its vocabulary is the
+// model's, as Megatron's build_tokenizer sets it (then padded by its rule); a --vocab-size that says
+// otherwise is refused.
+static inline void megatron_apply_tokenizer(Config* c, const std::vector<FlagValue>* given, std::vector<std::string>* notes) {
+    if (c->tokenizer_type != "PretrainedFromHF") {
+        if (!c->tokenizer_name_or_path.empty())
+            keel_usage_error("--tokenizer-name-or-path %s applies to --tokenizer-type PretrainedFromHF (the tokenizer type is %s)",
+                             c->tokenizer_name_or_path.c_str(), c->tokenizer_type.c_str());
+        return;
+    }
+    if (c->tokenizer_name_or_path.empty())
+        keel_usage_error("--tokenizer-type PretrainedFromHF needs --tokenizer-name-or-path (a directory holding tokenizer.json, or a "
+                         "model id in the local HF cache)");
+    Tokenizer tok;
+    std::string dir = hf_tokenizer_resolve(c->tokenizer_name_or_path);
+    hf_tokenizer_for_run(&tok, c->tokenizer_type, c->tokenizer_name_or_path, c->vocab_file, c->merge_file);
+    if (ds_flag_given(given, "vocab-size") && c->vocab_size != tok.vocab_size)
+        keel_usage_error("--vocab-size %lld: the tokenizer %s has %d tokens, which PretrainedFromHF makes the vocabulary; drop --vocab-size",
+                         (long long)c->vocab_size, c->tokenizer_name_or_path.c_str(), tok.vocab_size);
+    c->vocab_size = tok.vocab_size;
+    std::string eod = tok.eod < 0 ? "none (no eos_token)" : std::to_string(tok.eod);
+    notes->push_back("note: --tokenizer-name-or-path " + c->tokenizer_name_or_path + ": " + dir + "/tokenizer.json, vocabulary " +
+                     std::to_string(tok.vocab_size) + ", end of document " + eod + " (--vocab-file/--merge-file are not used)");
 }
 
 static inline void deepspeed_apply(Config* c, const std::vector<FlagValue>* given) {
     DsReader r;
     r.path = c->deepspeed_config.c_str();
     megatron_check_flags(c);
+    megatron_apply_tokenizer(c, given, &r.notes);
     megatron_accepted_notes(c, given, &r.notes);
     if (!c->deepspeed) {
         if (!c->deepspeed_config.empty())

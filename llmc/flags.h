@@ -471,9 +471,10 @@ static const Flag FLAGS[] = {
     KEEL_FLAG(FG_COMPAT, "distributed-backend", NO_MIN, NO_MAX, FT_STR, distributed_backend, FK_RUN, "nccl|gloo",
               "nccl: keel's own (NCCL on GPUs, MPI in the CPU trainer); gloo is refused"),
     KEEL_FLAG(FG_COMPAT, "tokenizer-type", NO_MIN, NO_MAX, FT_STR, tokenizer_type, FK_RUN, "GPT2BPETokenizer|PretrainedFromHF",
-              "GPT2BPETokenizer (--vocab-file/--merge-file); PretrainedFromHF is refused with a reason"),
+              "GPT2BPETokenizer (--vocab-file/--merge-file) or PretrainedFromHF (--tokenizer-name-or-path; docs/tokenizers.md)"),
     KEEL_FLAG(FG_COMPAT, "tokenizer-name-or-path", NO_MIN, NO_MAX, FT_STR, tokenizer_name_or_path, FK_RUN, nullptr,
-              "PretrainedFromHF's tokenizer: refused (keel's tokenizer is GPT-2 BPE)"),
+              "PretrainedFromHF's tokenizer: a directory holding tokenizer.json, or a model id in the local HF cache (never "
+              "downloaded); its vocabulary sets --vocab-size"),
     KEEL_FLAG(FG_COMPAT, "num-workers", 0, NO_MAX, FT_INT, num_workers, FK_RUN, nullptr,
               "accepted: keel's loader reads in the training process, the same batches (said at start-up)"),
     KEEL_FLAG(FG_COMPAT, "valid-num-workers", 0, NO_MAX, FT_INT, valid_num_workers, FK_RUN, nullptr, "accepted, as --num-workers"),

@@ -31,8 +31,10 @@
 //       parameters: everything goes into dir.tmp/ (each file fsync'd), which then replaces dir in
 //       one step (renameat2 RENAME_EXCHANGE; where the filesystem lacks it, two renames through
 //       dir.old). Files: model.safetensors (--export-dtype fp32|bf16|fp16, round to nearest even;
-//       fp16 refuses a weight beyond its range), config.json, and with V = 50257 GPT-2's tokenizer:
-//       vocab.json (= encoder.json), merges.txt (= vocab.bpe), tokenizer_config.json.
+//       fp16 refuses a weight beyond its range), config.json, and the tokenizer: under --tokenizer-type
+//       PretrainedFromHF the files of its directory (tokenizer.json, tokenizer_config.json,
+//       special_tokens_map.json) as they are; else with V = 50257 GPT-2's: vocab.json (= encoder.json),
+//       merges.txt (= vocab.bpe), tokenizer_config.json.
 //   hf_config_apply(c)   before the flags are validated: reads dir/config.json; the architecture's
 //       knobs (--position-embedding-type, --embed-layernorm, --activation) and the shape
 //       (--num-layers, --hidden-size, --num-attention-heads, --vocab-size, --max-position-embeddings)
@@ -62,6 +64,7 @@
 #include "llmc/json.h"
 #include "llmc/model.h"
 #include "llmc/safetensors.h"
+#include "llmc/hf_tokenizer.h"
 #include "llmc/tokenizer.h"
 
 enum HfArch { HF_GPT2, HF_BLOOM, HF_OPT, HF_NUM_ARCHS };
@@ -272,7 +275,10 @@ static inline const char* hf_torch_dtype(int st) { return st == ST_BF16 ? "bfloa
 
 // ---- export ---------------------------------------------------------------------------------------
 
-static const char* const HF_EXPORT_FILES[] = {"model.safetensors", "config.json", "vocab.json", "merges.txt", "tokenizer_config.json"};
+static const char* const HF_EXPORT_FILES[] = {"model.safetensors", "config.json",           "vocab.json",
+                                               "merges.txt",        "tokenizer_config.json", "tokenizer.json",
+                                               "special_tokens_map.json"};
+static const char* const HF_TOKENIZER_FILES[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
 enum { HF_GPT2_VOCAB = 50257 };  // GPT-2's tokenizer: its files are written for models of this vocabulary
 
 static inline std::string hf_dir_strip(const std::string& dir) {
@@ -307,7 +313,9 @@ static inline void hf_export_check(const Config* c) {
     if (hf_arch_of(&g, &why) < 0) keel_usage_error("--export-hf: no Hugging Face architecture computes this model: %s", why.c_str());
     std::string problem = hf_export_dir_problem(hf_dir_strip(c->export_hf));
     if (!problem.empty()) keel_usage_error("--export-hf %s %s: name a new directory", c->export_hf.c_str(), problem.c_str());
-    if (g.vocab_size == HF_GPT2_VOCAB) {  // the tokenizer is written beside the weights: it must load now, not after training
+    if (c->tokenizer_type == "PretrainedFromHF") {  // read at parse time already; it must still be there at the end
+        hf_tokenizer_resolve(c->tokenizer_name_or_path);
+    } else if (g.vocab_size == HF_GPT2_VOCAB) {  // the tokenizer is written beside the weights: it must load now, not after training
         if (!file_exists(c->vocab_file.c_str()) || !file_exists(c->merge_file.c_str()))
             keel_usage_error("--export-hf writes GPT-2's tokenizer from --vocab-file %s and --merge-file %s, which are missing "
                              "(make data fetches them)",
@@ -330,7 +338,12 @@ static inline std::string hf_config_json(int arch, const GPTConfig* g, const Con
     };
     auto str = [&](const char* k, const char* v) { kv.push_back({k, json_quote(v)}); };
     auto lit = [&](const char* k, const char* v) { kv.push_back({k, v}); };
-    bool gpt2_vocab = g->vocab_size == HF_GPT2_VOCAB;
+    std::string eod = g->vocab_size == HF_GPT2_VOCAB ? "50256" : "null";
+    if (c->tokenizer_type == "PretrainedFromHF") {
+        Tokenizer tok;
+        hf_tokenizer_for_run(&tok, c->tokenizer_type, c->tokenizer_name_or_path, c->vocab_file, c->merge_file);
+        eod = tok.eod >= 0 ? std::to_string(tok.eod) : "null";
+    }
     kv.push_back({"architectures", "[" + json_quote(HF_ARCHS[arch].cls) + "]"});
     str("model_type", HF_ARCHS[arch].model_type);
     num("vocab_size", g->vocab_size);
@@ -381,8 +394,8 @@ static inline std::string hf_config_json(int arch, const GPTConfig* g, const Con
         flt("init_std", c->init_method_std);
         lit("pad_token_id", "null");  // OPT's default (1) would freeze that row's gradient in HF training
     }
-    lit("bos_token_id", gpt2_vocab ? "50256" : "null");
-    lit("eos_token_id", gpt2_vocab ? "50256" : "null");
+    lit("bos_token_id", eod.c_str());  // GPT-2's and BLOOM's files name their end of document for both
+    lit("eos_token_id", eod.c_str());
     lit("tie_word_embeddings", "true");
     lit("use_cache", "true");
     str("torch_dtype", hf_torch_dtype(dtype));
@@ -487,7 +500,11 @@ static inline void hf_export(const std::string& dir_flag, const float* params, c
     FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());
     hf_write_weights(tmp + "/model.safetensors", arch, params, pt, g, dtype);
     hf_write_text(tmp + "/config.json", hf_config_json(arch, g, c, dtype));
-    if (g->vocab_size == HF_GPT2_VOCAB) {
+    if (c->tokenizer_type == "PretrainedFromHF") {  // the run's tokenizer directory, its files as they are
+        std::string src = hf_tokenizer_resolve(c->tokenizer_name_or_path);
+        for (const char* f : HF_TOKENIZER_FILES)
+            if (file_exists((src + "/" + f).c_str())) hf_copy_file(src + "/" + f, tmp + "/" + f);
+    } else if (g->vocab_size == HF_GPT2_VOCAB) {
         hf_copy_file(c->vocab_file, tmp + "/vocab.json");  // OpenAI's encoder.json is HF's vocab.json
         hf_copy_file(c->merge_file, tmp + "/merges.txt");  // and vocab.bpe its merges.txt
         // AutoTokenizer reads the class here, so BLOOM and OPT directories get GPT-2's tokenizer too

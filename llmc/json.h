@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -152,6 +153,7 @@ static inline bool json_value(JsonParser* p, Json* v, int depth) {
     char c = p->s[p->pos];
     if (c == '{') {
         v->type = JSON_OBJECT;
+        std::unordered_set<std::string> keys;  // the duplicate check: a tokenizer.json vocabulary has 250k keys
         p->pos++;
         json_skip_space(p);
         if (p->pos < p->n && p->s[p->pos] == '}') { p->pos++; return true; }
@@ -161,8 +163,7 @@ static inline bool json_value(JsonParser* p, Json* v, int depth) {
             std::string key;
             size_t key_at = p->pos;
             if (!json_string(p, &key)) return false;
-            for (const auto& m : v->members)
-                if (m.first == key) { p->pos = key_at; return json_fail(p, ("duplicate key '" + key + "'").c_str()); }
+            if (!keys.insert(key).second) { p->pos = key_at; return json_fail(p, ("duplicate key '" + key + "'").c_str()); }
             json_skip_space(p);
             if (p->pos >= p->n || p->s[p->pos] != ':') return json_fail(p, "expected ':'");
             p->pos++;

@@ -42,6 +42,12 @@
 // is the line's position among the merges. (gpt-3-encoder also drops the last line, which is empty in
 // the official file.)
 //
+// Hugging Face tokenizers (llmc/hf_tokenizer.h reads tokenizer.json into this struct) use the same BPE
+// with three more settings: the pre-tokenizer (pretok: GPT-2's regex with Oniguruma's \s, BLOOM's
+// Split, or none), ByteLevel's add_prefix_space (per segment), ignore_merges; and added tokens, which
+// tokenizer_encode matches in the text before the model as HF's AddedVocabulary does
+// (tokenizer_find_added). vocab_size is then the model's vocabulary; added ids past it decode too.
+//
 // Threads: tokenizer_encode is const and thread-safe. It memoises piece → ids in a thread_local cache
 // (a word recurs many times in real text), tagged with the loaded tokenizer's serial number so two
 // tokenizers never share entries, and cleared past TOKENIZER_CACHE_MAX entries to bound memory.
@@ -64,13 +70,42 @@ struct TokenizerMerge {
     int merged;  // id of left+right
 };
 
+// How a text segment is cut into pieces before BPE (each piece is merged on its own).
+enum TokenizerPretok {
+    TOKPRE_GPT2_JS,    // GPT-2's regex with JS's \s (OpenAI's files; the reference is the npm encoder)
+    TOKPRE_GPT2_ONIG,  // the same regex with Oniguruma's \s (Unicode White_Space): HF's ByteLevel(use_regex)
+    TOKPRE_BLOOM,      // BLOOM's Split(" ?[^(\s|[.,!?…。，、।۔،])]+", Isolated): the matches and the gaps between them
+    TOKPRE_WHOLE,      // ByteLevel(use_regex=false) alone: the whole segment is one piece
+};
+
+// A token matched in the text before the model (tokenizer.json's added_tokens; llmc/hf_tokenizer.h).
+struct TokenizerAdded {
+    std::string content;  // the text it matches (UTF-8)
+    int id;
+    bool single_word, lstrip, rstrip, normalized, special;
+};
+
 struct Tokenizer {
-    int vocab_size;
-    std::vector<std::string> token_bytes;                 // (vocab_size) raw bytes of each id
+    int vocab_size;                                       // the model's vocabulary (Megatron's vocab_size)
+    std::vector<std::string> token_bytes;                 // (every id, added tokens past vocab_size too) raw bytes
     int byte_id[256];                                     // the one-byte token of each byte value
     std::unordered_map<uint64_t, TokenizerMerge> merges;  // key (left id << 32) | right id
     uint64_t serial;                                      // which load this is (tags the caches)
+    int pretok = TOKPRE_GPT2_JS;
+    bool add_prefix_space = false;                        // ByteLevel: a segment not starting with ' ' gets one
+    bool ignore_merges = false;                           // a piece that is a whole token is that token
+    std::unordered_map<std::string, int> whole;           // piece bytes → id (filled only under ignore_merges)
+    std::vector<TokenizerAdded> added;                    // empty for OpenAI's files (set by tokenizer_set_added)
+    std::string added_firsts;                             // the first bytes of the added tokens
+    int eod = TOKENIZER_EOT;                              // the end-of-document id (-1: the tokenizer names none)
 };
+
+static inline void tokenizer_set_added(Tokenizer* tok, const std::vector<TokenizerAdded>& added) {
+    tok->added = added;
+    tok->added_firsts.clear();
+    for (const TokenizerAdded& a : added)
+        if (!a.content.empty() && tok->added_firsts.find(a.content[0]) == std::string::npos) tok->added_firsts += a.content[0];
+}
 
 // ---- GPT-2's byte ↔ printable-character map ----------------------------------------------------
 
@@ -313,6 +348,11 @@ static inline void tokenizer_load(Tokenizer* tok, const char* encoder_json_path,
     tok->merges.clear();
     tokenizer_load_vocab(tok, encoder_json_path, byte_of_cp, id_of_bytes);
     tokenizer_load_merges(tok, vocab_bpe_path, byte_of_cp, id_of_bytes);
+    tok->pretok = TOKPRE_GPT2_JS;
+    tok->add_prefix_space = tok->ignore_merges = false;
+    tok->whole.clear();
+    tokenizer_set_added(tok, {});
+    tok->eod = tok->vocab_size > TOKENIZER_EOT ? TOKENIZER_EOT : -1;
     tok->serial = ++tokenizer_load_count;
 }
 
@@ -328,7 +368,9 @@ struct TokenizerChar {
     int nbytes;
 };
 
-static inline TokenizerClass tokenizer_classify(uint32_t cp) {
+// onig: Oniguruma's \s (Unicode White_Space: U+0085 in, U+FEFF out) instead of JS's.
+static inline TokenizerClass tokenizer_classify(uint32_t cp, bool onig = false) {
+    if (onig && (cp == 0x85 || cp == 0xFEFF)) return cp == 0x85 ? TOKCLASS_SPACE : TOKCLASS_OTHER;
     if (cp < 128) {  // fast path: the tables' answer for ASCII, spelled out
         if ((cp | 32) >= 'a' && (cp | 32) <= 'z') return TOKCLASS_LETTER;
         if (cp >= '0' && cp <= '9') return TOKCLASS_NUMBER;
@@ -341,18 +383,18 @@ static inline TokenizerClass tokenizer_classify(uint32_t cp) {
     return TOKCLASS_OTHER;
 }
 
-static inline TokenizerChar tokenizer_char_at(const unsigned char* s, size_t len, size_t i) {
+static inline TokenizerChar tokenizer_char_at(const unsigned char* s, size_t len, size_t i, bool onig = false) {
     TokenizerChar c;
     c.nbytes = tokenizer_utf8_decode(s, len, i, &c.cp);
     if (c.nbytes == 0) { c.nbytes = 1; c.cp = 0xFFFFFFFFu; c.cls = TOKCLASS_OTHER; }
-    else c.cls = tokenizer_classify(c.cp);
+    else c.cls = tokenizer_classify(c.cp, onig);
     return c;
 }
 
 // End of the run of characters of class cls starting at i (X+ is greedy and nothing follows it).
-static inline size_t tokenizer_run_end(const unsigned char* s, size_t len, size_t i, TokenizerClass cls) {
+static inline size_t tokenizer_run_end(const unsigned char* s, size_t len, size_t i, TokenizerClass cls, bool onig) {
     while (i < len) {
-        TokenizerChar c = tokenizer_char_at(s, len, i);
+        TokenizerChar c = tokenizer_char_at(s, len, i, onig);
         if (c.cls != cls) break;
         i += c.nbytes;
     }
@@ -371,26 +413,66 @@ static inline size_t tokenizer_contraction_len(const unsigned char* s, size_t le
 }
 
 // Where the piece starting at i ends: the regex's alternatives in order.
-static inline size_t tokenizer_piece_end(const unsigned char* s, size_t len, size_t i) {
+static inline size_t tokenizer_piece_end(const unsigned char* s, size_t len, size_t i, bool onig = false) {
     if (size_t n = tokenizer_contraction_len(s, len, i)) return i + n;
-    TokenizerChar c = tokenizer_char_at(s, len, i);
+    TokenizerChar c = tokenizer_char_at(s, len, i, onig);
     // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`: an optional U+0020, then a run of one class.
     if (c.cp == ' ' && i + 1 < len) {
-        TokenizerChar d = tokenizer_char_at(s, len, i + 1);
-        if (d.cls != TOKCLASS_SPACE) return tokenizer_run_end(s, len, i + 1, d.cls);
+        TokenizerChar d = tokenizer_char_at(s, len, i + 1, onig);
+        if (d.cls != TOKCLASS_SPACE) return tokenizer_run_end(s, len, i + 1, d.cls, onig);
     }
-    if (c.cls != TOKCLASS_SPACE) return tokenizer_run_end(s, len, i, c.cls);
+    if (c.cls != TOKCLASS_SPACE) return tokenizer_run_end(s, len, i, c.cls, onig);
     // `\s+(?!\S)`: the whole run if it ends the text, else the run minus its last character (so that
     // character can start the next piece) when that leaves at least one; otherwise `\s+` takes all.
     size_t last = i, j = i;
     while (j < len) {
-        TokenizerChar w = tokenizer_char_at(s, len, j);
+        TokenizerChar w = tokenizer_char_at(s, len, j, onig);
         if (w.cls != TOKCLASS_SPACE) break;
         last = j;
         j += w.nbytes;
     }
     if (j == len || last == i) return j;
     return last;
+}
+
+// BLOOM's Split pattern ` ?[^(\s|[.,!?…。，、।۔،])]+`. In Oniguruma the brackets nest: the negated
+// class is one set, so a match is an optional U+0020 and then a run of characters outside
+// { ( ) | \s . , ! ? … 。 ， 、 । ۔ ، } (\s: White_Space). Behavior Isolated keeps the matches and the
+// gaps between them as pieces; a gap is everything up to the next position where a match starts.
+static inline bool tokenizer_bloom_stop(uint32_t cp) {
+    static const uint32_t stops[] = {'(', ')', '|', '.', ',', '!', '?', 0x2026, 0x3002, 0xFF0C, 0x3001, 0x0964, 0x06D4, 0x060C};
+    for (uint32_t x : stops)
+        if (cp == x) return true;
+    return cp != 0xFFFFFFFFu && tokenizer_classify(cp, true) == TOKCLASS_SPACE;
+}
+
+// End of the match starting at i, or i when none starts there.
+static inline size_t tokenizer_bloom_match_end(const unsigned char* s, size_t len, size_t i) {
+    size_t j = i;
+    if (s[i] == ' ' && i + 1 < len && !tokenizer_bloom_stop(tokenizer_char_at(s, len, i + 1).cp)) j = i + 1;
+    while (j < len) {
+        TokenizerChar c = tokenizer_char_at(s, len, j);
+        if (tokenizer_bloom_stop(c.cp)) break;
+        j += c.nbytes;
+    }
+    return j;
+}
+
+static inline size_t tokenizer_bloom_piece_end(const unsigned char* s, size_t len, size_t i) {
+    size_t end = tokenizer_bloom_match_end(s, len, i);
+    if (end > i) return end;
+    size_t j = i + tokenizer_char_at(s, len, i).nbytes;
+    while (j < len && tokenizer_bloom_match_end(s, len, j) == j) j += tokenizer_char_at(s, len, j).nbytes;
+    return j;
+}
+
+static inline size_t tokenizer_next_piece(const Tokenizer* tok, const unsigned char* s, size_t len, size_t i) {
+    switch (tok->pretok) {
+        case TOKPRE_GPT2_ONIG: return tokenizer_piece_end(s, len, i, true);
+        case TOKPRE_BLOOM: return tokenizer_bloom_piece_end(s, len, i);
+        case TOKPRE_WHOLE: return len;
+        default: return tokenizer_piece_end(s, len, i);
+    }
 }
 
 // ---- step 3: BPE on one piece ---------------------------------------------------------------------
@@ -450,8 +532,16 @@ struct TokenizerCache {
     std::unordered_map<std::string, std::vector<int>> ids;  // piece bytes → ids
 };
 
-static inline void tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, std::vector<int>& out) {
+// The ids of one segment the added tokens left: ByteLevel's prefix space, the pieces, BPE (memoised).
+static inline void tokenizer_encode_plain(const Tokenizer* tok, const char* text, size_t len, std::vector<int>& out) {
     static thread_local TokenizerCache cache;
+    if (len == 0) return;
+    std::string spaced;
+    if (tok->add_prefix_space && text[0] != ' ') {  // per segment, as HF's ByteLevel prepends per split
+        spaced = " " + std::string(text, len);
+        text = spaced.data();
+        len = spaced.size();
+    }
     if (cache.serial != tok->serial || cache.ids.size() > TOKENIZER_CACHE_MAX) {
         cache.ids.clear();
         cache.serial = tok->serial;
@@ -459,13 +549,15 @@ static inline void tokenizer_encode(const Tokenizer* tok, const char* text, size
     const unsigned char* s = (const unsigned char*)text;
     std::string key;
     for (size_t i = 0; i < len;) {
-        size_t end = tokenizer_piece_end(s, len, i);
+        size_t end = tokenizer_next_piece(tok, s, len, i);
         if (end - i == 1) { out.push_back(tok->byte_id[s[i]]); i = end; continue; }
         key.assign(text + i, end - i);
         auto hit = cache.ids.find(key);
         if (hit == cache.ids.end()) {
             std::vector<int> ids;
-            tokenizer_bpe(tok, s + i, end - i, ids);
+            auto whole = tok->ignore_merges ? tok->whole.find(key) : tok->whole.end();
+            if (whole != tok->whole.end()) ids.push_back(whole->second);
+            else tokenizer_bpe(tok, s + i, end - i, ids);
             hit = cache.ids.emplace(key, std::move(ids)).first;
         }
         out.insert(out.end(), hit->second.begin(), hit->second.end());
@@ -473,19 +565,108 @@ static inline void tokenizer_encode(const Tokenizer* tok, const char* text, size
     }
 }
 
+// ---- added tokens (HF's AddedVocabulary) ----------------------------------------------------------
+
+struct TokenizerSpan {
+    size_t begin, end;
+    int id;  // the added token's id, or -1: text for the model
+};
+
+// Start of the character that ends at byte i (> begin) of s.
+static inline size_t tokenizer_prev_char(const unsigned char* s, size_t begin, size_t i) {
+    for (size_t n = 2; n <= 4 && i >= begin + n; n++) {
+        uint32_t cp;
+        if ((s[i - n] & 0xC0) != 0x80 && tokenizer_utf8_decode(s, i, i - n, &cp) == (int)n) return i - n;
+    }
+    return i - 1;
+}
+
+// HF's \w (Rust regex): approximated by \p{L}, \p{N} and '_' (marks and Join_Control are not in the tables).
+static inline bool tokenizer_is_word(uint32_t cp) {
+    return cp == '_' || (cp != 0xFFFFFFFFu && (tokenizer_classify(cp) == TOKCLASS_LETTER || tokenizer_classify(cp) == TOKCLASS_NUMBER));
+}
+
+static inline bool tokenizer_is_white(const unsigned char* s, size_t len, size_t i) {
+    return tokenizer_char_at(s, len, i, true).cls == TOKCLASS_SPACE;
+}
+
+// The longest added token (of the normalized or non-normalized set) starting at byte at; -1 if none.
+static inline int tokenizer_added_at(const Tokenizer* tok, const char* text, size_t at, size_t end, bool normalized) {
+    int best = -1;
+    if (tok->added_firsts.find(text[at]) == std::string::npos) return -1;  // the common case, one look-up
+    for (size_t k = 0; k < tok->added.size(); k++) {
+        const TokenizerAdded& a = tok->added[k];
+        if (a.normalized != normalized || a.content.size() > end - at || memcmp(text + at, a.content.data(), a.content.size()) != 0) continue;
+        if (best < 0 || a.content.size() > tok->added[best].content.size()) best = (int)k;
+    }
+    return best;
+}
+
+// HF's find_matches on text[begin, end): leftmost-longest matches, left to right, never overlapping; a
+// single_word token bordered by a word character is skipped (its text stays text); lstrip/rstrip take
+// the whitespace beside the token into it. The spans tile [begin, end).
+static inline void tokenizer_find_added(const Tokenizer* tok, const char* text, size_t begin, size_t end, bool normalized,
+                                        std::vector<TokenizerSpan>& out) {
+    const unsigned char* s = (const unsigned char*)text;
+    size_t start_offset = begin, pos = begin;
+    while (pos < end) {
+        int k = -1;
+        size_t at = pos;
+        while (at < end && (k = tokenizer_added_at(tok, text, at, end, normalized)) < 0) at++;
+        if (k < 0) break;
+        const TokenizerAdded& a = tok->added[k];
+        size_t start = at, stop = at + a.content.size();
+        pos = stop;
+        if (a.single_word) {
+            uint32_t before = 0, after = 0;
+            bool word_before = start > begin && tokenizer_utf8_decode(s, end, tokenizer_prev_char(s, begin, start), &before) > 0 && tokenizer_is_word(before);
+            bool word_after = stop < end && tokenizer_utf8_decode(s, end, stop, &after) > 0 && tokenizer_is_word(after);
+            if (word_before || word_after) continue;
+        }
+        if (a.lstrip) {
+            while (start > start_offset && tokenizer_is_white(s, end, tokenizer_prev_char(s, begin, start))) start = tokenizer_prev_char(s, begin, start);
+        }
+        if (a.rstrip) {
+            while (stop < end && tokenizer_is_white(s, end, stop)) stop += tokenizer_char_at(s, end, stop).nbytes;
+            pos = stop;
+        }
+        if (start_offset < start) out.push_back({start_offset, start, -1});
+        out.push_back({start, stop, a.id});
+        start_offset = stop;
+    }
+    if (start_offset < end) out.push_back({start_offset, end, -1});
+}
+
+// As HF: the non-normalized added tokens split the text first, then the normalized ones split what is
+// left (no normalizer is supported, so both match the text as given), then the model encodes the rest.
+static inline void tokenizer_encode(const Tokenizer* tok, const char* text, size_t len, std::vector<int>& out) {
+    if (tok->added.empty()) { tokenizer_encode_plain(tok, text, len, out); return; }
+    std::vector<TokenizerSpan> first, spans;
+    tokenizer_find_added(tok, text, 0, len, false, first);
+    for (const TokenizerSpan& f : first) {
+        if (f.id >= 0) spans.push_back(f);
+        else tokenizer_find_added(tok, text, f.begin, f.end, true, spans);
+    }
+    for (const TokenizerSpan& sp : spans) {
+        if (sp.id >= 0) out.push_back(sp.id);
+        else tokenizer_encode_plain(tok, text + sp.begin, sp.end - sp.begin, out);
+    }
+}
+
+
 // For a model whose vocabulary extends past the tokenizer's (int32 Megatron data, e.g. BLOOM's
 // 250,880): ids the tokenizer lacks are shown as "<|id N|>" instead of refused.
 static inline void tokenizer_decode_lenient(const Tokenizer* tok, const int* ids, size_t n, std::string& out) {
     for (size_t k = 0; k < n; k++) {
-        if (ids[k] >= 0 && ids[k] < tok->vocab_size) out += tok->token_bytes[ids[k]];
+        if (ids[k] >= 0 && ids[k] < (int)tok->token_bytes.size()) out += tok->token_bytes[ids[k]];
         else out += "<|id " + std::to_string(ids[k]) + "|>";
     }
 }
 
 static inline void tokenizer_decode(const Tokenizer* tok, const int* ids, size_t n, std::string& out) {
     for (size_t k = 0; k < n; k++) {
-        if (ids[k] < 0 || ids[k] >= tok->vocab_size)
-            keel_die("tokenizer: id %d (position %zu) is outside the vocabulary [0, %d)", ids[k], k, tok->vocab_size);
+        if (ids[k] < 0 || ids[k] >= (int)tok->token_bytes.size())
+            keel_die("tokenizer: id %d (position %zu) is outside the vocabulary [0, %d)", ids[k], k, (int)tok->token_bytes.size());
         out += tok->token_bytes[ids[k]];
     }
 }

@@ -37,7 +37,7 @@ grep -q -- "-DKEEL_CUDA .*train_gpt.cu -o train_gpt " <<<"$all_n" && ok "control
   || fail "control: make all with the stand-in nvcc does not build train_gpt"
 grep -q -- "train_gpt.cu -o train_gpt " <<<"$run_n" && fail "make run builds the CUDA trainer" || ok "make run: no CUDA trainer"
 grep -q -- "-o train_gpt_cpu " <<<"$run_n" && ok "make run builds train_gpt_cpu" || fail "make run does not build train_gpt_cpu"
-grep -q -- "-o batch_lookup\|-o layer_norms\|-o megatron_data" <<<"$run_n" && fail "make run builds the dev tools" || ok "make run: no dev tools"
+grep -q -- "-o batch_lookup\|-o layer_norms\|-o megatron_data\|-o preprocess_data" <<<"$run_n" && fail "make run builds the dev tools" || ok "make run: no dev tools"
 [ "$(grep -c '^✓ OpenMP\|^✗ OpenMP' <<<"$run_n")" -eq 1 ] && ok "make run: the ✓/✗ lines once" \
   || fail "make run: OpenMP line $(grep -c 'OpenMP' <<<"$run_n") times"
 setup_at=$(grep -n 'scripts/setup.sh' <<<"$run_n" | head -1 | cut -d: -f1)

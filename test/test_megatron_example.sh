@@ -4,6 +4,8 @@
 # an @file and run under mpirun on 4 processes (TP 2 x PP 2) by the emulated CUDA trainer (the
 # config is bf16), on Megatron indexed data blended by weighted split paths. It must train to the
 # end with the meaning the flags had there:
+#   - --tokenizer-type PretrainedFromHF reads the tokenizer.json run.sh writes (BLOOM's pre-tokenizer,
+#     GPT-2's vocabulary), which sets the vocabulary;
 #   - every flag accepted; the launcher-level ones said at start-up (note: lines), the DeepSpeed
 #     config's unused keys named in one warning;
 #   - the DeepSpeed config's bf16 and clipping, the ramp-up (global batch 2 → 4), the kill switch,
@@ -13,7 +15,7 @@
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 CUDA=build/train_gpt_emu
-[ -x "$CUDA" ] && [ -x ./megatron_data ] || { fail "$CUDA or ./megatron_data not built"; finish; }
+[ -x "$CUDA" ] && [ -x ./megatron_data ] && [ -x ./tokenize_gpt2 ] || { fail "$CUDA, ./megatron_data or ./tokenize_gpt2 not built"; finish; }
 # the example's files unchanged, in a scratch copy of the repository's layout (data, tools and
 # binaries linked) so that its out/ directory is this test's
 W="$TMP/w"
@@ -21,6 +23,7 @@ mkdir -p "$W/scripts" "$W/build"
 cp -r scripts/bigscience_176b_toy "$W/scripts/"
 ln -s "$(pwd)/data" "$W/data"
 ln -s "$(pwd)/megatron_data" "$W/megatron_data"
+ln -s "$(pwd)/tokenize_gpt2" "$W/tokenize_gpt2"
 ln -s "$(pwd)/$CUDA" "$W/$CUDA"
 O="$W/out/bigscience_176b_toy"
 run_example() { TRAINER=$CUDA timeout -k 10 900 bash "$W/scripts/bigscience_176b_toy/run.sh" --metrics-file "$TMP/m.jsonl" "$@"; }
@@ -31,6 +34,9 @@ for note in "--num-workers" "--abort-on-unmet-fused-kernel-constraints" ; do
 done
 [ "$(grep -c '^WARNING: .*steps_per_print' "$log")" -eq 1 ] && grep -q "wall_clock_breakdown" <(grep '^WARNING: .*steps_per_print' "$log") \
   && ok "DeepSpeed config: the unused keys in one warning" || fail "unused-key warning: $(grep -m1 WARNING "$log")"
+grep -q "^note: --tokenizer-name-or-path out/bigscience_176b_toy/tokenizer: out/bigscience_176b_toy/tokenizer/tokenizer.json, vocabulary 50257, end of document 50256" "$log" &&
+  grep -q '"Regex": " ?\[^(\\\\s|' "$O/tokenizer/tokenizer.json" && ok "PretrainedFromHF: BLOOM's Split tokenizer.json, vocabulary 50257" ||
+  fail "PretrainedFromHF: $(grep -m1 -E 'tokenizer|error' "$log")"
 grep -q "precision: bf16" "$log" && ok "bf16 from the DeepSpeed config" || fail "not bf16"
 grep -qE "clip-grad \.+ 1(\.0)?$" "$log" && ok "gradient_clipping 1.0" || fail "clip-grad not 1.0"
 grep -q "TP 2 x PP 2 x DP 1" "$log" && ok "layout TP 2 x PP 2" || fail "layout line: $(grep -m1 'keel |' "$log")"

@@ -157,5 +157,5 @@ done
 [ "$(arg acc seed)" = 1234 ] && [ "$(arg acc lr)" = 0.003 ] && ok "--seed 1_234 --lr 3_0e-4 read as 1234 and 0.003" \
   || fail "underscores: seed '$(arg acc seed)' lr '$(arg acc lr)'"
 expect_fail 2 "--distributed-backend gloo: keel communicates over" $K "${TINY[@]}" --train-iters 1 --distributed-backend gloo
-expect_fail 2 "--tokenizer-type PretrainedFromHF: keel's tokenizer is GPT-2 BPE" $K "${TINY[@]}" --train-iters 1 --tokenizer-type PretrainedFromHF
+expect_fail 2 "--tokenizer-type PretrainedFromHF needs --tokenizer-name-or-path" $K "${TINY[@]}" --train-iters 1 --tokenizer-type PretrainedFromHF
 finish

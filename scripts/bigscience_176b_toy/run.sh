@@ -2,6 +2,8 @@
 # BigScience's 176B (BLOOM) Megatron-DeepSpeed arguments and DeepSpeed config at toy size, under mpirun
 # on 4 processes (TP 2 x PP 2): docs/megatron-deepspeed.md, the worked example.
 #   bash scripts/bigscience_176b_toy/run.sh            # after `make` and `make data`
+# The tokenizer: GPT-2's vocabulary in BLOOM's tokenizer.json form (./tokenize_gpt2 --save-tokenizer), read
+# through --tokenizer-type PretrainedFromHF as BLOOM's would be.
 # The data: the Brown shards as two Megatron indexed datasets (./megatron_data, one per shard file),
 # blended 70/30 by BigScience's weighted split paths (train: their first 98%, validation: the rest of
 # the first). The config is bf16, so the trainer is the CUDA one: ./train_gpt on a GPU machine, else
@@ -15,6 +17,8 @@ if [ -z "${TRAINER:-}" ]; then
 fi
 [ -x "$TRAINER" ] || { echo "error: $TRAINER not built (make; make build/train_gpt_emu)" >&2; exit 1; }
 mkdir -p "$OUT"
+# the tokenizer directory: GPT-2's vocabulary and merges in BLOOM's tokenizer.json form
+[ -e "$OUT/tokenizer/tokenizer.json" ] || ./tokenize_gpt2 --save-tokenizer "$OUT/tokenizer" --pretokenizer bloom
 [ -e "$OUT/brown_a.idx" ] || ./megatron_data write --from-shards data/brown/brown_train.bin --out "$OUT/brown_a"
 [ -e "$OUT/brown_b.idx" ] || ./megatron_data write --from-shards data/brown/brown_val.bin --out "$OUT/brown_b"
 echo "\"train: 0.7 0:0.98 $OUT/brown_a, 0.3 0:1 $OUT/brown_b\"" >"$OUT/train-splits.txt"
