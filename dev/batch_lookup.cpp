@@ -331,7 +331,7 @@ static std::vector<Row> lookup_rows(const Run* run, DataLoader* dl, const Step* 
         if (only_rank >= 0 && r != only_rank) continue;
         for (int64_t m = 0; m < accum; m++)
             for (int b = 0; b < B; b++) {
-                Row row;
+                Row row{};  // index, epoch, shard, ...: filled in below
                 row.rank = r;
                 row.step = m;
                 row.b = b;

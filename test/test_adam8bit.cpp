@@ -303,7 +303,8 @@ static void test_stable_embedding() {
         update_guard_init(&guard, &c);
         SpikeState spike;
         spike_init(&spike, &c);
-        Comm comm = {0, 1, false};
+        Comm comm{};  // one process: rank 0 of 1, no MPI
+        comm.size = 1;
         optimizer_step(&o, &comm, nullptr, &model, &guard, &spike, &c, 1, c.lr, 1.0, false);
         const ParamTensor* wte = &model.table.t[P_WTE];
         const OptUnit* u = nullptr;

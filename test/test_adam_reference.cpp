@@ -75,7 +75,8 @@ static void run(const char* optimizer) {
     update_guard_init(&guard, &c);
     SpikeState spike;
     spike_init(&spike, &c);
-    Comm comm = {0, 1, false};
+    Comm comm{};  // one process: rank 0 of 1, no MPI
+    comm.size = 1;
     const double lr = c.lr, b1 = c.adam_beta1, b2 = c.adam_beta2, eps = c.adam_eps, wd = c.weight_decay;
     int64_t n = pt->total, units8 = 0;
     Worst worst;
