@@ -98,6 +98,7 @@ struct Trainer {
     double start_wall = 0;
     int64_t iterations_run = 0;
     double last_save_minutes = 0;              // --save-interval-minutes: trainer_elapsed_minutes at the last save
+    AsyncSave async_save;                      // --async-save: the save being written behind training
     double timer_forward_ms = 0, timer_backward_ms = 0;
 };
 
@@ -896,23 +897,16 @@ static std::vector<float> trainer_gather_params(Trainer<A>* tr) {
     return whole;
 }
 
-// Every rank takes part: rank 0 writes the gathered parameters and the state, every rank its
-// shard of the optimizer state (a pipeline stage's part of the canonical payload). A save that fails
-// on any rank (a full disk, a quota, an I/O error) fails on all, leaves the directory as it was, and
-// is reported once by rank 0; then the run stops with exit 1 (--save-failure stop, the default) or
-// goes on and saves again at the next interval (--save-failure continue; `final`: a save the run
-// cannot go on after, at its end or an early stop, stops it either way). Returns whether it saved.
+// After a save of `iteration` ended (synchronously, or an asynchronous one published or failed):
+// the success line, or the failure's report and what follows it. A save that failed on any rank (a
+// full disk, a quota, an I/O error) failed on all and left the directory as it was; rank 0 reports
+// it once; the run stops with exit 1 (--save-failure stop, the default, or `final`: a save the run
+// cannot go on after) or goes on and saves again at the next interval (--save-failure continue).
 template <typename A>
-static bool trainer_save(Trainer<A>* tr, bool final = false) {
+static bool trainer_save_outcome(Trainer<A>* tr, const SaveResult& r, int64_t iteration, bool final) {
     const Config* c = &tr->cfg;
-    printf("saving checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration, c->save.c_str());
-    std::vector<float> params = trainer_gather_params(tr);
-    SaveResult r = ckpt_save(c->save, &tr->world, params.data(), tr->whole.total, optimizer_save_spans(&tr->opt), tr->opt.canonical_bytes,
-                             optimizer_layout(&tr->opt), &tr->st, &tr->gcfg, c, tr->hooks.fault_save.c_str());
     if (r.ok) {
-        printf("  successfully saved checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration,
-               ckpt_iter_dir(c->save, tr->st.iteration).c_str());
-        tr->last_save_minutes = trainer_elapsed_minutes(tr);
+        printf("  successfully saved checkpoint at iteration %7lld to %s\n", (long long)iteration, ckpt_iter_dir(c->save, iteration).c_str());
         return true;
     }
     int64_t latest = tr->world.rank == 0 ? ckpt_latest(c->save) : -1;
@@ -924,12 +918,50 @@ static bool trainer_save(Trainer<A>* tr, bool final = false) {
     }
     if (stop)
         keel_die_code(KEEL_EXIT_RUNTIME, "free space (or fix the cause) and restart with --load: the run resumes from the latest checkpoint",
-                      "saving iteration %lld failed on rank %d: %s; nothing of it was kept and %s", (long long)tr->st.iteration, r.rank,
+                      "saving iteration %lld failed on rank %d: %s; nothing of it was kept and %s", (long long)iteration, r.rank,
                       r.why.c_str(), kept.c_str());
     fflush(stdout);
     fprintf(stderr, "warning: saving iteration %lld failed on rank %d: %s; nothing of it was kept and %s; training goes on and saves "
-            "again at the next interval (--save-failure continue)\n", (long long)tr->st.iteration, r.rank, r.why.c_str(), kept.c_str());
+            "again at the next interval (--save-failure continue)\n", (long long)iteration, r.rank, r.why.c_str(), kept.c_str());
     return false;
+}
+
+// --async-save: finishes the pending save once its writes are done on every rank (wait: block until
+// they are), with its outcome reported as a synchronous save's. Every rank calls it at the same
+// points: after each iteration, and before a save, an exit or an export.
+template <typename A>
+static void trainer_async_save_finish(Trainer<A>* tr, bool wait, bool final) {
+    SaveResult r;
+    int64_t it = tr->async_save.iteration;
+    if (ckpt_save_async_poll(&tr->async_save, &tr->world, wait, &r)) trainer_save_outcome(tr, r, it, final);
+}
+
+// Every rank takes part: rank 0 writes the gathered parameters and the state, every rank its
+// shard of the optimizer state (a pipeline stage's part of the canonical payload); see
+// trainer_save_outcome for a failure. Under --async-save (not for a `final` save, after which the
+// run ends) the step waits only for the copies and the directory's creation, and the writes go on
+// behind training (llmc/checkpoint.h). Returns whether it saved (or started saving).
+template <typename A>
+static bool trainer_save(Trainer<A>* tr, bool final = false) {
+    const Config* c = &tr->cfg;
+    trainer_async_save_finish(tr, true, final);  // one save at a time
+    double t0 = wall_seconds();
+    std::vector<float> params = trainer_gather_params(tr);
+    tr->last_save_minutes = trainer_elapsed_minutes(tr);
+    if (c->async_save && !final) {
+        SaveResult r = ckpt_save_async_begin(&tr->async_save, c->save, &tr->world, std::move(params), tr->whole.total,
+                                             optimizer_save_spans(&tr->opt), tr->opt.canonical_bytes, optimizer_layout(&tr->opt),
+                                             &tr->st, &tr->gcfg, c, tr->hooks.fault_save.c_str());
+        if (!r.ok) return trainer_save_outcome(tr, r, tr->st.iteration, final);
+        printf("saving checkpoint at iteration %7lld to %s in the background (the step waited %.3f s)\n", (long long)tr->st.iteration,
+               c->save.c_str(), wall_seconds() - t0);
+        return true;
+    }
+    printf("saving checkpoint at iteration %7lld to %s\n", (long long)tr->st.iteration, c->save.c_str());
+    SaveResult r = ckpt_save(c->save, &tr->world, params.data(), tr->whole.total, optimizer_save_spans(&tr->opt), tr->opt.canonical_bytes,
+                             optimizer_layout(&tr->opt), &tr->st, &tr->gcfg, c, tr->hooks.fault_save.c_str());
+    if (c->async_save) printf("  (a synchronous save: the step waited %.3f s)\n", wall_seconds() - t0);
+    return trainer_save_outcome(tr, r, tr->st.iteration, final);
 }
 
 enum ResumeKind { RESUME_NONE, RESUME_WEIGHTS, RESUME_FULL };
@@ -1526,6 +1558,7 @@ static void trainer_setup(Trainer<A>* tr) {
 template <typename A>
 static int trainer_stop_early(Trainer<A>* tr, bool saved_now, const std::string& why) {
     if (!tr->cfg.save.empty() && !saved_now) trainer_save(tr, true);
+    trainer_async_save_finish(tr, true, true);
     printf("%s\n", why.c_str());
     return 0;
 }
@@ -1675,6 +1708,8 @@ static int trainer_run(Trainer<A>* tr) {
         if (tr->have_tok && it % c->sample_interval == 0 && tr->comm.rank == 0) trainer_print_sample(tr);  // the first pipeline
         if (!c->save.empty() && ((c->save_interval > 0 && it % c->save_interval == 0) || trainer_save_by_time(tr))) {
             saved_now = trainer_save(tr);
+        } else if (c->async_save) {
+            trainer_async_save_finish(tr, false, false);  // publishes the pending save once every rank has written it
         }
         if (c->spike_policy == "rollback" && it % c->spike_snapshot_interval == 0) trainer_snapshot(tr);
         std::string stop = trainer_exit_duration(tr, it);
@@ -1683,6 +1718,7 @@ static int trainer_run(Trainer<A>* tr) {
         trainer_test_touch_kill_switch(tr, it);
         if (c->exit_interval > 0 && it % c->exit_interval == 0 && it < tr->train_iters) {
             if (!c->save.empty() && !saved_now) trainer_save(tr, true);
+            trainer_async_save_finish(tr, true, true);
             printf("exiting program at iteration %lld (--exit-interval %lld)\n", (long long)it, (long long)c->exit_interval);
             return 0;
         }
@@ -1691,6 +1727,7 @@ static int trainer_run(Trainer<A>* tr) {
         log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr, tr->st.iteration), tr->st.consumed_samples, tr->st.consumed_tokens);
     if (!nothing) trainer_evaluate_full_at_end(tr);
     if (!c->save.empty() && !saved_now) trainer_save(tr, true);
+    trainer_async_save_finish(tr, true, true);
     if (!c->export_llmc.empty() || !c->export_hf.empty()) {
         std::vector<float> params = trainer_gather_params(tr);
         if (tr->world.rank == 0) {

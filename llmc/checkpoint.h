@@ -32,8 +32,10 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <atomic>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "llmc/comm.h"
 #include "llmc/common.h"
@@ -186,15 +188,21 @@ static inline void ckpt_coop_create(const std::string& path, size_t bytes) {
     FILE_CHECK(ftruncate(fd, (off_t)(64 + bytes)) == 0, "ftruncate", path.c_str());
 }
 
-static inline void ckpt_coop_write(const std::string& path, const std::vector<StateSpan>& spans) {
+// spans_on_host: the spans are host copies already (an asynchronous save's writer thread, which must
+// not touch the device); otherwise they are the op set's memory and go through a host buffer.
+static inline void ckpt_coop_write(const std::string& path, const std::vector<StateSpan>& spans, bool spans_on_host = false) {
     int fd = open(path.c_str(), O_WRONLY);
     FILE_CHECK(fd >= 0, "open for writing", path.c_str());
     FdGuard guard{fd};
     std::vector<uint8_t> host;
     for (const StateSpan& sp : spans) {
-        host.resize(sp.bytes);
-        backend_copy_to_host(host.data(), sp.local, sp.bytes);
-        pwrite_all(fd, host.data(), sp.bytes, 64 + sp.offset_canonical, path.c_str());
+        const uint8_t* src = sp.local;
+        if (!spans_on_host) {
+            host.resize(sp.bytes);
+            backend_copy_to_host(host.data(), sp.local, sp.bytes);
+            src = host.data();
+        }
+        pwrite_all(fd, src, sp.bytes, 64 + sp.offset_canonical, path.c_str());
     }
     FILE_CHECK(fsync(fd) == 0, "fsync", path.c_str());
 }
@@ -439,6 +447,150 @@ static inline SaveResult ckpt_save(const std::string& dir, const Comm* comm, con
     });
     if (!r.ok && root) ckpt_undo(final_dir, tmp, old, progress);
     return r;
+}
+
+// ---- asynchronous saves (--async-save) -----------------------------------------------------------
+// The step pays for copies, not for the disk. ckpt_save_async_begin (every rank, at the save point)
+// takes host copies of what the checkpoint holds (rank 0: the gathered parameters, a copy already;
+// every rank: its optimizer spans), runs a synchronous save's first phase (rank 0 creates
+// iter_N.tmp and the sized optimizer.bin, agreed over ranks), and starts a writer thread that writes
+// this rank's part (rank 0 model.bin too) while training goes on. After each later iteration
+// ckpt_save_async_poll asks every rank whether its writer is done (one small all-gather); once all
+// are, the ranks agree on the outcome and rank 0 publishes on the training thread (optimizer.bin's
+// checksum, state.txt, the rename and `latest`: ckpt_publish). Until then the previous checkpoint
+// stays `latest`, so a crash in between loses only what a crash during a synchronous save would.
+// The writer thread touches neither the device nor a communicator, and a failure there is one more
+// I/O error the agreement reports (ckpt_phase).
+struct AsyncSave {
+    bool pending = false;
+    std::thread writer;
+    std::atomic<bool> done{false};
+    std::string error;                   // this rank's writer's failure ("": none)
+    std::string dir, final_dir, tmp, old, state;
+    std::vector<float> params;           // rank 0: the whole model's canonical parameters
+    std::vector<uint8_t> opt_copy;       // this rank's optimizer spans, back to back
+    std::vector<StateSpan> spans;        // pointing into opt_copy
+    size_t opt_bytes = 0;
+    int64_t n = 0, iteration = 0;
+    bool publishing = false;             // rank 0: the publisher thread runs
+    std::thread publisher;
+    std::atomic<bool> publish_done{false};
+    SaveResult published;                // its outcome
+    ~AsyncSave() {  // (every exit path finishes a pending save first; this only guards)
+        if (writer.joinable()) writer.join();
+        if (publisher.joinable()) publisher.join();
+    }
+};
+
+static inline void ckpt_async_writer(AsyncSave* a, bool root, const char* fault) {
+    try {
+        KeelDieThrows scope;
+        if (root) {
+            ckpt_write_file(a->tmp + "/model.bin", a->params.data(), (size_t)a->n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)a->n);
+            ckpt_fault(fault, "async");  // a crash while the writes run behind training
+        }
+        ckpt_coop_write(a->tmp + "/optimizer.bin", a->spans, true);
+    } catch (const KeelError& e) {
+        a->error = e.message.empty() ? "an error" : e.message;
+    }
+    a->done.store(true, std::memory_order_release);
+}
+
+// Starts an asynchronous save of iteration s->iteration (params: rank 0's gathered parameters, moved
+// in). Returns the first phase's outcome; on success the save is pending.
+static inline SaveResult ckpt_save_async_begin(AsyncSave* a, const std::string& dir, const Comm* comm, std::vector<float>&& params,
+                                               int64_t n, const std::vector<StateSpan>& opt_spans, size_t opt_bytes,
+                                               const std::string& opt_layout, const TrainState* s, const GPTConfig* g,
+                                               const Config* c, const char* fault) {
+    bool root = comm->rank == 0;
+    a->dir = dir;
+    a->final_dir = ckpt_iter_dir(dir, s->iteration);
+    a->tmp = a->final_dir + ".tmp";
+    a->old = a->final_dir + ".old";
+    a->state = root ? ckpt_state_text(s, g, c, n, opt_layout) : "";
+    a->params = std::move(params);
+    a->n = n;
+    a->opt_bytes = opt_bytes;
+    a->iteration = s->iteration;
+    size_t total = 0;
+    for (const StateSpan& sp : opt_spans) total += sp.bytes;
+    a->opt_copy.resize(total);
+    a->spans.clear();
+    for (const StateSpan& sp : opt_spans) {  // the copies the step waits for (device to host on the GPU)
+        uint8_t* dst = a->opt_copy.data() + (a->spans.empty() ? 0 : (a->spans.back().local - a->opt_copy.data()) + a->spans.back().bytes);
+        backend_copy_to_host(dst, sp.local, sp.bytes);
+        a->spans.push_back(StateSpan{sp.offset_canonical, dst, sp.bytes});
+    }
+    SaveResult r = ckpt_phase(comm, [&] {
+        if (!root) return;
+        std::string part;
+        if (int err = mkdir_p_durable(dir, &part)) keel_die("--save %s: cannot create '%s': %s", dir.c_str(), part.c_str(), strerror(err));
+        rmtree(a->tmp);
+        FILE_CHECK(mkdir(a->tmp.c_str(), 0755) == 0, "mkdir", a->tmp.c_str());
+        ckpt_set_pending(a->tmp);
+        ckpt_coop_create(a->tmp + "/optimizer.bin", opt_bytes);
+    });
+    if (!r.ok) {
+        if (root) ckpt_undo(a->final_dir, a->tmp, a->old, SaveProgress{});
+        return r;
+    }
+    a->error.clear();
+    a->done.store(false);
+    a->pending = true;
+    a->writer = std::thread(ckpt_async_writer, a, root, fault);
+    return r;
+}
+
+// Rank 0's publication of an agreed asynchronous save, on its own thread (optimizer.bin's
+// checksum reads the whole file back: the slowest part of a publication).
+static inline void ckpt_async_publisher(AsyncSave* a) {
+    SaveProgress progress;
+    try {
+        KeelDieThrows scope;
+        ckpt_publish(a->dir, a->final_dir, a->tmp, a->old, a->state, a->opt_bytes, a->n, a->iteration, nullptr, &progress);
+    } catch (const KeelError& e) {
+        a->published = SaveResult{false, 0, e.message.empty() ? "an error" : e.message};
+        ckpt_undo(a->final_dir, a->tmp, a->old, progress);
+    }
+    a->publish_done.store(true, std::memory_order_release);
+}
+
+// Moves a pending save along; returns true with its outcome in *r when it ended on this rank. Two
+// stages: the writes (every rank; once all are done, one small all-gather tells, and the ranks agree
+// on the outcome: a failure ends the save on every rank, taken back) and rank 0's publication (its
+// own thread; its outcome is rank 0's alone). wait: block until the save has ended. Every rank calls
+// it at the same points (the all-gather is collective).
+static inline bool ckpt_save_async_poll(AsyncSave* a, const Comm* comm, bool wait, SaveResult* r) {
+    bool root = comm->rank == 0;
+    if (a->pending) {
+        if (!wait) {
+            int mine = a->done.load(std::memory_order_acquire) ? 1 : 0;
+            std::vector<int> all(comm->size);
+            comm_allgather(comm, &mine, sizeof mine, all.data());
+            for (int d : all)
+                if (!d) return false;
+        }
+        a->writer.join();
+        a->pending = false;
+        *r = ckpt_phase(comm, [&] {
+            if (!a->error.empty()) keel_die("%s", a->error.c_str());
+        });
+        if (!r->ok) {
+            if (root) ckpt_undo(a->final_dir, a->tmp, a->old, SaveProgress{});
+            return true;
+        }
+        if (!root) return true;  // written and agreed: rank 0 publishes
+        a->published = SaveResult{};
+        a->publish_done.store(false);
+        a->publishing = true;
+        a->publisher = std::thread(ckpt_async_publisher, a);
+    }
+    if (!a->publishing || (!wait && !a->publish_done.load(std::memory_order_acquire))) return false;
+    a->publisher.join();
+    a->publishing = false;
+    std::vector<float>().swap(a->params);  // (opt_copy keeps its pages: the next save's copy then faults in nothing)
+    *r = a->published;
+    return true;
 }
 
 // The iteration `latest_checkpointed_iteration.txt` of --load dir names, or -1 if there is no

@@ -104,6 +104,7 @@ struct Config {
     int64_t log_layer_norms_interval = 0;
     // Megatron-DeepSpeed's run control and extra logging (docs/megatron-deepspeed.md)
     int64_t exit_duration_in_mins = 0;             // 0: off (Megatron: None)
+    bool async_save = false;                      // write checkpoints behind training (Megatron-LM's name)
     std::string save_failure = "stop";            // stop | continue: after a save that failed on some rank
     double save_interval_minutes = 0;             // also save once this much wall time passed since the last save; 0: off
     bool exit_signal_handler = false;             // SIGTERM/SIGUSR1: save after the iteration and exit 0 (Megatron)
@@ -340,6 +341,9 @@ static const Flag FLAGS[] = {
     KEEL_FLAG(FG_CKPT, "save-interval-minutes", NO_MIN, NO_MAX, FT_FLOAT, save_interval_minutes, FK_RUN, nullptr,
               "also save after an iteration once this many minutes of wall time have passed since the run's start or its last "
               "save, on any rank (agreed over ranks; keel's flag); 0: off"),
+    KEEL_FLAG(FG_CKPT, "async-save", NO_MIN, NO_MAX, FT_BOOL, async_save, FK_RUN, nullptr,
+              "write interval checkpoints behind training: the step waits for host copies only, the ranks publish once all have "
+              "written (the previous checkpoint stays latest until then); the run waits for a pending save before it ends (Megatron-LM's name)"),
     KEEL_FLAG(FG_CKPT, "save-failure", NO_MIN, NO_MAX, FT_STR, save_failure, FK_RUN, "stop|continue",
               "after a save that failed on any rank (a full disk, a quota; nothing of it is kept, the previous checkpoint stays "
               "latest): stop with exit 1, or continue and save again at the next interval (the end's save stops either way)"),

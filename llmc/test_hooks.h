@@ -5,7 +5,8 @@
 // is refused there); the trainer keeps the struct and passes what a hook needs to where it acts, so
 // nothing reads the environment inside the iteration loop or a library function.
 //   KEEL_FAULT_SAVE=STAGE        kill the process (SIGKILL) at that point of a save: model, rename,
-//                                swap or latest (llmc/checkpoint.h ckpt_save), hf (an --export-hf
+//                                swap or latest (llmc/checkpoint.h ckpt_save), async (rank 0's writer
+//                                thread of --async-save, after model.bin), hf (an --export-hf
 //                                complete but not yet published): test_checkpoint_crash, test_hf_bad_input
 //   KEEL_INJECT_INF=3,7          plant an inf in the gradients of those iterations, before the loss
 //                                scaler and the non-finite check: test_knobs_train, test_data_parallel
