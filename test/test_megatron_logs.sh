@@ -63,7 +63,7 @@ EOF
 # iteration's seconds times the WORLD size (every GPU of TP x PP x DP), F = 4 under
 # --checkpoint-activations (the forward runs twice) else 3; recomputed here from each record's own
 # elapsed_ms. At TP=2 x PP=2 a divisor of the data-parallel size alone reads 4x too high.
-$KEEL "${RUN[@]}" --train-iters 2 --checkpoint-activations --metrics-file "$TMP/ca.jsonl" >"$TMP/ca.log" 2>&1 || fail "checkpoint-activations run"
+$KEEL "${RUN[@]}" --checkpoint-activations --metrics-file "$TMP/ca.jsonl" >"$TMP/ca.log" 2>&1 || fail "checkpoint-activations run"
 python3 - "$TMP/s.jsonl" "$TMP/s.log" 1 3 "$TMP/m.jsonl" "$TMP/m.log" 4 3 "$TMP/ca.jsonl" "$TMP/ca.log" 1 4 <<'PY' \
   && ok "tflops = Megatron's formula over world size (4 ranks at TP=2 x PP=2), factor 4 under --checkpoint-activations" || fail "tflops"
 import json, re, sys
