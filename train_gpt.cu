@@ -1662,6 +1662,26 @@ static void trainer_print_go_on(const Trainer<A>* tr) {
            "stretches the LR schedule), keeping --load %s\n", flag, 2 * now, c->load.empty() ? "DIR" : c->load.c_str());
 }
 
+// --export-llmc / --export-hf at the end of a run: the whole model gathered to rank 0, which writes.
+template <typename A>
+static void trainer_export(Trainer<A>* tr) {
+    const Config* c = &tr->cfg;
+    if (c->export_llmc.empty() && c->export_hf.empty()) return;
+    std::vector<float> params = trainer_gather_params(tr);
+    if (tr->world.rank != 0) return;
+    GPTConfig whole = gpt_config_stage(&tr->gcfg, 1, 0);
+    if (!c->export_llmc.empty()) {
+        llmc_export(c->export_llmc.c_str(), params.data(), &tr->whole, &whole);
+        printf("exported the weights as llm.c model file %s\n", c->export_llmc.c_str());
+    }
+    if (!c->export_hf.empty()) {
+        hf_export(c->export_hf, params.data(), &tr->whole, &whole, c, tr->hooks.fault_save.c_str());
+        std::string why;
+        printf("exported the weights as Hugging Face directory %s (%s, %s)\n", c->export_hf.c_str(),
+               HF_ARCHS[hf_arch_of(&whole, &why)].cls, c->export_dtype.c_str());
+    }
+}
+
 // The run after setup: iterations with their evaluations, samples and checkpoints; then the end
 // of run's validation, save and export. Returns the process's exit status.
 template <typename A>
@@ -1728,22 +1748,7 @@ static int trainer_run(Trainer<A>* tr) {
     if (!nothing) trainer_evaluate_full_at_end(tr);
     if (!c->save.empty() && !saved_now) trainer_save(tr, true);
     trainer_async_save_finish(tr, true, true);
-    if (!c->export_llmc.empty() || !c->export_hf.empty()) {
-        std::vector<float> params = trainer_gather_params(tr);
-        if (tr->world.rank == 0) {
-            GPTConfig whole = gpt_config_stage(&tr->gcfg, 1, 0);
-            if (!c->export_llmc.empty()) {
-                llmc_export(c->export_llmc.c_str(), params.data(), &tr->whole, &whole);
-                printf("exported the weights as llm.c model file %s\n", c->export_llmc.c_str());
-            }
-            if (!c->export_hf.empty()) {
-                hf_export(c->export_hf, params.data(), &tr->whole, &whole, c, tr->hooks.fault_save.c_str());
-                std::string why;
-                printf("exported the weights as Hugging Face directory %s (%s, %s)\n", c->export_hf.c_str(),
-                       HF_ARCHS[hf_arch_of(&whole, &why)].cls, c->export_dtype.c_str());
-            }
-        }
-    }
+    trainer_export(tr);
     return 0;
 }
 
