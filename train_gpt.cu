@@ -516,6 +516,26 @@ static void trainer_fill_record(const Trainer<A>* tr, IterationRecord* rec, int6
     rec->forward_s = rec->backward_s = rec->optimizer_s = -1;
 }
 
+// One micro-batch's forward on this pipeline stage (its slot in use): the batch read where the stage
+// needs tokens, dropout keyed by its first sample, the losses left on the device until the
+// iteration's end (one read-back, not one per micro-batch); act_sumsq: per-layer activation sums.
+template <typename A>
+static void trainer_micro_forward(Trainer<A>* tr, int64_t it, int mb, int64_t first, int B, int T, double dloss, double* act_sumsq) {
+    GPT<A>* model = &tr->model;
+    bool first_stage = tr->grid.pp_rank == 0, last_stage = tr->grid.pp_rank == tr->grid.pp - 1;
+    double t0 = trainer_timer_now(tr);
+    if (first_stage || last_stage) trainer_read_batch(tr, &tr->train_data, first, B, T);
+    if (first_stage) trainer_dump_tokens(tr, it, mb, first, B, T);
+    gpt_set_dropout(model, true, tr->st.dropout_seed, first);
+    double head_before = model->head_backward_ms;
+    gpt_forward(model, tr->inputs.data(), last_stage ? tr->targets.data() : nullptr, B, T, dloss, mb);
+    if (act_sumsq) layer_stats_acts(model, B, T, act_sumsq);
+    trainer_timer_add(tr, t0, &tr->timer_forward_ms);
+    // the LM head's backward ran inside the fused classifier: it is backward time, as Megatron counts it
+    tr->timer_forward_ms -= model->head_backward_ms - head_before;
+    tr->timer_backward_ms += model->head_backward_ms - head_before;
+}
+
 // The gradients of one iteration's micro-batches through this stage, accumulated in the model's
 // gradient buffer, then reduced over the data-parallel ranks (this rank's shard holds their mean);
 // returns each micro-batch's mean loss (the last stage's; zeros elsewhere).
@@ -550,23 +570,10 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 slot_of(a.mb);
                 comm_recv_buf(&tr->pipe, model->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
                 break;
-            case PIPE_FORWARD: {
-                double t0 = trainer_timer_now(tr);
+            case PIPE_FORWARD:
                 slot_of(a.mb);
-                int64_t first = first_sample(a.mb);
-                if (first_stage || last_stage) trainer_read_batch(tr, &tr->train_data, first, B, T);
-                if (first_stage) trainer_dump_tokens(tr, it, a.mb, first, B, T);
-                gpt_set_dropout(model, true, st->dropout_seed, first);
-                // the losses stay on the device until the iteration's end (one read-back, not one per micro-batch)
-                double head_before = model->head_backward_ms;
-                gpt_forward(model, tr->inputs.data(), last_stage ? tr->targets.data() : nullptr, B, T, dloss, (int)a.mb);
-                if (act_sumsq) layer_stats_acts(model, B, T, act_sumsq + a.mb * (L + 1));
-                trainer_timer_add(tr, t0, &tr->timer_forward_ms);
-                // the LM head's backward ran inside the fused classifier: it is backward time, as Megatron counts it
-                tr->timer_forward_ms -= model->head_backward_ms - head_before;
-                tr->timer_backward_ms += model->head_backward_ms - head_before;
+                trainer_micro_forward(tr, it, a.mb, first_sample(a.mb), B, T, dloss, act_sumsq ? act_sumsq + a.mb * (L + 1) : nullptr);
                 break;
-            }
             case PIPE_SEND_FORWARD:  // (no wait: the slot is written again only after mb's backward, which waits
                                      // for mb's gradient, which the next stage sends after receiving this)
                 slot_of(a.mb);
