@@ -4,9 +4,12 @@
 //   - warp shuffles/ballot/any/all give the lanes' values; a block reduction with partial warps;
 //   - a kernel whose barriers do not match is reported as a deadlock (exit 3), not run through;
 //   - host code touching device memory dies (SIGSEGV), copies in the wrong direction are refused;
+//   - KEEL_EMU_SCHEDULE reorders the blocks of a grid and the threads of a block;
 //   - bf16/fp16 conversions round to nearest even like the GPU, on known values.
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "test/cuda_test.h"
 
@@ -60,6 +63,22 @@ __global__ void smem_kernel(float* out) {
 __global__ void uninit_smem_kernel(float* out) {
     KEEL_DYNAMIC_SHARED(float, sm);
     if (threadIdx.x == 0) out[0] = sm[5];
+}
+
+// Logs the order in which the threads of the grid run past a warp barrier (the schedule's test).
+__global__ void order_log_kernel(int* log, int* counter) {
+    __syncwarp();
+    log[atomicAdd(counter, 1)] = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+}
+static std::vector<int> run_order(emu::ScheduleMode mode, uint64_t seed) {
+    emu::set_schedule(mode, seed);
+    int *log = dev_upload(std::vector<int>(128)), *counter = dev_upload(std::vector<int>(1, 0));
+    KEEL_LAUNCH(order_log_kernel, 2, 64, 0, MAIN_STREAM)(log, counter);
+    std::vector<int> order = dev_download(log, 128);
+    dev_free(log);
+    dev_free(counter);
+    emu::set_schedule(emu::SCHEDULE_IN_ORDER);
+    return order;
 }
 
 static int child_status(void (*fn)()) {
@@ -184,6 +203,24 @@ int main() {
         check_true("poison random: an unwritten shared word differs from block to block", b1 != b2);
         emu::set_poison(0);
         for (void* q : {(void*)p, (void*)out}) dev_free(q);
+    }
+
+    // KEEL_EMU_SCHEDULE: the blocks of a grid and the threads of a block past each barrier run in
+    // launch order, reversed, or in a fresh random permutation from the seed
+    {
+        std::vector<int> in_order = run_order(emu::SCHEDULE_IN_ORDER, 0), reverse = run_order(emu::SCHEDULE_REVERSE, 0);
+        std::vector<int> r5 = run_order(emu::SCHEDULE_RANDOM, 5), r5_again = run_order(emu::SCHEDULE_RANDOM, 5), r6 = run_order(emu::SCHEDULE_RANDOM, 6);
+        // (the lane whose arrival completes a warp barrier goes on at once: the rest follow in the pass's order)
+        bool inorder_ok = true, reverse_ok = true;
+        for (int i = 0; i < 64; i++) inorder_ok = inorder_ok && in_order[i] < 64, reverse_ok = reverse_ok && reverse[i] >= 64;
+        for (int i = 2; i < 31; i++) inorder_ok = inorder_ok && in_order[i] < in_order[i + 1], reverse_ok = reverse_ok && reverse[i] > reverse[i + 1];
+        std::vector<int> sorted = r5, all(128);
+        std::sort(sorted.begin(), sorted.end());
+        for (int i = 0; i < 128; i++) all[i] = i;
+        check_true("schedule in-order: block 0 first, its threads in launch order", inorder_ok);
+        check_true("schedule reverse: the last block first, its threads in reverse order", reverse_ok);
+        check_true("schedule random: a permutation of all threads, neither in-order nor reverse, the same for the same seed",
+                   sorted == all && r5 != in_order && r5 != reverse && r5 == r5_again && r5 != r6);
     }
 
     // round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 → 1 (even); 1 + 3·2^-8 → 1 + 2^-6

@@ -2,7 +2,8 @@
 // (README "Testing CUDA code without a GPU"). Test-only: nothing here is ever compiled into the GPU build.
 //
 // What is emulated, and how:
-//   - a launch runs the grid's blocks one after another on the calling OS thread;
+//   - a launch runs the grid's blocks one after another on the calling OS thread, in linear order or
+//     the order KEEL_EMU_SCHEDULE asks for (see "schedule exploration");
 //   - the threads of a block are cooperative fibers: each has its own stack, and a round-robin
 //     scheduler resumes every live fiber until it finishes or reaches a synchronization point;
 //   - threadIdx/blockIdx/blockDim/gridDim are thread_local variables the scheduler sets before it
@@ -150,6 +151,7 @@ struct Block {
     const std::function<void()>* body = nullptr;
     std::vector<char> dynamic_smem;
     const char* kernel_name = "";
+    std::vector<unsigned> order;        // the fibers in the schedule's order (KEEL_EMU_SCHEDULE)
 };
 inline thread_local Block tl_block;
 
@@ -634,6 +636,56 @@ inline bool device_free(void* p) {
     return false;
 }
 
+// ---- schedule exploration ------------------------------------------------------------------------
+// KEEL_EMU_SCHEDULE=in-order | reverse | random:SEED (default in-order): the order in which the
+// scheduler resumes the fibers of a block in each pass (one pass ≈ one barrier interval: it also
+// decides which lane arrives first at a warp collective) and the order of the blocks of a grid.
+// random draws a fresh permutation for every pass and every launch from SEED. keel's contract is
+// that no output depends on it: a kernel whose result changes with the schedule has a race (a
+// missing barrier) or an order-dependent reduction, both of which a GPU turns into run-to-run
+// differences. set_schedule overrides the variable (the emulator's own test).
+enum ScheduleMode { SCHEDULE_IN_ORDER, SCHEDULE_REVERSE, SCHEDULE_RANDOM };
+struct Schedule {
+    ScheduleMode mode = SCHEDULE_IN_ORDER;
+    uint64_t state = 0;  // random: the generator's state (splitmix64), advanced per permutation
+};
+inline Schedule parse_schedule(const char* e) {
+    Schedule q;
+    if (!e || !*e || strcmp(e, "in-order") == 0) return q;
+    char* end = nullptr;
+    if (strcmp(e, "reverse") == 0) q.mode = SCHEDULE_REVERSE;
+    else if (strncmp(e, "random:", 7) == 0 && e[7] && (q.state = strtoull(e + 7, &end, 10), *end == '\0')) q.mode = SCHEDULE_RANDOM;
+    else die("KEEL_EMU_SCHEDULE=%s: expected in-order, reverse or random:SEED%s", e);
+    return q;
+}
+inline Schedule& schedule() {
+    static Schedule s = parse_schedule(getenv("KEEL_EMU_SCHEDULE"));
+    return s;
+}
+inline void set_schedule(ScheduleMode mode, uint64_t seed = 0) { schedule() = Schedule{mode, seed}; }
+inline uint64_t splitmix64(uint64_t* state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+// order = 0..n-1 in the schedule's order (a fresh permutation for random).
+inline void schedule_order(std::vector<unsigned>* order, unsigned n) {
+    Schedule& s = schedule();
+    order->resize(n);
+    for (unsigned i = 0; i < n; i++) (*order)[i] = s.mode == SCHEDULE_REVERSE ? n - 1 - i : i;
+    if (s.mode != SCHEDULE_RANDOM) return;
+    for (unsigned i = n; i > 1; i--) std::swap((*order)[i - 1], (*order)[splitmix64(&s.state) % i]);
+}
+// Kernels whose blocks wait for blocks of a lower linear index (a spin on a counter that an earlier
+// block advances): the GPU dispatches blocks in that order, so such a wait is safe there, and the
+// schedule's block order leaves their grids in it. Threads and lanes are still reordered.
+inline std::map<const void*, bool>& dispatch_order_kernels() {
+    static std::map<const void*, bool> m;
+    return m;
+}
+template <typename K> inline void keep_block_order(K kernel) { dispatch_order_kernels()[(const void*)kernel] = true; }
+
 // ---- launches ------------------------------------------------------------------------------------
 inline std::vector<char*>& stack_pool() {
     static thread_local std::vector<char*> pool;
@@ -659,9 +711,11 @@ inline void run_block(Block* b, unsigned threads) {
         fiber_init(b, (int)i);
         b->fibers[i].tid = {i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
     }
+    std::vector<unsigned>& order = b->order;
     while (b->live > 0) {
         bool moved = false;
-        for (unsigned i = 0; i < threads; i++) {
+        if (schedule().mode != SCHEDULE_IN_ORDER || order.size() != threads) schedule_order(&order, threads);
+        for (unsigned i : order) {
             Fiber* f = &b->fibers[i];
             bool runnable = f->state == FIBER_READY || (f->state == FIBER_WAIT_BLOCK && f->generation != b->block_gen) ||
                             (f->state == FIBER_WAIT_WARP && f->generation != b->warp_gen[i / 32]);
@@ -714,6 +768,23 @@ inline std::map<const void*, size_t>& smem_optin() {  // kernel → its raised d
 }
 enum : size_t { DEFAULT_DYNAMIC_SMEM = 48 * 1024, MAX_DYNAMIC_SMEM = 227 * 1024 };
 
+// Runs the grid's blocks, in linear order or the schedule's (KEEL_EMU_SCHEDULE).
+inline void run_grid(Block* b, dim3 grid, unsigned threads, bool keep_order) {
+    LaunchStats& s = stats();
+    uint64_t n = (uint64_t)grid.x * grid.y * grid.z;
+    bool permute = schedule().mode != SCHEDULE_IN_ORDER && !keep_order;
+    if (permute && n > 0xffffffffull) die("a grid of over 2^32 blocks under KEEL_EMU_SCHEDULE%s%s");
+    std::vector<unsigned> order;
+    if (permute) schedule_order(&order, (unsigned)n);
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t i = permute ? order[k] : k;
+        blockIdx = {(unsigned)(i % grid.x), (unsigned)(i / grid.x % grid.y), (unsigned)(i / ((uint64_t)grid.x * grid.y))};
+        run_block(b, threads);
+        s.blocks++;
+        s.threads += threads;
+    }
+}
+
 template <typename... P> struct Launch {
     void (*kernel)(P...);
     dim3 grid, block;
@@ -736,8 +807,7 @@ template <typename... P> struct Launch {
                     "raising the kernel's limit that far first%s: on a GPU the launch fails", name);
         }
         DeviceScope open;
-        LaunchStats& s = stats();
-        s.launches++;
+        stats().launches++;
         profile_launch(name);
         Block* b = &tl_block;
         b->body = &body;
@@ -745,14 +815,7 @@ template <typename... P> struct Launch {
         b->dynamic_smem.assign(smem, 0);
         blockDim = block;
         gridDim = grid;
-        for (unsigned z = 0; z < grid.z; z++)
-            for (unsigned y = 0; y < grid.y; y++)
-                for (unsigned x = 0; x < grid.x; x++) {
-                    blockIdx = {x, y, z};
-                    run_block(b, threads);
-                    s.blocks++;
-                    s.threads += threads;
-                }
+        run_grid(b, grid, threads, dispatch_order_kernels().count((const void*)kernel) != 0);
     }
 };
 
