@@ -17,7 +17,7 @@ using namespace keel_cuda;
 
 // out[block] = Σ in[block·n .. ] through shared memory: thread i writes, the tree reads others'
 __global__ void shared_tree_kernel(float* out, const float* in, int n) {
-    __shared__ float buf[256];
+    KEEL_SHARED(float, buf, [256]);
     int i = threadIdx.x;
     buf[i] = i < n ? in[blockIdx.x * n + i] : 0.0f;
     __syncthreads();
@@ -39,7 +39,7 @@ __global__ void warp_ops_kernel(int* out) {  // out (blockDim.x, 6)
 }
 
 __global__ void block_sum_kernel(double* out) {
-    __shared__ double sh[32];
+    KEEL_SHARED(double, sh, [32]);
     double v = block_sum((double)(threadIdx.x + 1), sh);
     if (threadIdx.x == 0) out[blockIdx.x] = v;
 }
@@ -79,6 +79,12 @@ static std::vector<int> run_order(emu::ScheduleMode mode, uint64_t seed) {
     dev_free(counter);
     emu::set_schedule(emu::SCHEDULE_IN_ORDER);
     return order;
+}
+
+// Reads a static shared word that no thread wrote (the poison test: the output is the pattern).
+__global__ void uninit_static_smem_kernel(float* out) {
+    KEEL_SHARED(float, sm, [8]);
+    if (threadIdx.x == 0) out[0] = sm[5];
 }
 
 static int child_status(void (*fn)()) {
@@ -201,6 +207,12 @@ int main() {
         memcpy(&b1, &r1, 4);
         memcpy(&b2, &r2, 4);
         check_true("poison random: an unwritten shared word differs from block to block", b1 != b2);
+        for (float* q : {&r1, &r2}) {  // a static shared array: the pattern at every block's start
+            emu::set_poison(q == &r1 ? 1 : 3);
+            KEEL_LAUNCH(uninit_static_smem_kernel, 1, 32, 0, MAIN_STREAM)(out);
+            *q = dev_download(out, 1)[0];
+        }
+        check_true("poison nan / ones: an unwritten static shared word reads NaN / 1.0", std::isnan(r1) && r2 == 1.0f);
         emu::set_poison(0);
         for (void* q : {(void*)p, (void*)out}) dev_free(q);
     }

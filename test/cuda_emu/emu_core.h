@@ -152,8 +152,17 @@ struct Block {
     std::vector<char> dynamic_smem;
     const char* kernel_name = "";
     std::vector<unsigned> order;        // the fibers in the schedule's order (KEEL_EMU_SCHEDULE)
+    uint64_t serial = 0;                // blocks this OS thread has started: which block declared a static array
 };
 inline thread_local Block tl_block;
+
+// The pseudo-random generator of the schedule and the poison (splitmix64: one state word).
+inline uint64_t splitmix64(uint64_t* state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 [[noreturn]] inline void die(const char* fmt, const char* a = "", const char* b = "") {
     fprintf(stderr, "cuda emulation: ");
@@ -585,25 +594,30 @@ inline void* device_alloc(size_t bytes) {
     return a.base + off;
 }
 
-// KEEL_EMU_POISON=nan | random:SEED (default: none): what fresh device memory (every cudaMalloc) and
-// each block's dynamic shared memory hold at their start — all bytes 0xFF (a NaN in fp32, bf16 and
-// fp16) or pseudo-random bytes from SEED — instead of what the arena or the previous block left. A
-// kernel whose output changes with the pattern reads memory nothing wrote; with nan the output shows
-// NaN where it did. set_poison overrides the variable (the emulator's own test).
+// KEEL_EMU_POISON=none | nan | ones | random:SEED (default none): what fresh device memory (every
+// cudaMalloc), each block's dynamic shared memory and each block's static shared arrays (KEEL_SHARED)
+// hold at their start, instead of what the arena or the previous block left:
+//   nan     every byte 0xFF: a NaN in fp32, bf16 and fp16 (and -1 in an integer);
+//   ones    every 4-byte word 1.0f: finite, so an uninitialized value that a max or a mask would
+//           swallow when it is a NaN still changes a sum;
+//   random  pseudo-random bytes from SEED, different in every buffer and every block.
+// A kernel whose output changes with the pattern reads memory nothing wrote. set_poison overrides
+// the variable (the emulator's own test).
+enum PoisonMode { POISON_NONE, POISON_NAN, POISON_RANDOM, POISON_ONES };
 struct Poison {
-    int mode = 0;  // 0 none, 1 nan, 2 random
+    int mode = POISON_NONE;
     uint64_t seed = 0;
 };
 inline Poison& poison() {
     static Poison p = [] {
         Poison q;
         const char* e = getenv("KEEL_EMU_POISON");
+        char* end = nullptr;
         if (!e || !*e || strcmp(e, "none") == 0) return q;
-        if (strcmp(e, "nan") == 0) q.mode = 1;
-        else if (strncmp(e, "random:", 7) == 0) {
-            q.mode = 2;
-            q.seed = strtoull(e + 7, nullptr, 10);
-        } else die("KEEL_EMU_POISON=%s: expected none, nan or random:SEED%s", e);
+        if (strcmp(e, "nan") == 0) q.mode = POISON_NAN;
+        else if (strcmp(e, "ones") == 0) q.mode = POISON_ONES;
+        else if (strncmp(e, "random:", 7) == 0 && e[7] && (q.seed = strtoull(e + 7, &end, 10), *end == '\0')) q.mode = POISON_RANDOM;
+        else die("KEEL_EMU_POISON=%s: expected none, nan, ones or random:SEED%s", e);
         return q;
     }();
     return p;
@@ -611,14 +625,16 @@ inline Poison& poison() {
 inline void set_poison(int mode, uint64_t seed = 0) { poison() = Poison{mode, seed}; }
 inline void poison_fill(void* p, size_t n) {
     Poison& q = poison();
-    if (q.mode == 1) memset(p, 0xFF, n);
-    if (q.mode == 2) {
-        unsigned char* c = (unsigned char*)p;
-        for (size_t i = 0; i < n; i++) {
-            uint64_t z = (q.seed += 0x9E3779B97F4A7C15ull);  // splitmix64
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-            c[i] = (unsigned char)(z ^ (z >> 31));
+    unsigned char* c = (unsigned char*)p;
+    if (q.mode == POISON_NAN) memset(p, 0xFF, n);
+    if (q.mode == POISON_ONES) {
+        const float one = 1.0f;
+        for (size_t i = 0; i < n; i++) c[i] = ((const unsigned char*)&one)[((uintptr_t)(c + i)) % 4];
+    }
+    if (q.mode == POISON_RANDOM) {
+        for (size_t i = 0; i < n; i += 8) {
+            uint64_t z = splitmix64(&q.seed);
+            memcpy(c + i, &z, n - i < 8 ? n - i : 8);
         }
     }
 }
@@ -663,12 +679,6 @@ inline Schedule& schedule() {
     return s;
 }
 inline void set_schedule(ScheduleMode mode, uint64_t seed = 0) { schedule() = Schedule{mode, seed}; }
-inline uint64_t splitmix64(uint64_t* state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 // order = 0..n-1 in the schedule's order (a fresh permutation for random).
 inline void schedule_order(std::vector<unsigned>* order, unsigned n) {
     Schedule& s = schedule();
@@ -706,6 +716,7 @@ inline void run_block(Block* b, unsigned threads) {
     b->block_gen = 0;
     b->block_arrived = 0;
     b->live = (int)threads;
+    b->serial++;
     if (poison().mode && !b->dynamic_smem.empty()) poison_fill(b->dynamic_smem.data(), b->dynamic_smem.size());
     for (unsigned i = 0; i < threads; i++) {
         fiber_init(b, (int)i);
@@ -819,6 +830,31 @@ template <typename... P> struct Launch {
     }
 };
 
+// ---- static shared memory -------------------------------------------------------------------------
+// A static shared array and, around it, bytes no access may reach (the checked build reports one
+// that does as out of bounds).
+enum : size_t { SHARED_REDZONE = 64 };
+template <typename X> using SharedRef = X&;
+template <typename X> struct SharedStatic {
+    alignas(16) unsigned char below[SHARED_REDZONE];
+    alignas(16) X v;
+    alignas(16) unsigned char above[SHARED_REDZONE];
+    uint64_t block = 0;  // the Block::serial of the block that last reached the declaration
+};
+inline void shared_declared(void* p, size_t bytes, const char* name, const char* file, int line);  // (the checked build)
+template <typename X> inline X& shared_static(SharedStatic<X>* s, const char* name, const char* file, int line) {
+    Block* b = &tl_block;
+    if (s->block != b->serial) {  // the block's first thread here: no thread of this block has touched it
+        s->block = b->serial;
+        poison_fill(&s->v, sizeof s->v);
+        shared_declared(&s->v, sizeof s->v, name, file, line);
+    }
+    return s->v;
+}
+#ifndef KEEL_EMU_RACECHECK
+inline void shared_declared(void*, size_t, const char*, const char*, int) {}
+#endif
+
 template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, const char* name, const void* stream) {
     profile_stream(stream);
     return Launch<P...>{k, g, b, smem, name};
@@ -831,6 +867,13 @@ template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 
 #define KEEL_LAUNCH(kernel, grid, block, smem, stream) \
     ::emu::make_launch(kernel, dim3(grid), dim3(block), (size_t)(smem), #kernel, (const void*)(stream))
 #define KEEL_DYNAMIC_SHARED(T, name) T* name = (T*)::emu::tl_block.dynamic_smem.data()
+// KEEL_SHARED(T, name, dims) (llmc/cuda/common.cuh): a static shared array as a thread_local
+// (one copy per OS thread, i.e. per running block) that the first thread of each block to reach the
+// declaration fills with the poison pattern; `name` is a reference to it, so sizeof, indexing and
+// decay to a pointer are the array's.
+#define KEEL_SHARED(T, name, dims)                                    \
+    static thread_local ::emu::SharedStatic<T dims> name##_emu_static_; \
+    ::emu::SharedRef<T dims> name = ::emu::shared_static(&name##_emu_static_, #name, __FILE__, __LINE__)
 
 // ---- kernel-side built-ins -----------------------------------------------------------------------
 #define __global__
