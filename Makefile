@@ -210,6 +210,15 @@ CUDA_TEST_BINS := $(patsubst test/%.cpp,build/%,$(wildcard test/test_cuda_*.cpp)
 build/test_cuda_%: test/test_cuda_%.cpp $(HEADERS) $(EMU_HEADERS)
 	@mkdir -p build
 	$(CXX) -O2 $(KEEL_CXXFLAGS) $(EMU_FLAGS) $< -o $@ $(LDLIBS)
+# The same kernel tests in the emulator's checked build (test/cuda_emu/racecheck.h): every shared-memory
+# access is checked for races, bounds and uninitialized reads. -fsanitize=thread only instruments the
+# accesses; its runtime is not linked (racecheck.h is it), hence the separate link step.
+RACECHECK_FLAGS := -O1 -g -DKEEL_EMU_RACECHECK -fsanitize=thread --param=tsan-instrument-func-entry-exit=0
+RACECHECK_TEST_BINS := $(patsubst test/%.cpp,build/racecheck/%,$(wildcard test/test_cuda_*.cpp))
+build/racecheck/test_cuda_%: test/test_cuda_%.cpp $(HEADERS) $(EMU_HEADERS)
+	@mkdir -p build/racecheck
+	$(CXX) $(KEEL_CXXFLAGS) $(EMU_FLAGS) $(RACECHECK_FLAGS) -c $< -o $@.o
+	$(CXX) $(KEEL_CXXFLAGS) $@.o -o $@ $(LDLIBS) -ldl && rm -f $@.o
 # The CUDA trainer under the emulation: the same train_gpt.cu with KEEL_CUDA, compiled by g++.
 build/train_gpt_emu: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
 	@mkdir -p build

@@ -122,6 +122,17 @@ emu_switch:
 #error "the CUDA emulation has a context switch for x86-64 and AArch64 only"
 #endif
 
+// The checked build (KEEL_EMU_RACECHECK, racecheck.h): the emulator's own code that touches shared
+// memory on a kernel's behalf is not instrumented (EMU_UNCHECKED) and reports the access itself;
+// a hook is kept out of line so that its return address is the kernel's source line.
+#ifdef KEEL_EMU_RACECHECK
+#define EMU_UNCHECKED __attribute__((no_sanitize_thread))
+#define EMU_HOOK __attribute__((noinline, no_sanitize_thread)) inline
+#else
+#define EMU_UNCHECKED
+#define EMU_HOOK inline
+#endif
+
 namespace emu {
 
 enum FiberState { FIBER_READY, FIBER_WAIT_BLOCK, FIBER_WAIT_WARP, FIBER_DONE };
@@ -134,6 +145,9 @@ struct Fiber {
 };
 
 static const size_t FIBER_STACK = 64 * 1024;
+// Bytes around each shared array and the dynamic buffer that no access may reach (the checked build
+// reports one that does as out of bounds).
+enum : size_t { SHARED_REDZONE = 64 };
 
 // One OS thread's scheduler: the fibers of the block it is running.
 struct Block {
@@ -148,8 +162,12 @@ struct Block {
     std::vector<int> warp_arrived;
     std::vector<unsigned> warp_expect;  // the mask of lanes the pending collective waits for
     std::vector<uint64_t> warp_slots;   // (warps, 32) published values
+    std::vector<unsigned> warp_order;   // per warp: __syncwarp barriers passed (the race checker's order)
+    std::vector<char> warp_fence;       // per warp: whether the pending collective is a __syncwarp
     const std::function<void()>* body = nullptr;
-    std::vector<char> dynamic_smem;
+    std::vector<char> smem_storage;     // the dynamic shared memory with SHARED_REDZONE bytes either side
+    char* smem_base = nullptr;          // the launch's dynamic shared memory: smem_bytes bytes
+    size_t smem_bytes = 0;
     const char* kernel_name = "";
     std::vector<unsigned> order;        // the fibers in the schedule's order (KEEL_EMU_SCHEDULE)
     uint64_t serial = 0;                // blocks this OS thread has started: which block declared a static array
@@ -219,6 +237,14 @@ inline bool warp_complete(Block* b, int w) {
     return true;
 }
 
+// Releases warp w's pending collective; a __syncwarp also orders the warp's memory accesses.
+inline void warp_release(Block* b, int w) {
+    b->warp_arrived[w] = 0;
+    b->warp_gen[w]++;
+    if (b->warp_fence[w]) b->warp_order[w]++;
+    b->warp_fence[w] = 0;
+}
+
 inline void syncthreads() {
     Block* b = &tl_block;
     Fiber* f = &b->fibers[b->current];
@@ -231,18 +257,19 @@ inline void syncthreads() {
     fiber_yield(FIBER_WAIT_BLOCK);
 }
 
-// A warp barrier over `mask`: returns when every unfinished lane of the mask has arrived.
-inline void warp_sync(unsigned mask) {
+// A warp barrier over `mask`: returns when every unfinished lane of the mask has arrived. fence: it
+// is a __syncwarp, which (unlike a shuffle) also orders the lanes' memory accesses.
+inline void warp_sync(unsigned mask, bool fence = false) {
     Block* b = &tl_block;
     int i = b->current, w = i / 32;
     Fiber* f = &b->fibers[i];
     if (b->warp_arrived[w] == 0) b->warp_expect[w] = mask;
     else if (b->warp_expect[w] != mask) die("kernel %s: warp collectives with different masks meet in one warp%s", b->kernel_name);
+    if (fence) b->warp_fence[w] = 1;
     f->generation = b->warp_gen[w];
     b->warp_arrived[w]++;
     if (warp_complete(b, w)) {
-        b->warp_arrived[w] = 0;
-        b->warp_gen[w]++;
+        warp_release(b, w);
         return;
     }
     fiber_yield(FIBER_WAIT_WARP);
@@ -696,6 +723,16 @@ inline std::map<const void*, bool>& dispatch_order_kernels() {
 }
 template <typename K> inline void keep_block_order(K kernel) { dispatch_order_kernels()[(const void*)kernel] = true; }
 
+// The checked build's shadow of shared memory (racecheck.h); without it, a declared static array is
+// only poisoned.
+#ifdef KEEL_EMU_RACECHECK
+}  // namespace emu
+#include "racecheck.h"
+namespace emu {
+#else
+inline void shared_declared(void*, size_t, const char*, const char*, int) {}
+#endif
+
 // ---- launches ------------------------------------------------------------------------------------
 inline std::vector<char*>& stack_pool() {
     static thread_local std::vector<char*> pool;
@@ -713,11 +750,16 @@ inline void run_block(Block* b, unsigned threads) {
     b->warp_arrived.assign(warps, 0);
     b->warp_expect.assign(warps, 0);
     b->warp_slots.assign(warps * 32, 0);
+    b->warp_order.assign(warps, 0);
+    b->warp_fence.assign(warps, 0);
     b->block_gen = 0;
     b->block_arrived = 0;
     b->live = (int)threads;
     b->serial++;
-    if (poison().mode && !b->dynamic_smem.empty()) poison_fill(b->dynamic_smem.data(), b->dynamic_smem.size());
+    if (poison().mode && b->smem_bytes) poison_fill(b->smem_base, b->smem_bytes);
+#ifdef KEEL_EMU_RACECHECK
+    race_block_start(b->smem_base, b->smem_bytes);
+#endif
     for (unsigned i = 0; i < threads; i++) {
         fiber_init(b, (int)i);
         b->fibers[i].tid = {i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
@@ -735,7 +777,13 @@ inline void run_block(Block* b, unsigned threads) {
             f->state = FIBER_READY;
             b->current = (int)i;
             threadIdx = f->tid;
+#ifdef KEEL_EMU_RACECHECK
+            tl_race_active = true;  // the fiber's accesses are checked, the scheduler's are not
             emu_switch(&b->scheduler_sp, f->sp);
+            tl_race_active = false;
+#else
+            emu_switch(&b->scheduler_sp, f->sp);
+#endif
             moved = true;
         }
         if (b->live > 0 && !moved) {
@@ -750,14 +798,16 @@ inline void run_block(Block* b, unsigned threads) {
                 if (b->warp_arrived[w] == 0) continue;
                 b->current = -1;
                 if (warp_complete(b, (int)w)) {
-                    b->warp_arrived[w] = 0;
-                    b->warp_gen[w]++;
+                    warp_release(b, (int)w);
                     released = true;
                 }
             }
             if (!released) die("deadlock in kernel %s: some threads wait at a barrier the others never reach%s", b->kernel_name);
         }
     }
+#ifdef KEEL_EMU_RACECHECK
+    race_block_end();
+#endif
 }
 
 struct LaunchStats {
@@ -823,7 +873,9 @@ template <typename... P> struct Launch {
         Block* b = &tl_block;
         b->body = &body;
         b->kernel_name = name;
-        b->dynamic_smem.assign(smem, 0);
+        b->smem_storage.assign(smem + 2 * SHARED_REDZONE, 0);
+        b->smem_base = b->smem_storage.data() + SHARED_REDZONE;
+        b->smem_bytes = smem;
         blockDim = block;
         gridDim = grid;
         run_grid(b, grid, threads, dispatch_order_kernels().count((const void*)kernel) != 0);
@@ -833,7 +885,6 @@ template <typename... P> struct Launch {
 // ---- static shared memory -------------------------------------------------------------------------
 // A static shared array and, around it, bytes no access may reach (the checked build reports one
 // that does as out of bounds).
-enum : size_t { SHARED_REDZONE = 64 };
 template <typename X> using SharedRef = X&;
 template <typename X> struct SharedStatic {
     alignas(16) unsigned char below[SHARED_REDZONE];
@@ -841,7 +892,6 @@ template <typename X> struct SharedStatic {
     alignas(16) unsigned char above[SHARED_REDZONE];
     uint64_t block = 0;  // the Block::serial of the block that last reached the declaration
 };
-inline void shared_declared(void* p, size_t bytes, const char* name, const char* file, int line);  // (the checked build)
 template <typename X> inline X& shared_static(SharedStatic<X>* s, const char* name, const char* file, int line) {
     Block* b = &tl_block;
     if (s->block != b->serial) {  // the block's first thread here: no thread of this block has touched it
@@ -851,9 +901,7 @@ template <typename X> inline X& shared_static(SharedStatic<X>* s, const char* na
     }
     return s->v;
 }
-#ifndef KEEL_EMU_RACECHECK
-inline void shared_declared(void*, size_t, const char*, const char*, int) {}
-#endif
+
 
 template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, const char* name, const void* stream) {
     profile_stream(stream);
@@ -866,7 +914,7 @@ template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 
 // is `kernel<<<grid, block, smem, stream>>>(args...)` under nvcc and a call of the emulator here.
 #define KEEL_LAUNCH(kernel, grid, block, smem, stream) \
     ::emu::make_launch(kernel, dim3(grid), dim3(block), (size_t)(smem), #kernel, (const void*)(stream))
-#define KEEL_DYNAMIC_SHARED(T, name) T* name = (T*)::emu::tl_block.dynamic_smem.data()
+#define KEEL_DYNAMIC_SHARED(T, name) T* name = (T*)::emu::tl_block.smem_base
 // KEEL_SHARED(T, name, dims) (llmc/cuda/common.cuh): a static shared array as a thread_local
 // (one copy per OS thread, i.e. per running block) that the first thread of each block to reach the
 // declaration fills with the poison pattern; `name` is a reference to it, so sizeof, indexing and
@@ -885,7 +933,7 @@ template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 
 #define __noinline__
 
 inline void __syncthreads() { emu::syncthreads(); }
-inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_sync(mask); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_sync(mask, true); }
 template <typename T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
     int lane = emu::tl_block.current % 32;
     return emu::warp_exchange(mask, v, (lane / width) * width + (src % width));
@@ -913,12 +961,12 @@ inline int __all_sync(unsigned mask, int pred) {
 }
 
 // Atomics: a fiber is never interrupted between the read and the write.
-template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
-template <typename T> inline T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
-template <typename T> inline T atomicMin(T* p, T v) { T old = *p; *p = old < v ? old : v; return old; }
-template <typename T> inline T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
-template <typename T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
-template <typename T> inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicMin(T* p, T v) { T old = *p; *p = old < v ? old : v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
 
 // Device math that the C library lacks. rsqrtf is 1/sqrtf here (≤ 2 ulp apart from the GPU's).
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
