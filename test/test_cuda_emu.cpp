@@ -5,6 +5,7 @@
 //   - a kernel whose barriers do not match is reported as a deadlock (exit 3), not run through;
 //   - host code touching device memory dies (SIGSEGV), copies in the wrong direction are refused;
 //   - KEEL_EMU_SCHEDULE reorders the blocks of a grid and the threads of a block;
+//   - KEEL_EMU_STREAMS=async runs two streams apart unless an event orders them;
 //   - bf16/fp16 conversions round to nearest even like the GPU, on known values.
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,6 +88,31 @@ __global__ void uninit_static_smem_kernel(float* out) {
     if (threadIdx.x == 0) out[0] = sm[5];
 }
 
+__global__ void fill_kernel(int* x, int v) { x[threadIdx.x] = v; }
+__global__ void copy_kernel(int* dst, const int* src) { dst[threadIdx.x] = src[threadIdx.x]; }
+// KEEL_EMU_STREAMS=async:seed: x = 7 on stream a, then out = x on stream b, with or without b
+// waiting for a's event; whether out got the 7.
+static bool cross_stream_copy(uint64_t seed, bool wait) {
+    emu::set_streams(true, seed);
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    cudaStreamCreate(&a);
+    cudaStreamCreate(&b);
+    cudaEventCreate(&e);
+    int *x = dev_upload(std::vector<int>(32, 0)), *out = dev_upload(std::vector<int>(32, 0));
+    KEEL_LAUNCH(fill_kernel, 1, 32, 0, a)(x, 7);
+    cudaEventRecord(e, a);
+    if (wait) cudaStreamWaitEvent(b, e, 0);
+    KEEL_LAUNCH(copy_kernel, 1, 32, 0, b)(out, x);
+    bool got = dev_download(out, 32)[31] == 7;  // (a blocking copy: the legacy stream waits for a and b)
+    for (void* p : {(void*)x, (void*)out}) dev_free(p);
+    cudaEventDestroy(e);
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+    emu::set_streams(false);
+    return got;
+}
+
 static int child_status(void (*fn)()) {
     fflush(stdout);
     pid_t pid = fork();
@@ -138,6 +164,7 @@ int main() {
         int* x = nullptr;
         cudaMalloc((void**)&x, 32 * sizeof(int));
         KEEL_LAUNCH(mismatched_barrier_kernel, 1, 32, 0, MAIN_STREAM)(x);
+        cudaDeviceSynchronize();  // (a launch runs by the next host wait at the latest: KEEL_EMU_STREAMS)
     });
     check_true("mismatched barriers reported as a deadlock (exit 3)", WIFEXITED(st) && WEXITSTATUS(st) == 3);
 
@@ -236,6 +263,15 @@ int main() {
         check_true("schedule reverse: the last block first, its threads in reverse order", reverse_ok);
         check_true("schedule random: a permutation of all threads, neither in-order nor reverse, the same for the same seed",
                    sorted == all && r5 != in_order && r5 != reverse && r5 == r5_again && r5 != r6);
+    }
+
+    // KEEL_EMU_STREAMS=async: streams run apart; only an event wait orders them
+    {
+        int stale = 0, waited = 0;
+        for (uint64_t seed = 1; seed <= 8; seed++) stale += !cross_stream_copy(seed, false), waited += cross_stream_copy(seed, true);
+        check_true("streams async: without cudaStreamWaitEvent some interleavings read x before it is written (" + std::to_string(stale) + " of 8)",
+                   stale > 0 && stale < 8);
+        check_true("streams async: with the wait every interleaving reads the written x", waited == 8);
     }
 
     // round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 → 1 (even); 1 + 3·2^-8 → 1 + 2^-6

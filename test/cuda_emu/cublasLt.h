@@ -269,9 +269,52 @@ inline cublasStatus_t emu_lt_check_epilogue(cublasLtMatmulDesc_t d, uint64_t row
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// D = alpha·op(A)·op(B) + beta·C and the epilogue, m×n×k from the layouts (validated by cublasLtMatmul).
+inline void emu_lt_compute(const emu_lt_desc* d, float alpha, const void* A, const emu_lt_layout* la, const void* B, const emu_lt_layout* lb,
+                           float beta, const void* C, const emu_lt_layout* lc, void* D, const emu_lt_layout* ld) {
+    uint64_t m = d->transa == CUBLAS_OP_N ? la->rows : la->cols, k = d->transa == CUBLAS_OP_N ? la->cols : la->rows;
+    uint64_t n = d->transb == CUBLAS_OP_N ? lb->cols : lb->rows;
+    int32_t batch = ld->batch;
+    bool ta = d->transa == CUBLAS_OP_T, tb = d->transb == CUBLAS_OP_T;
+    auto elem = [](const void* base, cudaDataType_t t, int64_t off) {
+        size_t sz = t == CUDA_R_32F ? 4 : 2;
+        return (const void*)((const char*)base + off * (int64_t)sz);
+    };
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int32_t bi = 0; bi < batch; bi++) {
+        for (int64_t j = 0; j < (int64_t)n; j++) {
+            const void* Ab = elem(A, la->type, bi * la->stride);
+            const void* Bb = elem(B, lb->type, bi * lb->stride);
+            const void* Cb = elem(C, lc->type, bi * lc->stride);
+            void* Db = (void*)elem(D, ld->type, bi * ld->stride);
+            for (uint64_t i = 0; i < m; i++) {
+                float acc = 0.0f;
+                for (uint64_t p = 0; p < k; p++) {
+                    float a = emu_lt_load(Ab, la->type, ta ? i * la->ld + p : p * la->ld + i);
+                    float b = emu_lt_load(Bb, lb->type, tb ? p * lb->ld + j : j * lb->ld + p);
+                    acc += a * b;
+                }
+                float r = alpha * acc;
+                if (beta != 0.0f) r += beta * emu_lt_load(Cb, lc->type, j * lc->ld + i);
+                if (d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+                    r += emu_lt_load(d->bias, ld->type, i);
+                size_t aux_i = (size_t)j * d->aux_ld + i;  // (no batches with an aux epilogue)
+                if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                    emu_lt_store(d->aux, ld->type, aux_i, r);  // the pre-activation, rounded to D's type
+                    r = emu_lt_gelu(r);                         // GeLU of the unrounded fp32 value
+                } else if (d->epilogue == CUBLASLT_EPILOGUE_DGELU) {
+                    r *= emu_lt_gelu_derivative(emu_lt_load(d->aux, ld->type, aux_i));
+                }
+                emu_lt_store(Db, ld->type, j * ld->ld + i, r);
+            }
+        }
+    }
+}
+
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha_p, const void* A, cublasLtMatrixLayout_t la,
                                      const void* B, cublasLtMatrixLayout_t lb, const void* beta_p, const void* C, cublasLtMatrixLayout_t lc,
-                                     void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+                                     void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                                     cudaStream_t stream) {
     const void* ptrs[4] = {A, B, C, D};
     for (int i = 0; algo && i < 4; i++)
         if (algo->data[i] && (uintptr_t)ptrs[i] % algo->data[i] != 0) {
@@ -319,40 +362,10 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
     float alpha, beta;
     memcpy(&alpha, alpha_p, 4);
     memcpy(&beta, beta_p, 4);
-    emu::DeviceScope open;
-    bool ta = d->transa == CUBLAS_OP_T, tb = d->transb == CUBLAS_OP_T;
-    auto elem = [](const void* base, cudaDataType_t t, int64_t off) {
-        size_t sz = t == CUDA_R_32F ? 4 : 2;
-        return (const void*)((const char*)base + off * (int64_t)sz);
-    };
-#pragma omp parallel for collapse(2) schedule(static)
-    for (int32_t bi = 0; bi < batch; bi++) {
-        for (int64_t j = 0; j < (int64_t)n; j++) {
-            const void* Ab = elem(A, la->type, bi * la->stride);
-            const void* Bb = elem(B, lb->type, bi * lb->stride);
-            const void* Cb = elem(C, lc->type, bi * lc->stride);
-            void* Db = (void*)elem(D, ld->type, bi * ld->stride);
-            for (uint64_t i = 0; i < m; i++) {
-                float acc = 0.0f;
-                for (uint64_t p = 0; p < k; p++) {
-                    float a = emu_lt_load(Ab, la->type, ta ? i * la->ld + p : p * la->ld + i);
-                    float b = emu_lt_load(Bb, lb->type, tb ? p * lb->ld + j : j * lb->ld + p);
-                    acc += a * b;
-                }
-                float r = alpha * acc;
-                if (beta != 0.0f) r += beta * emu_lt_load(Cb, lc->type, j * lc->ld + i);
-                if (d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-                    r += emu_lt_load(d->bias, ld->type, i);
-                size_t aux_i = (size_t)j * d->aux_ld + i;  // (no batches with an aux epilogue)
-                if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
-                    emu_lt_store(d->aux, ld->type, aux_i, r);  // the pre-activation, rounded to D's type
-                    r = emu_lt_gelu(r);                         // GeLU of the unrounded fp32 value
-                } else if (d->epilogue == CUBLASLT_EPILOGUE_DGELU) {
-                    r *= emu_lt_gelu_derivative(emu_lt_load(d->aux, ld->type, aux_i));
-                }
-                emu_lt_store(Db, ld->type, j * ld->ld + i, r);
-            }
-        }
-    }
+    // runs in its place on the stream (KEEL_EMU_STREAMS): the descriptors are copied, as the caller
+    // may destroy them as soon as this returns
+    emu_lt_desc dd = *d;
+    emu_lt_layout a_ = *la, b_ = *lb, c_ = *lc, d_ = *ld;
+    emu::stream_submit(stream, [=] { emu_lt_compute(&dd, alpha, A, &a_, B, &b_, beta, C, &c_, D, &d_); });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -38,11 +38,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <map>
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -723,6 +726,131 @@ inline std::map<const void*, bool>& dispatch_order_kernels() {
 }
 template <typename K> inline void keep_block_order(K kernel) { dispatch_order_kernels()[(const void*)kernel] = true; }
 
+// ---- streams -------------------------------------------------------------------------------------
+// KEEL_EMU_STREAMS=sync | async:SEED (default sync). sync: every launch, copy, memset, cuBLASLt
+// product and NCCL call runs when it is issued, in program order (streams and events are labels).
+// async: the work is queued per stream and runs only when something needs it — a host wait
+// (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, a blocking cudaMemcpy,
+// cudaFree) or an NCCL call whose stream must have run first — and then in a random interleaving
+// (from SEED) of the queues' heads that respects exactly what CUDA guarantees:
+//   - the order of one stream;
+//   - cudaStreamWaitEvent: the waiting stream's later work runs after the event's recorded point;
+//   - the legacy default stream (a null stream, cudaMemcpy, cudaMemset): its work waits for all
+//     work issued before it on blocking streams, and their later work waits for it (streams made
+//     with cudaStreamNonBlocking take no part);
+//   - a blocking call returns after what it waits for has run.
+// A missing wait then shows as a wrong result, or a read of memory not yet written (with
+// KEEL_EMU_POISON: the pattern). Copies from pageable host memory take their bytes at the call, as
+// CUDA stages them; from pinned memory (cudaMallocHost) when the copy runs. NCCL calls read their
+// input when issued, after their stream's earlier work, and write their output when their place in
+// the stream comes (nccl.h).
+struct StreamOp {
+    uint64_t id;
+    std::vector<uint64_t> after;  // ops that must have run first (event waits, the legacy stream's rule)
+    std::function<void()> run;
+};
+struct StreamQueue {
+    std::deque<StreamOp> ops;
+    uint64_t last = 0;      // the last op issued on it
+    bool blocking = true;   // (cudaStreamNonBlocking: false)
+};
+struct Streams {
+    bool async = false;
+    uint64_t rng = 0, next_id = 1;
+    std::map<const void*, StreamQueue> queues;  // by handle; nullptr is the legacy default stream
+    std::unordered_set<uint64_t> pending;       // issued, not yet run
+    std::vector<std::pair<const char*, size_t>> pinned;  // cudaMallocHost ranges
+};
+inline Streams& streams() {
+    static Streams* s = [] {
+        Streams* q = new Streams;  // (never destroyed: static destructors may still free memory)
+        const char* e = getenv("KEEL_EMU_STREAMS");
+        char* end = nullptr;
+        if (!e || !*e || strcmp(e, "sync") == 0) return q;
+        if (strncmp(e, "async:", 6) == 0 && e[6] && (q->rng = strtoull(e + 6, &end, 10), *end == '\0')) q->async = true;
+        else die("KEEL_EMU_STREAMS=%s: expected sync or async:SEED%s", e);
+        return q;
+    }();
+    return *s;
+}
+inline void set_streams(bool async, uint64_t seed = 0) { streams().async = async, streams().rng = seed; }
+inline bool stream_pending(uint64_t id) { return id && streams().pending.count(id) != 0; }
+inline void stream_created(const void* handle, bool blocking) { streams().queues[handle].blocking = blocking; }
+
+// Queues `run` on the stream (sync: runs it now, with device memory open); returns its id (0 if it ran).
+inline uint64_t stream_submit(const void* handle, std::function<void()> run, std::vector<uint64_t> after = {}) {
+    Streams& s = streams();
+    if (!s.async) {
+        DeviceScope open;
+        run();
+        return 0;
+    }
+    StreamQueue& q = s.queues[handle];
+    if (!handle) {  // the legacy stream waits for every blocking stream's work so far
+        for (auto& kv : s.queues)
+            if (kv.first && kv.second.blocking && stream_pending(kv.second.last)) after.push_back(kv.second.last);
+    } else if (q.blocking && stream_pending(s.queues[nullptr].last)) {
+        after.push_back(s.queues[nullptr].last);
+    }
+    uint64_t id = s.next_id++;
+    q.ops.push_back(StreamOp{id, std::move(after), std::move(run)});
+    q.last = id;
+    s.pending.insert(id);
+    return id;
+}
+inline bool stream_head_ready(const StreamQueue& q) {
+    if (q.ops.empty()) return false;
+    for (uint64_t a : q.ops.front().after)
+        if (stream_pending(a)) return false;
+    return true;
+}
+// Runs one queue head whose waits are over: `first` if given and ready, else one chosen at random;
+// false if none can run.
+inline bool stream_run_one(StreamQueue* first = nullptr) {
+    Streams& s = streams();
+    std::vector<StreamQueue*> ready;
+    for (auto& kv : s.queues)
+        if (stream_head_ready(kv.second)) ready.push_back(&kv.second);
+    if (ready.empty()) return false;
+    StreamQueue* q = first && stream_head_ready(*first) ? first : ready[splitmix64(&s.rng) % ready.size()];
+    StreamOp op = std::move(q->ops.front());
+    q->ops.pop_front();
+    {
+        DeviceScope open;
+        op.run();
+    }
+    s.pending.erase(op.id);
+    return true;
+}
+// Runs queued work until `done` holds. With a target queue (the stream waited for), a coin decides
+// per wait whether the target's work goes first whenever it can (the other streams' work then runs
+// as late as possible: a consumer that forgot to wait sees its input unwritten) or every step picks
+// at random (other work may run early: a producer that forgot to wait overwrites what is still read).
+template <typename Pred> inline void stream_drain(Pred done, StreamQueue* target = nullptr) {
+    if (target && splitmix64(&streams().rng) % 2) target = nullptr;
+    while (!done())
+        if (!stream_run_one(target)) die("streams: queued work waits for an event that nothing will ever record%s%s");
+}
+inline void stream_sync(const void* handle) {
+    auto it = streams().queues.find(handle);
+    if (it == streams().queues.end()) return;
+    StreamQueue* q = &it->second;
+    stream_drain([q] { return q->ops.empty(); }, q);
+}
+inline void stream_sync_op(uint64_t id) {
+    StreamQueue* target = nullptr;
+    for (auto& kv : streams().queues)
+        for (const StreamOp& op : kv.second.ops)
+            if (op.id == id) target = &kv.second;
+    stream_drain([id] { return !stream_pending(id); }, target);
+}
+inline void device_sync() { stream_drain([] { return streams().pending.empty(); }); }
+inline bool host_pinned(const void* p) {
+    for (auto& r : streams().pinned)
+        if ((const char*)p >= r.first && (const char*)p < r.first + r.second) return true;
+    return false;
+}
+
 // The checked build's shadow of shared memory (racecheck.h); without it, a declared static array is
 // only poisoned.
 #ifdef KEEL_EMU_RACECHECK
@@ -851,10 +979,8 @@ template <typename... P> struct Launch {
     dim3 grid, block;
     size_t smem;
     const char* name;
-    template <typename... A> void operator()(A&&... args) const {
-        std::tuple<P...> params(std::forward<A>(args)...);  // converted as the GPU converts kernel arguments
-        std::function<void()> body = [&]() { std::apply(kernel, params); };
-        unsigned threads = block.x * block.y * block.z;
+    const void* stream;
+    void check(unsigned threads) const {
         if (threads == 0 || threads > 1024) die("kernel %s: %s threads per block (1..1024)", name, threads == 0 ? "0" : "over 1024");
         if (block.z > 64) die("kernel %s: a block's z dimension over 64%s", name);
         if (grid.x == 0 || grid.y == 0 || grid.z == 0) die("kernel %s: an empty grid%s", name);
@@ -867,18 +993,27 @@ template <typename... P> struct Launch {
                 die("kernel %s: dynamic shared memory over 48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize) "
                     "raising the kernel's limit that far first%s: on a GPU the launch fails", name);
         }
-        DeviceScope open;
+    }
+    template <typename... A> void operator()(A&&... args) const {
+        // converted as the GPU converts kernel arguments, and kept until the launch runs (KEEL_EMU_STREAMS)
+        auto params = std::make_shared<std::tuple<P...>>(std::forward<A>(args)...);
+        unsigned threads = block.x * block.y * block.z;
+        check(threads);
         stats().launches++;
         profile_launch(name);
-        Block* b = &tl_block;
-        b->body = &body;
-        b->kernel_name = name;
-        b->smem_storage.assign(smem + 2 * SHARED_REDZONE, 0);
-        b->smem_base = b->smem_storage.data() + SHARED_REDZONE;
-        b->smem_bytes = smem;
-        blockDim = block;
-        gridDim = grid;
-        run_grid(b, grid, threads, dispatch_order_kernels().count((const void*)kernel) != 0);
+        Launch l = *this;
+        stream_submit(stream, [l, params, threads] {
+            std::function<void()> body = [&]() { std::apply(l.kernel, *params); };
+            Block* b = &tl_block;
+            b->body = &body;
+            b->kernel_name = l.name;
+            b->smem_storage.assign(l.smem + 2 * SHARED_REDZONE, 0);
+            b->smem_base = b->smem_storage.data() + SHARED_REDZONE;
+            b->smem_bytes = l.smem;
+            blockDim = l.block;
+            gridDim = l.grid;
+            run_grid(b, l.grid, threads, dispatch_order_kernels().count((const void*)l.kernel) != 0);
+        });
     }
 };
 
@@ -905,7 +1040,7 @@ template <typename X> inline X& shared_static(SharedStatic<X>* s, const char* na
 
 template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, const char* name, const void* stream) {
     profile_stream(stream);
-    return Launch<P...>{k, g, b, smem, name};
+    return Launch<P...>{k, g, b, smem, name, stream};
 }
 
 }  // namespace emu

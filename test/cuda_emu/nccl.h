@@ -1,8 +1,8 @@
 // nccl.h (emulation) — the NCCL calls of llmc/comm.h's NCCL backend, carried out over MPI on the
 // emulated device memory, so the emulated CUDA trainer runs data and pipeline parallel under mpirun
 // through the very code path the GPU build uses. Sums use MPI_Reduce's order (like NCCL, not the MPI
-// backend's rank order). Device memory is opened (emu::DeviceScope) for exactly as long as MPI may
-// touch it: one blocking call, or from the first post of a group's sends and receives to its last wait.
+// backend's rank order). MPI works on host copies of the
+// buffers (see "stream order" below), so device memory is never open while MPI waits for a peer.
 //
 // Communicators. Real NCCL builds a communicator from the unique id alone: the id carries the root's
 // socket address and ncclCommInitRank connects the members over the network. The emulation has no
@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "cuda_bf16.h"
@@ -123,8 +124,22 @@ inline bool emu_nccl_count(size_t count) {
     return false;
 }
 
+// ---- stream order (KEEL_EMU_STREAMS, emu_core.h) ------------------------------------------------------
+// An NCCL call reads its buffer when issued, after its stream's earlier work has run, into a staged
+// host copy, communicates over MPI there, and writes the result back when its place in the stream
+// comes: with the streams run apart, a kernel on another stream that reads the result without
+// waiting for the call's stream reads the old bytes. (KEEL_EMU_STREAMS=sync: all of it at once.)
+inline std::shared_ptr<std::vector<uint8_t>> emu_nccl_stage(const void* buf, size_t bytes, cudaStream_t stream) {
+    emu::stream_sync(stream);
+    emu::DeviceScope open;
+    return std::make_shared<std::vector<uint8_t>>((const uint8_t*)buf, (const uint8_t*)buf + bytes);
+}
+inline void emu_nccl_commit(void* buf, std::shared_ptr<std::vector<uint8_t>> staged, cudaStream_t stream) {
+    emu::stream_submit(stream, [buf, staged] { memcpy(buf, staged->data(), staged->size()); });
+}
+
 // ---- groups ----------------------------------------------------------------------------------------
-struct emu_nccl_p2p { bool send; void* buf; int count; MPI_Datatype type; int peer; MPI_Comm mpi; };
+struct emu_nccl_p2p { bool send; void* buf; int count; MPI_Datatype type; int peer; MPI_Comm mpi; size_t bytes; cudaStream_t stream; };
 struct emu_nccl_group_state {
     int depth = 0;
     std::vector<emu_nccl_p2p> queued;
@@ -137,16 +152,17 @@ inline emu_nccl_group_state& emu_nccl_group() {
 inline ncclResult_t emu_nccl_run_p2p() {
     std::vector<emu_nccl_p2p>& q = emu_nccl_group().queued;
     std::vector<MPI_Request> req(q.size(), MPI_REQUEST_NULL);
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> staged(q.size());  // (stream order: see above)
+    for (size_t i = 0; i < q.size(); i++) staged[i] = emu_nccl_stage(q[i].buf, q[i].bytes, q[i].stream);
     int rc = MPI_SUCCESS;
-    {
-        emu::DeviceScope open;  // MPI reads and writes these buffers until the last wait returns
-        // receives first: every send then finds its receive posted, whatever the MPI protocol
-        for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
-            if (!q[i].send) rc = MPI_Irecv(q[i].buf, q[i].count, q[i].type, q[i].peer, 0, q[i].mpi, &req[i]);
-        for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
-            if (q[i].send) rc = MPI_Isend(q[i].buf, q[i].count, q[i].type, q[i].peer, 0, q[i].mpi, &req[i]);
-        if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE);
-    }
+    // receives first: every send then finds its receive posted, whatever the MPI protocol
+    for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
+        if (!q[i].send) rc = MPI_Irecv(staged[i]->data(), q[i].count, q[i].type, q[i].peer, 0, q[i].mpi, &req[i]);
+    for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
+        if (q[i].send) rc = MPI_Isend(staged[i]->data(), q[i].count, q[i].type, q[i].peer, 0, q[i].mpi, &req[i]);
+    if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE);
+    for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
+        if (!q[i].send) emu_nccl_commit(q[i].buf, staged[i], q[i].stream);
     q.clear();
     return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
@@ -168,21 +184,21 @@ inline bool emu_nccl_collective_ok() {
     return false;
 }
 
-inline ncclResult_t emu_nccl_p2p_post(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c) {
+inline ncclResult_t emu_nccl_p2p_post(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
     if (!emu_nccl_device(buf) || !emu_nccl_count(count * emu_nccl_size(t))) return ncclInvalidArgument;
     if (peer < 0 || peer >= c->size) return emu_nccl_fail(ncclInvalidArgument, "send/recv: the peer is outside the communicator");
     emu::profile_nccl(send ? emu::NCCL_SEND : emu::NCCL_RECV, count * emu_nccl_size(t));
-    emu_nccl_group().queued.push_back({send, (void*)buf, emu_nccl_mpi_count(count, t), emu_nccl_type(t), peer, c->mpi});
+    emu_nccl_group().queued.push_back({send, (void*)buf, emu_nccl_mpi_count(count, t), emu_nccl_type(t), peer, c->mpi, count * emu_nccl_size(t), stream});
     ncclGroupStart();  // a lone op is a group of one
     return ncclGroupEnd();
 }
 inline ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
-    return emu_nccl_p2p_post(true, send, count, t, peer, c);
+    return emu_nccl_p2p_post(true, send, count, t, peer, c, stream);
 }
 inline ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
-    return emu_nccl_p2p_post(false, recv, count, t, peer, c);
+    return emu_nccl_p2p_post(false, recv, count, t, peer, c, stream);
 }
 
 // ---- collectives -----------------------------------------------------------------------------------
@@ -191,9 +207,10 @@ inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclD
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;  // keel reduces in place
     if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
     emu::profile_nccl(emu::NCCL_REDUCE, count * emu_nccl_size(t));
-    emu::DeviceScope open;
-    int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, recv, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi)
-                             : MPI_Reduce(send, nullptr, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi);
+    auto staged = emu_nccl_stage(recv, count * emu_nccl_size(t), stream);
+    int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, staged->data(), (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi)
+                             : MPI_Reduce(staged->data(), nullptr, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi);
+    if (rc == MPI_SUCCESS && c->rank == root) emu_nccl_commit(recv, staged, stream);
     return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
 inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t stream) {
@@ -201,8 +218,10 @@ inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, nc
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count * emu_nccl_size(t)) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
     emu::profile_nccl(emu::NCCL_BROADCAST, count * emu_nccl_size(t));
-    emu::DeviceScope open;
-    return MPI_Bcast(recv, emu_nccl_mpi_count(count, t), emu_nccl_type(t), root, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    auto staged = emu_nccl_stage(recv, count * emu_nccl_size(t), stream);
+    if (MPI_Bcast(staged->data(), emu_nccl_mpi_count(count, t), emu_nccl_type(t), root, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+    if (c->rank != root) emu_nccl_commit(recv, staged, stream);
+    return ncclSuccess;
 }
 // Every type and op keel uses: the ranks' buffers are gathered and combined in rank order in double
 // (exact for max; for a sum the order is fixed, as a fixed NCCL topology's is), then rounded once.
@@ -232,19 +251,23 @@ inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, nc
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count * emu_nccl_size(t) * c->size) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
     emu::profile_nccl(emu::NCCL_ALLREDUCE, count * emu_nccl_size(t));
-    emu::DeviceScope open;
-    if (t == ncclFloat && op == ncclSum)
-        return MPI_Allreduce(MPI_IN_PLACE, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
     size_t bytes = count * emu_nccl_size(t);
+    auto staged = emu_nccl_stage(recv, bytes, stream);
+    if (t == ncclFloat && op == ncclSum) {
+        if (MPI_Allreduce(MPI_IN_PLACE, staged->data(), (int)count, MPI_FLOAT, MPI_SUM, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+        emu_nccl_commit(recv, staged, stream);
+        return ncclSuccess;
+    }
     std::vector<uint8_t> all(bytes * c->size);
-    if (MPI_Allgather(recv, (int)bytes, MPI_BYTE, all.data(), (int)bytes, MPI_BYTE, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+    if (MPI_Allgather(staged->data(), (int)bytes, MPI_BYTE, all.data(), (int)bytes, MPI_BYTE, c->mpi) != MPI_SUCCESS) return ncclSystemError;
     for (size_t i = 0; i < count; i++) {
         double v = emu_nccl_load(all.data(), i, t);
         for (int r = 1; r < c->size; r++) {
             double x = emu_nccl_load(all.data() + r * bytes, i, t);
             v = op == ncclMax ? (x > v ? x : v) : v + x;
         }
-        emu_nccl_store(recv, i, t, v);
+        emu_nccl_store(staged->data(), i, t, v);
     }
+    emu_nccl_commit(recv, staged, stream);
     return ncclSuccess;
 }

@@ -55,12 +55,28 @@ static int run_matmul() {
     return check_true("matmul_forward with an unaligned bias ran", true) ? 0 : 1;
 }
 
+// x = inp·Wᵀ on keel's compute stream, then a copy of x on the communication stream after
+// keel_stream_wait (llmc/cuda/stream.h, the call every overlapping exchange uses): the copy must be x.
+static int run_overlap() {
+    int N = 16, C = 32, OC = 64;
+    float *d_inp = dev_upload(randn((size_t)N * C, 7)), *d_w = dev_upload(randn((size_t)OC * C, 8));
+    float *d_x = dev_upload(std::vector<float>((size_t)N * OC, 0.0f)), *d_copy = dev_upload(std::vector<float>((size_t)N * OC, 0.0f));
+    keel_cuda::matmul_forward<float>(d_x, d_inp, d_w, nullptr, N, C, OC);
+    keel_stream_wait(keel_comm_stream(), keel_stream());
+    CUDA_CHECK(cudaMemcpyAsync(d_copy, d_x, (size_t)N * OC * sizeof(float), cudaMemcpyDeviceToDevice, keel_comm_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(keel_comm_stream()));
+    CUDA_CHECK(cudaStreamSynchronize(keel_stream()));
+    std::vector<float> x = dev_download(d_x, (size_t)N * OC), copy = dev_download(d_copy, (size_t)N * OC);
+    return check_true("the communication stream's copy of x = x (it waited for the compute stream)", x == copy) ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "sumsq")) return run_sumsq();
     if (!strcmp(mode, "dbias")) return run_dbias();
     if (!strcmp(mode, "flash")) return run_flash();
     if (!strcmp(mode, "matmul")) return run_matmul();
-    fprintf(stderr, "usage: plant_driver sumsq|dbias|flash|matmul\n");
+    if (!strcmp(mode, "overlap")) return run_overlap();
+    fprintf(stderr, "usage: plant_driver sumsq|dbias|flash|matmul|overlap\n");
     return 2;
 }
