@@ -53,7 +53,8 @@ typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
 struct ncclUniqueId { char internal[128]; };
 struct emu_nccl_comm {
     int rank, size;
-    MPI_Comm mpi;  // a duplicate of the group's MPI communicator: this communicator's own context
+    MPI_Comm mpi;        // a duplicate of the group's MPI communicator: this communicator's own context
+    uint64_t calls = 0;  // collectives issued on it (the agreement check below)
 };
 typedef emu_nccl_comm* ncclComm_t;
 #define NCCL_VERSION_CODE 0
@@ -95,7 +96,7 @@ inline ncclResult_t emu_nccl_comm_init_rank(ncclComm_t* c, int nranks, ncclUniqu
         return emu_nccl_fail(ncclInvalidUsage, "ncclCommInitRank: the members of one communicator hold different unique ids "
                                                "(the id was not broadcast over exactly this group)");
     }
-    *c = new emu_nccl_comm{rank, nranks, dup};
+    *c = new emu_nccl_comm{rank, nranks, dup, 0};
     return ncclSuccess;
 }
 inline ncclResult_t ncclCommInitRank(ncclComm_t* c, int, ncclUniqueId, int) {
@@ -124,6 +125,35 @@ inline bool emu_nccl_count(size_t count) {
     return false;
 }
 
+// ---- agreement between ranks -------------------------------------------------------------------------
+// Real NCCL hangs, or corrupts memory, when the ranks of a communicator issue different collectives,
+// counts, types or roots in the same place of their sequence. The emulation compares each
+// collective's signature across the communicator before it runs and refuses a mismatch, naming both.
+struct emu_nccl_sig {
+    uint64_t seq, count;
+    int32_t kind, type, op, root;
+};
+inline void emu_nccl_describe(char* out, size_t n, const emu_nccl_sig& g) {
+    snprintf(out, n, "%s of %llu elements of NCCL type %d (op %d, root %d)", emu::profile_collective_names[g.kind], (unsigned long long)g.count,
+             g.type, g.op, g.root);
+}
+inline ncclResult_t emu_nccl_agree(ncclComm_t c, emu::ProfileCollective kind, size_t count, ncclDataType_t t, int op, int root) {
+    emu_nccl_sig me = {c->calls++, count, kind, t, op, root};
+    std::vector<emu_nccl_sig> all(c->size);
+    if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all.data(), (int)sizeof me, MPI_BYTE, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+    for (int r = 0; r < c->size; r++) {
+        const emu_nccl_sig& o = all[r];
+        if (o.count == me.count && o.kind == me.kind && o.type == me.type && o.op == me.op && o.root == me.root) continue;
+        char mine[160], theirs[160];
+        emu_nccl_describe(mine, sizeof mine, me);
+        emu_nccl_describe(theirs, sizeof theirs, o);
+        fprintf(stderr, "NCCL emulation: collective #%llu of the communicator differs between ranks: rank %d issues %s, rank %d %s\n",
+                (unsigned long long)me.seq, c->rank, mine, r, theirs);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
 // ---- stream order (KEEL_EMU_STREAMS, emu_core.h) ------------------------------------------------------
 // An NCCL call reads its buffer when issued, after its stream's earlier work has run, into a staged
 // host copy, communicates over MPI there, and writes the result back when its place in the stream
@@ -139,7 +169,7 @@ inline void emu_nccl_commit(void* buf, std::shared_ptr<std::vector<uint8_t>> sta
 }
 
 // ---- groups ----------------------------------------------------------------------------------------
-struct emu_nccl_p2p { bool send; void* buf; int count; MPI_Datatype type; int peer; MPI_Comm mpi; size_t bytes; cudaStream_t stream; };
+struct emu_nccl_p2p { bool send; void* buf; int count; MPI_Datatype type; int peer; MPI_Comm mpi; size_t bytes; cudaStream_t stream; ncclDataType_t nccl_type; };
 struct emu_nccl_group_state {
     int depth = 0;
     std::vector<emu_nccl_p2p> queued;
@@ -149,8 +179,35 @@ inline emu_nccl_group_state& emu_nccl_group() {
     return g;
 }
 
+// Each send first tells its receive what it sends (bytes and type, tag 1); a receive that expects
+// something else is refused before any data moves (on a GPU: a hang, or bytes read as another type).
+inline ncclResult_t emu_nccl_p2p_agree(const std::vector<emu_nccl_p2p>& q) {
+    std::vector<MPI_Request> req(q.size(), MPI_REQUEST_NULL);
+    std::vector<uint64_t> mine(2 * q.size()), got(2 * q.size());
+    for (size_t i = 0; i < q.size(); i++) {
+        mine[2 * i] = q[i].bytes;
+        mine[2 * i + 1] = (uint64_t)q[i].nccl_type;
+        int rc = q[i].send ? MPI_Isend(&mine[2 * i], 2, MPI_UINT64_T, q[i].peer, 1, q[i].mpi, &req[i])
+                           : MPI_Irecv(&got[2 * i], 2, MPI_UINT64_T, q[i].peer, 1, q[i].mpi, &req[i]);
+        if (rc != MPI_SUCCESS) return ncclSystemError;
+    }
+    if (MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE) != MPI_SUCCESS) return ncclSystemError;
+    for (size_t i = 0; i < q.size(); i++)
+        if (!q[i].send && (got[2 * i] != mine[2 * i] || got[2 * i + 1] != mine[2 * i + 1])) {
+            fprintf(stderr, "NCCL emulation: ncclRecv of %llu bytes of NCCL type %llu from rank %d, which sends %llu bytes of type %llu\n",
+                    (unsigned long long)mine[2 * i], (unsigned long long)mine[2 * i + 1], q[i].peer, (unsigned long long)got[2 * i],
+                    (unsigned long long)got[2 * i + 1]);
+            return ncclInvalidUsage;
+        }
+    return ncclSuccess;
+}
+
 inline ncclResult_t emu_nccl_run_p2p() {
     std::vector<emu_nccl_p2p>& q = emu_nccl_group().queued;
+    if (ncclResult_t agreed = emu_nccl_p2p_agree(q)) {
+        q.clear();
+        return agreed;
+    }
     std::vector<MPI_Request> req(q.size(), MPI_REQUEST_NULL);
     std::vector<std::shared_ptr<std::vector<uint8_t>>> staged(q.size());  // (stream order: see above)
     for (size_t i = 0; i < q.size(); i++) staged[i] = emu_nccl_stage(q[i].buf, q[i].bytes, q[i].stream);
@@ -188,7 +245,7 @@ inline ncclResult_t emu_nccl_p2p_post(bool send, const void* buf, size_t count, 
     if (!emu_nccl_device(buf) || !emu_nccl_count(count * emu_nccl_size(t))) return ncclInvalidArgument;
     if (peer < 0 || peer >= c->size) return emu_nccl_fail(ncclInvalidArgument, "send/recv: the peer is outside the communicator");
     emu::profile_nccl(send ? emu::NCCL_SEND : emu::NCCL_RECV, count * emu_nccl_size(t));
-    emu_nccl_group().queued.push_back({send, (void*)buf, emu_nccl_mpi_count(count, t), emu_nccl_type(t), peer, c->mpi, count * emu_nccl_size(t), stream});
+    emu_nccl_group().queued.push_back({send, (void*)buf, emu_nccl_mpi_count(count, t), emu_nccl_type(t), peer, c->mpi, count * emu_nccl_size(t), stream, t});
     ncclGroupStart();  // a lone op is a group of one
     return ncclGroupEnd();
 }
@@ -206,6 +263,7 @@ inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclD
     emu::profile_stream(stream);
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;  // keel reduces in place
     if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_REDUCE, count, t, 0, root)) return agreed;
     emu::profile_nccl(emu::NCCL_REDUCE, count * emu_nccl_size(t));
     auto staged = emu_nccl_stage(recv, count * emu_nccl_size(t), stream);
     int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, staged->data(), (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi)
@@ -217,6 +275,7 @@ inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, nc
     emu::profile_stream(stream);
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count * emu_nccl_size(t)) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_BROADCAST, count, t, 0, root)) return agreed;
     emu::profile_nccl(emu::NCCL_BROADCAST, count * emu_nccl_size(t));
     auto staged = emu_nccl_stage(recv, count * emu_nccl_size(t), stream);
     if (MPI_Bcast(staged->data(), emu_nccl_mpi_count(count, t), emu_nccl_type(t), root, c->mpi) != MPI_SUCCESS) return ncclSystemError;
@@ -250,6 +309,7 @@ inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, nc
     emu::profile_stream(stream);
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count * emu_nccl_size(t) * c->size) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_ALLREDUCE, count, t, op, 0)) return agreed;
     emu::profile_nccl(emu::NCCL_ALLREDUCE, count * emu_nccl_size(t));
     size_t bytes = count * emu_nccl_size(t);
     auto staged = emu_nccl_stage(recv, bytes, stream);
