@@ -220,6 +220,11 @@ build/racecheck/test_cuda_%: test/test_cuda_%.cpp $(HEADERS) $(EMU_HEADERS)
 	@mkdir -p build/racecheck
 	$(CXX) $(KEEL_CXXFLAGS) $(EMU_FLAGS) $(RACECHECK_FLAGS) -c $< -o $@.o
 	$(CXX) $(KEEL_CXXFLAGS) $@.o -o $@ $(LDLIBS) -ldl && rm -f $@.o
+# The trainer in the checked build (make test-emu-sanitize): every kernel at the trainer's shapes.
+build/racecheck/train_gpt_emu: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
+	@mkdir -p build/racecheck
+	$(CXX) $(KEEL_CXXFLAGS) $(EMU_FLAGS) $(RACECHECK_FLAGS) -DKEEL_CUDA $(CPU_MPI_FLAGS) -x c++ -c $< -o $@.o
+	$(CXX) $(KEEL_CXXFLAGS) $@.o -o $@ $(MPI_LIBS) $(LDLIBS) -ldl && rm -f $@.o
 # The CUDA trainer under the emulation: the same train_gpt.cu with KEEL_CUDA, compiled by g++.
 build/train_gpt_emu: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
 	@mkdir -p build
@@ -308,7 +313,8 @@ test-cuda: setup
 # test under several schedules, stream interleavings and poisons and in the checked build, the planted
 # defects, and the emulated trainer at DP=2, TP=2 and PP=2 with its streams run apart.
 test-emu-sanitize: setup
-	@$(MAKE) --no-print-directory KEEL_BANNER=1 -j$(BUILD_JOBS) train_gpt_cpu $(CUDA_TEST_BINS) $(RACECHECK_TEST_BINS) build/train_gpt_emu
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 -j$(BUILD_JOBS) train_gpt_cpu $(CUDA_TEST_BINS) $(RACECHECK_TEST_BINS) build/train_gpt_emu \
+	  build/racecheck/train_gpt_emu
 	@$(MAKE) --no-print-directory data
 	@KEEL_EMU_SANITIZE=full bash test/run_tests.sh emu_sanitize
 

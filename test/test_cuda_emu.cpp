@@ -243,6 +243,14 @@ int main() {
             *q = dev_download(out, 1)[0];
         }
         check_true("poison nan / ones: an unwritten static shared word reads NaN / 1.0", std::isnan(r1) && r2 == 1.0f);
+        emu::set_poison(1);  // KEEL_EMU_NANCHECK: the kernel that wrote the NaN into `out` is named
+        emu::nancheck().enabled = true;
+        cudaMemset(out, 0, sizeof(float));
+        uint64_t reports = emu::nancheck().reports;
+        KEEL_LAUNCH(uninit_static_smem_kernel, 1, 32, 0, MAIN_STREAM)(out);
+        cudaDeviceSynchronize();
+        check_true("NaN check: the kernel that wrote a NaN read from poisoned shared memory is reported", emu::nancheck().reports == reports + 1);
+        emu::nancheck().enabled = false;
         emu::set_poison(0);
         for (void* q : {(void*)p, (void*)out}) dev_free(q);
     }

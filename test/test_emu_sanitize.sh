@@ -9,11 +9,12 @@
 #      uninitialized shared-memory access in the kernel tests;
 #   4. planted defects, each compiled from a copy of llmc/ with one change, each stopped with a
 #      message naming it: a removed barrier, a removed __syncwarp, a read one past a shared array, an
-#      uninitialized shared read (by the checked build, and by poison), a removed stream wait, a
-#      misaligned cuBLASLt bias, an oversized launch; and NCCL calls the ranks disagree on;
+#      uninitialized shared read (by the checked build, and by poison), a removed __syncwarp again by
+#      the schedule alone (the output changes with it), a removed stream wait, a misaligned cuBLASLt
+#      bias, an oversized launch; and NCCL calls the ranks disagree on;
 #   5. (full) the emulated trainer at DP=2 (ZeRO-1, overlapping gradient buckets), TP=2 and PP=2:
 #      records and checkpoint bytes under streams run apart, a random schedule and poison equal the
-#      in-order synchronous run's.
+#      in-order synchronous run's; and one iteration of it (flash and GEMM attention) in the checked build.
 # `make test` runs the fast subset (kernel tests that take seconds, 1 random seed, the checked build
 # of three tests, every planted defect); `make test-emu-sanitize` (KEEL_EMU_SANITIZE=full) all of it.
 source "$(dirname "$0")/lib.sh"
@@ -86,6 +87,9 @@ mkdir -p "$TMP/clean-plain" "$TMP/clean-checked"
 if build_driver "$TMP/clean-plain" plain && { [ $FULL = 0 ] || build_driver "$TMP/clean-checked" checked; }; then
   bad=""
   for m in sumsq dbias flash matmul overlap; do "$TMP/clean-plain/pd" $m >/dev/null 2>&1 || bad="$bad plain:$m"; done
+  for s in reverse random:1; do
+    cmp -s <("$TMP/clean-plain/pd" flash 2>&1) <(KEEL_EMU_SCHEDULE=$s "$TMP/clean-plain/pd" flash 2>&1) || bad="$bad flash:$s"
+  done
   for s in 1 2 3 4; do KEEL_EMU_STREAMS=async:$s "$TMP/clean-plain/pd" overlap >/dev/null 2>&1 || bad="$bad overlap:async:$s"; done
   KEEL_EMU_POISON=nan "$TMP/clean-plain/pd" sumsq >/dev/null 2>&1 || bad="$bad sumsq:poison"
   for m in sumsq dbias flash; do [ $FULL = 0 ] || "$TMP/clean-checked/pd" $m >/dev/null 2>&1 || bad="$bad checked:$m"; done
@@ -98,6 +102,20 @@ plant uninit-shared llmc/cuda/common.cuh 's/T w = lane < warps \? shared\[lane\]
 plant uninit-shared-poison llmc/cuda/common.cuh 's/T w = lane < warps \? shared\[lane\] : \(T\)0;/T w = shared[lane];/' plain sumsq "FAIL  sumsq" KEEL_EMU_POISON=nan
 plant removed-stream-wait llmc/cuda/stream.h 's/ \|\| cudaStreamWaitEvent\(waiter, \*e, 0\) != cudaSuccess//' plain overlap "FAIL  the communication stream" \
   KEEL_EMU_STREAMS=async:1 KEEL_EMU_STREAMS=async:2 KEEL_EMU_STREAMS=async:3 KEEL_EMU_STREAMS=async:4
+# the schedule exploration alone, in the plain build: without the flash forward's __syncwarp its lanes
+# read each other's staged rows before they are written, and the output changes with the lanes' order
+plant_schedule() {
+  local name=$1 file=$2 perl=$3 mode=$4 dir=$TMP/$1
+  mkdir -p "$dir" && cp -r llmc "$dir/"
+  perl -0pi -e "$perl" "$dir/$file"
+  cmp -s "$file" "$dir/$file" && { fail "plant $name: the substitution no longer applies to $file"; return; }
+  build_driver "$dir" plain || { fail "plant $name: does not build: $(head -3 "$dir/build.log")"; return; }
+  local s outs=""
+  for s in in-order reverse random:1; do outs="$outs$(KEEL_EMU_SCHEDULE=$s "$dir/pd" "$mode" 2>&1 | head -1)"$'\n'; done
+  [ "$(sort -u <<<"$outs" | grep -c .)" -gt 1 ] && ok "plant $name caught: the output depends on KEEL_EMU_SCHEDULE" ||
+    fail "plant $name not caught: $(head -1 <<<"$outs")"
+}
+plant_schedule removed-syncwarp-schedule llmc/cuda/flash_attention.cuh 's/\n    __syncwarp\(\);\n/\n/' flash
 plant misaligned-cublaslt-bias llmc/cuda/matmul.cuh 's/bool epilogue = bias && aligned16\(bias\);/bool epilogue = bias;/' plain matmul "bias pointer is not 16-byte aligned"
 plant oversized-launch llmc/cuda/flash_attention.cuh 's/\n    flash_smem_optin\(flash_attention_forward_kernel<F, HS>, smem, &optin\);\n/\n/' plain flash \
   "over 48 KiB without cudaFuncSetAttribute"
@@ -138,4 +156,15 @@ for layout in "dp 4 --zero-stage 1 --grad-bucket-mb 0.1" "tp 2 --tensor-model-pa
     else fail "trainer $name ($flags) under ${RUNS[$i]} differs from the in-order synchronous run"; fi
   done
 done
+# the trainer in the checked build: every kernel at the trainer's shapes, flash and GEMM attention
+CHECKED_TRAINER=build/racecheck/train_gpt_emu
+if [ -x "$CHECKED_TRAINER" ]; then
+  for impl in flash gemm; do
+    if $CHECKED_TRAINER --num-layers 1 --hidden-size 128 --num-attention-heads 2 --seq-length 64 --micro-batch-size 2 --global-batch-size 2 \
+         --lr 1e-3 --train-iters 1 --seed 5 --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 1 --eval-iters 1 --attention-impl $impl \
+         --train-data-path data/brown/brown_train.bin --valid-data-path data/brown/brown_val.bin >"$TMP/checked.$impl.log" 2>&1; then
+      ok "trainer ($impl attention) in the checked build: no race, out-of-bounds or uninitialized shared access"
+    else fail "trainer ($impl attention) in the checked build: $(grep -m1 -A2 'racecheck\|error' "$TMP/checked.$impl.log")"; fi
+  done
+else fail "$CHECKED_TRAINER not built (make $CHECKED_TRAINER)"; fi
 finish

@@ -44,10 +44,14 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
+
+struct __nv_bfloat16;  // (cuda_bf16.h: the NaN check below tells the 16-bit types apart by name)
+struct __half;
 
 // ---- dim3 and the built-in index variables ------------------------------------------------------
 struct dim3 {
@@ -974,6 +978,69 @@ inline void run_grid(Block* b, dim3 grid, unsigned threads, bool keep_order) {
     }
 }
 
+// ---- where NaNs come from (KEEL_EMU_NANCHECK=1) -----------------------------------------------------
+// Around every launch, for each argument that is a pointer to non-const float, bf16 or fp16, the NaNs
+// from the pointer to the end of its cudaMalloc allocation are counted before and after the kernel;
+// a kernel that made new ones is named on stderr with the argument (the run goes on). Under
+// KEEL_EMU_POISON=nan the first kernel named is usually the one that read memory nothing wrote, and
+// the argument the buffer its NaNs went to. It costs two scans of those buffers per launch.
+enum NanType { NAN_NONE, NAN_F32, NAN_BF16, NAN_F16 };
+struct NanCheck {
+    bool enabled = false;
+    uint64_t reports = 0;
+};
+inline NanCheck& nancheck() {
+    static NanCheck n{getenv("KEEL_EMU_NANCHECK") && strcmp(getenv("KEEL_EMU_NANCHECK"), "1") == 0, 0};
+    return n;
+}
+template <typename T> constexpr NanType nan_type() {
+    if constexpr (std::is_same_v<T, float*>) return NAN_F32;
+    else if constexpr (std::is_same_v<T, __nv_bfloat16*>) return NAN_BF16;
+    else if constexpr (std::is_same_v<T, __half*>) return NAN_F16;
+    else return NAN_NONE;
+}
+struct NanArg {
+    int index;
+    const char* p;
+    NanType type;
+    size_t before;
+};
+// The NaNs from p to the end of its allocation (0 if p is not in one).
+inline size_t nan_count(const char* p, NanType t) {
+    Arena& a = arena();
+    for (auto& l : a.live) {
+        const char *lo = a.base + l.first, *hi = lo + l.second;
+        if (p < lo || p >= hi) continue;
+        size_t n = 0, w = t == NAN_F32 ? 4 : 2;
+        for (const char* q = p; q + w <= hi; q += w) {
+            uint32_t v = 0;
+            memcpy(&v, q, w);
+            n += t == NAN_F32 ? (v & 0x7fffffffu) > 0x7f800000u : t == NAN_BF16 ? (v & 0x7fffu) > 0x7f80u : (v & 0x7fffu) > 0x7c00u;
+        }
+        return n;
+    }
+    return 0;
+}
+template <typename T> inline void nan_arg(std::vector<NanArg>* out, int i, const T& v) {
+    if constexpr (nan_type<T>() != NAN_NONE) out->push_back(NanArg{i, (const char*)v, nan_type<T>(), 0});
+}
+template <typename Tuple, size_t... I> inline std::vector<NanArg> nan_args(const Tuple& t, std::index_sequence<I...>) {
+    std::vector<NanArg> out;
+    (nan_arg(&out, (int)I, std::get<I>(t)), ...);
+    for (NanArg& a : out) a.before = nan_count(a.p, a.type);
+    return out;
+}
+inline void nan_report(const char* kernel, const std::vector<NanArg>& args) {
+    static const char* const names[] = {"", "float", "bf16", "fp16"};
+    for (const NanArg& a : args) {
+        size_t after = nan_count(a.p, a.type);
+        if (after <= a.before) continue;
+        nancheck().reports++;
+        fprintf(stderr, "cuda emulation: NaN check: kernel %s made %zu new NaN in its argument %d (%s*, the buffer at device offset %lld)\n",
+                profile_kernel_name(kernel).c_str(), after - a.before, a.index + 1, names[a.type], (long long)(a.p - arena().base));
+    }
+}
+
 template <typename... P> struct Launch {
     void (*kernel)(P...);
     dim3 grid, block;
@@ -1012,7 +1079,10 @@ template <typename... P> struct Launch {
             b->smem_bytes = l.smem;
             blockDim = l.block;
             gridDim = l.grid;
+            std::vector<NanArg> nan_watch;
+            if (nancheck().enabled) nan_watch = nan_args(*params, std::index_sequence_for<P...>{});
             run_grid(b, l.grid, threads, dispatch_order_kernels().count((const void*)l.kernel) != 0);
+            if (!nan_watch.empty()) nan_report(l.name, nan_watch);
         });
     }
 };
