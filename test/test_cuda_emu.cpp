@@ -127,6 +127,79 @@ static int child_status(void (*fn)()) {
     return st;
 }
 
+// KEEL_EMU_POISON: fresh device memory and each block's shared memory hold the pattern; the NaN check
+// names the kernel that wrote a NaN (reading shared memory nothing wrote on purpose: not in the
+// checked build, which stops there)
+static void test_poison() {
+#ifndef KEEL_EMU_RACECHECK
+    {
+        emu::set_poison(1);
+        float* p = nullptr;
+        cudaMalloc((void**)&p, 16);
+        std::vector<float> fresh = dev_download(p, 4);
+        float* out = dev_upload(std::vector<float>(1, 0.0f));
+        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
+        float seen = dev_download(out, 1)[0];
+        check_true("poison nan: a fresh cudaMalloc reads NaN, an unwritten shared word reads NaN", std::isnan(fresh[0]) && std::isnan(seen));
+        emu::set_poison(2, 11);
+        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
+        float r1 = dev_download(out, 1)[0];
+        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
+        float r2 = dev_download(out, 1)[0];
+        uint32_t b1, b2;
+        memcpy(&b1, &r1, 4);
+        memcpy(&b2, &r2, 4);
+        check_true("poison random: an unwritten shared word differs from block to block", b1 != b2);
+        for (float* q : {&r1, &r2}) {  // a static shared array: the pattern at every block's start
+            emu::set_poison(q == &r1 ? 1 : 3);
+            KEEL_LAUNCH(uninit_static_smem_kernel, 1, 32, 0, MAIN_STREAM)(out);
+            *q = dev_download(out, 1)[0];
+        }
+        check_true("poison nan / ones: an unwritten static shared word reads NaN / 1.0", std::isnan(r1) && r2 == 1.0f);
+        emu::set_poison(1);  // KEEL_EMU_NANCHECK: the kernel that wrote the NaN into `out` is named
+        emu::nancheck().enabled = true;
+        cudaMemset(out, 0, sizeof(float));
+        uint64_t reports = emu::nancheck().reports;
+        KEEL_LAUNCH(uninit_static_smem_kernel, 1, 32, 0, MAIN_STREAM)(out);
+        cudaDeviceSynchronize();
+        check_true("NaN check: the kernel that wrote a NaN read from poisoned shared memory is reported", emu::nancheck().reports == reports + 1);
+        emu::nancheck().enabled = false;
+        emu::set_poison(0);
+        for (void* q : {(void*)p, (void*)out}) dev_free(q);
+    }
+#endif
+}
+
+// KEEL_EMU_SCHEDULE: the blocks of a grid and the threads of a block past each barrier run in
+// launch order, reversed, or in a fresh random permutation from the seed
+static void test_schedules() {
+    {
+        std::vector<int> in_order = run_order(emu::SCHEDULE_IN_ORDER, 0), reverse = run_order(emu::SCHEDULE_REVERSE, 0);
+        std::vector<int> r5 = run_order(emu::SCHEDULE_RANDOM, 5), r5_again = run_order(emu::SCHEDULE_RANDOM, 5), r6 = run_order(emu::SCHEDULE_RANDOM, 6);
+        // (the lane whose arrival completes a warp barrier goes on at once: the rest follow in the pass's order)
+        bool inorder_ok = true, reverse_ok = true;
+        for (int i = 0; i < 64; i++) inorder_ok = inorder_ok && in_order[i] < 64, reverse_ok = reverse_ok && reverse[i] >= 64;
+        for (int i = 2; i < 31; i++) inorder_ok = inorder_ok && in_order[i] < in_order[i + 1], reverse_ok = reverse_ok && reverse[i] > reverse[i + 1];
+        std::vector<int> sorted = r5, all(128);
+        std::sort(sorted.begin(), sorted.end());
+        for (int i = 0; i < 128; i++) all[i] = i;
+        check_true("schedule in-order: block 0 first, its threads in launch order", inorder_ok);
+        check_true("schedule reverse: the last block first, its threads in reverse order", reverse_ok);
+        check_true("schedule random: a permutation of all threads, neither in-order nor reverse, the same for the same seed",
+                   sorted == all && r5 != in_order && r5 != reverse && r5 == r5_again && r5 != r6);
+    }
+}
+
+// KEEL_EMU_STREAMS=async: streams run apart; only an event wait orders them
+static void test_streams() {
+    {
+        int stale = 0, waited = 0;
+        for (uint64_t seed = 1; seed <= 8; seed++) stale += !cross_stream_copy(seed, false), waited += cross_stream_copy(seed, true);
+        check_true("streams async: without cudaStreamWaitEvent some interleavings (of 8) read x before it is written", stale > 0 && stale < 8);
+        check_true("streams async: with the wait every interleaving reads the written x", waited == 8);
+    }
+}
+
 int main() {
     // shared memory + barriers, several blocks, a partial block
     int n = 200, blocks = 5;
@@ -216,71 +289,10 @@ int main() {
         dev_free(p);
     }
 
-    // KEEL_EMU_POISON: fresh device memory and each block's dynamic shared memory hold the pattern
-    // (reading shared memory nothing wrote on purpose: not in the checked build, which stops there)
-#ifndef KEEL_EMU_RACECHECK
-    {
-        emu::set_poison(1);
-        float* p = nullptr;
-        cudaMalloc((void**)&p, 16);
-        std::vector<float> fresh = dev_download(p, 4);
-        float* out = dev_upload(std::vector<float>(1, 0.0f));
-        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
-        float seen = dev_download(out, 1)[0];
-        check_true("poison nan: a fresh cudaMalloc reads NaN, an unwritten shared word reads NaN", std::isnan(fresh[0]) && std::isnan(seen));
-        emu::set_poison(2, 11);
-        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
-        float r1 = dev_download(out, 1)[0];
-        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
-        float r2 = dev_download(out, 1)[0];
-        uint32_t b1, b2;
-        memcpy(&b1, &r1, 4);
-        memcpy(&b2, &r2, 4);
-        check_true("poison random: an unwritten shared word differs from block to block", b1 != b2);
-        for (float* q : {&r1, &r2}) {  // a static shared array: the pattern at every block's start
-            emu::set_poison(q == &r1 ? 1 : 3);
-            KEEL_LAUNCH(uninit_static_smem_kernel, 1, 32, 0, MAIN_STREAM)(out);
-            *q = dev_download(out, 1)[0];
-        }
-        check_true("poison nan / ones: an unwritten static shared word reads NaN / 1.0", std::isnan(r1) && r2 == 1.0f);
-        emu::set_poison(1);  // KEEL_EMU_NANCHECK: the kernel that wrote the NaN into `out` is named
-        emu::nancheck().enabled = true;
-        cudaMemset(out, 0, sizeof(float));
-        uint64_t reports = emu::nancheck().reports;
-        KEEL_LAUNCH(uninit_static_smem_kernel, 1, 32, 0, MAIN_STREAM)(out);
-        cudaDeviceSynchronize();
-        check_true("NaN check: the kernel that wrote a NaN read from poisoned shared memory is reported", emu::nancheck().reports == reports + 1);
-        emu::nancheck().enabled = false;
-        emu::set_poison(0);
-        for (void* q : {(void*)p, (void*)out}) dev_free(q);
-    }
-#endif
+    test_poison();
 
-    // KEEL_EMU_SCHEDULE: the blocks of a grid and the threads of a block past each barrier run in
-    // launch order, reversed, or in a fresh random permutation from the seed
-    {
-        std::vector<int> in_order = run_order(emu::SCHEDULE_IN_ORDER, 0), reverse = run_order(emu::SCHEDULE_REVERSE, 0);
-        std::vector<int> r5 = run_order(emu::SCHEDULE_RANDOM, 5), r5_again = run_order(emu::SCHEDULE_RANDOM, 5), r6 = run_order(emu::SCHEDULE_RANDOM, 6);
-        // (the lane whose arrival completes a warp barrier goes on at once: the rest follow in the pass's order)
-        bool inorder_ok = true, reverse_ok = true;
-        for (int i = 0; i < 64; i++) inorder_ok = inorder_ok && in_order[i] < 64, reverse_ok = reverse_ok && reverse[i] >= 64;
-        for (int i = 2; i < 31; i++) inorder_ok = inorder_ok && in_order[i] < in_order[i + 1], reverse_ok = reverse_ok && reverse[i] > reverse[i + 1];
-        std::vector<int> sorted = r5, all(128);
-        std::sort(sorted.begin(), sorted.end());
-        for (int i = 0; i < 128; i++) all[i] = i;
-        check_true("schedule in-order: block 0 first, its threads in launch order", inorder_ok);
-        check_true("schedule reverse: the last block first, its threads in reverse order", reverse_ok);
-        check_true("schedule random: a permutation of all threads, neither in-order nor reverse, the same for the same seed",
-                   sorted == all && r5 != in_order && r5 != reverse && r5 == r5_again && r5 != r6);
-    }
-
-    // KEEL_EMU_STREAMS=async: streams run apart; only an event wait orders them
-    {
-        int stale = 0, waited = 0;
-        for (uint64_t seed = 1; seed <= 8; seed++) stale += !cross_stream_copy(seed, false), waited += cross_stream_copy(seed, true);
-        check_true("streams async: without cudaStreamWaitEvent some interleavings (of 8) read x before it is written", stale > 0 && stale < 8);
-        check_true("streams async: with the wait every interleaving reads the written x", waited == 8);
-    }
+    test_schedules();
+    test_streams();
 
     // round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 → 1 (even); 1 + 3·2^-8 → 1 + 2^-6
     check_true("bf16 rounding: ties to even, NaN stays NaN",

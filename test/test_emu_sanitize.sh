@@ -14,7 +14,8 @@
 #      bias, an oversized launch; and NCCL calls the ranks disagree on;
 #   5. (full) the emulated trainer at DP=2 (ZeRO-1, overlapping gradient buckets), TP=2 and PP=2:
 #      records and checkpoint bytes under streams run apart, a random schedule and poison equal the
-#      in-order synchronous run's; and one iteration of it (flash and GEMM attention) in the checked build.
+#      in-order synchronous run's; the bucket reduction's stream wait removed from llmc/comm.h is caught
+#      by streams run apart; and one iteration (flash and GEMM attention) in the checked build.
 # `make test` runs the fast subset (kernel tests that take seconds, 1 random seed, the checked build
 # of three tests, every planted defect); `make test-emu-sanitize` (KEEL_EMU_SANITIZE=full) all of it.
 source "$(dirname "$0")/lib.sh"
@@ -156,6 +157,23 @@ for layout in "dp 4 --zero-stage 1 --grad-bucket-mb 0.1" "tp 2 --tensor-model-pa
     else fail "trainer $name ($flags) under ${RUNS[$i]} differs from the in-order synchronous run"; fi
   done
 done
+# the removed stream wait at a real call site of the trainer: the gradient buckets' reduction on the
+# communication stream no longer waits for the backward on keel's stream (llmc/comm.h)
+dir=$TMP/trainer-wait
+mkdir -p "$dir" && cp -r llmc train_gpt.cu "$dir/"
+perl -0pi -e 's/(nccl_reduce_ranges_f32\(.*?\{\n)    keel_stream_wait\(keel_comm_stream\(\), keel_stream\(\)\);\n/$1/s' "$dir/llmc/comm.h"
+if cmp -s llmc/comm.h "$dir/llmc/comm.h"; then fail "plant trainer-wait: the substitution no longer applies to llmc/comm.h"
+elif ! ${CXX:-g++} -O2 "${FLAGS[@]:1}" -I"$dir" -I. -DKEEL_CUDA -DKEEL_MPI $(mpicxx --showme:compile) -x c++ "$dir/train_gpt.cu" -o "$dir/tr" \
+       $(mpicxx --showme:link) -lm >"$dir/build.log" 2>&1; then fail "plant trainer-wait: does not build: $(head -3 "$dir/build.log")"
+else
+  caught=""
+  for r in sync async:1 async:2 async:3; do
+    KEEL_EMU_STREAMS=$r mpirun --oversubscribe -np 2 "$dir/tr" "${BASE[@]}" --hidden-dropout 0 --attention-dropout 0 --global-batch-size 4 \
+      --zero-stage 1 --grad-bucket-mb 0.1 --metrics-file "$dir/$r.jsonl" >"$dir/$r.log" 2>&1
+    [ $r != sync ] && ! cmp -s <(strip_timing "$dir/sync.jsonl") <(strip_timing "$dir/$r.jsonl") && caught="$caught $r"
+  done
+  [ -n "$caught" ] && ok "plant trainer-wait caught: the records differ from the synchronous run under$caught" || fail "plant trainer-wait not caught"
+fi
 # the trainer in the checked build: every kernel at the trainer's shapes, flash and GEMM attention
 CHECKED_TRAINER=build/racecheck/train_gpt_emu
 if [ -x "$CHECKED_TRAINER" ]; then
