@@ -139,7 +139,8 @@ inline cudaError_t emu_check_copy(const void* dst, const void* src, cudaMemcpyKi
     return cudaSuccess;
 }
 // blocking: cudaMemcpy (the host waits for it, and for the work queued before it) or cudaMemcpyAsync.
-// The copy runs in its place on the stream; from pageable host memory its bytes are taken now.
+// The copy runs in its place on the stream; from pageable host memory its bytes are taken now, and
+// into pageable host memory the call returns once it has run (CUDA's rules for unpinned memory).
 inline cudaError_t emu_memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, bool blocking, cudaStream_t stream) {
     emu_check_copy(dst, src, kind);
     emu::profile_copy(emu::is_device_ptr(dst), emu::is_device_ptr(src), bytes, blocking);
@@ -148,7 +149,7 @@ inline cudaError_t emu_memcpy(void* dst, const void* src, size_t bytes, cudaMemc
     if (!blocking && !emu::is_device_ptr(src) && !emu::host_pinned(src))
         staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
     uint64_t id = emu::stream_submit(stream, [=] { memmove(dst, staged ? staged->data() : src, bytes); });
-    if (blocking) emu::stream_sync_op(id);
+    if (blocking || (!emu::is_device_ptr(dst) && !emu::host_pinned(dst))) emu::stream_sync_op(id);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
