@@ -188,26 +188,29 @@ inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     emu::stream_sync(s);
     return cudaSuccess;
 }
-// An event is the point of its stream where it was last recorded (an op id; 0: already passed).
+// An event is the point of its stream where it was last recorded (an op id; 0: already passed). A
+// null event is one that has always passed.
 struct emu_event { uint64_t op; };
+inline uint64_t emu_event_op(cudaEvent_t e) { return e ? e->op : 0; }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
     emu::profile_trace("wait");
-    if (e && emu::stream_pending(e->op)) emu::stream_submit(s, [] {}, {e->op});
+    if (emu::stream_pending(emu_event_op(e))) emu::stream_submit(s, [] {}, {e->op});
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new emu_event{0}; return cudaSuccess; }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+    if (!e) return emu_last_error = cudaErrorInvalidValue;
     e->op = emu::stream_submit(s, [] {});
     return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     emu::profile_sync();
-    emu::stream_sync_op(e->op);
+    emu::stream_sync_op(emu_event_op(e));
     return cudaSuccess;
 }
-inline cudaError_t cudaEventQuery(cudaEvent_t e) { return emu::stream_pending(e->op) ? cudaErrorNotReady : cudaSuccess; }
+inline cudaError_t cudaEventQuery(cudaEvent_t e) { return emu::stream_pending(emu_event_op(e)) ? cudaErrorNotReady : cudaSuccess; }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
 
 #include "cuda_bf16.h"
