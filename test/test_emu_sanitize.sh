@@ -169,10 +169,12 @@ else
   caught=""
   for r in sync async:1 async:2 async:3; do
     KEEL_EMU_STREAMS=$r mpirun --oversubscribe -np 2 "$dir/tr" "${BASE[@]}" --hidden-dropout 0 --attention-dropout 0 --global-batch-size 4 \
-      --zero-stage 1 --grad-bucket-mb 0.1 --metrics-file "$dir/$r.jsonl" >"$dir/$r.log" 2>&1
+      --zero-stage 1 --grad-bucket-mb 0.1 --metrics-file "$dir/$r.jsonl" --save "$dir/$r.ck" >"$dir/$r.log" 2>&1
     [ $r != sync ] && ! cmp -s <(strip_timing "$dir/sync.jsonl") <(strip_timing "$dir/$r.jsonl") && caught="$caught $r"
   done
-  [ -n "$caught" ] && ok "plant trainer-wait caught: the records differ from the synchronous run under$caught" || fail "plant trainer-wait not caught"
+  if [ ! -s "$dir/sync.jsonl" ]; then fail "plant trainer-wait: the synchronous run failed: $(grep -m1 error "$dir/sync.log")"
+  elif [ -n "$caught" ]; then ok "plant trainer-wait caught: the records differ from the synchronous run under$caught"
+  else fail "plant trainer-wait not caught"; fi
 fi
 # the trainer in the checked build: every kernel at the trainer's shapes, flash and GEMM attention
 CHECKED_TRAINER=build/racecheck/train_gpt_emu
