@@ -5,6 +5,7 @@
 #   make test       install what is missing, prepare data, build everything, run every test
 #   make data       prepare the default data set (Brown corpus shards + GPT-2 BPE files) alone
 #   make test-cuda  the CUDA kernels and trainer under the CPU emulation of CUDA (no GPU needed)
+#   make test-emu-sanitize  the emulator as a CUDA sanitizer: schedules, streams run apart, poison, the checked build (races, bounds, uninitialized shared memory), planted defects, the trainer at DP/TP/PP=2
 #   make test-gpu   the same tests on a real GPU (nvcc-built), plus train_gpt vs train_gpt_cpu
 #   make test-extra the measurements make test leaves out (8-bit vs 32-bit Adam on Brown, 2 minutes)
 #   make bench      print ms/iteration, tokens/s and GFLOP/s for fixed configurations
@@ -30,7 +31,7 @@ COMMA := ,
 # The ✓/✗ lines are printed once per command: by the top-level make, or, for the targets that run
 # scripts/setup.sh first (which may install what was missing), by the build that follows set-up
 # (it is passed KEEL_BANNER=1). Nested makes and `make help`/`make clean` stay quiet.
-SETUP_GOALS := run test test-cuda test-extra test-crash test-sanitize fuzz
+SETUP_GOALS := run test test-cuda test-emu-sanitize test-extra test-crash test-sanitize fuzz
 QUIET_GOALS := help clean setup
 ifeq ($(MAKELEVEL),0)
   ifeq ($(filter $(SETUP_GOALS) $(QUIET_GOALS),$(MAKECMDGOALS)),)
@@ -143,7 +144,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all help run test test-cuda test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-extra test-mutants
+.PHONY: all help run test test-cuda test-emu-sanitize test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-extra test-mutants
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -215,11 +216,28 @@ CUDA_TEST_BINS := $(patsubst test/%.cpp,build/%,$(wildcard test/test_cuda_*.cpp)
 build/test_cuda_%: test/test_cuda_%.cpp $(HEADERS) $(EMU_HEADERS)
 	@mkdir -p build
 	$(CXX) -O2 $(KEEL_CXXFLAGS) $(EMU_FLAGS) $< -o $@ $(LDLIBS)
+# The same kernel tests in the emulator's checked build (test/cuda_emu/racecheck.h): every shared-memory
+# access is checked for races, bounds and uninitialized reads. -fsanitize=thread only instruments the
+# accesses; its runtime is not linked (racecheck.h is it), hence the separate link step.
+RACECHECK_FLAGS := -O1 -g -DKEEL_EMU_RACECHECK -fsanitize=thread --param=tsan-instrument-func-entry-exit=0
+RACECHECK_TEST_BINS := $(patsubst test/%.cpp,build/racecheck/%,$(wildcard test/test_cuda_*.cpp))
+build/racecheck/test_cuda_%: test/test_cuda_%.cpp $(HEADERS) $(EMU_HEADERS)
+	@mkdir -p build/racecheck
+	$(CXX) $(KEEL_CXXFLAGS) $(EMU_FLAGS) $(RACECHECK_FLAGS) -c $< -o $@.o
+	$(CXX) $(KEEL_CXXFLAGS) $@.o -o $@ $(LDLIBS) -ldl && rm -f $@.o
+# The trainer in the checked build (make test-emu-sanitize): every kernel at the trainer's shapes.
+build/racecheck/train_gpt_emu: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
+	@mkdir -p build/racecheck
+	$(CXX) $(KEEL_CXXFLAGS) $(EMU_FLAGS) $(RACECHECK_FLAGS) -DKEEL_CUDA $(CPU_MPI_FLAGS) -x c++ -c $< -o $@.o
+	$(CXX) $(KEEL_CXXFLAGS) $@.o -o $@ $(MPI_LIBS) $(LDLIBS) -ldl && rm -f $@.o
 # The CUDA trainer under the emulation: the same train_gpt.cu with KEEL_CUDA, compiled by g++.
 build/train_gpt_emu: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
 	@mkdir -p build
 	$(CXX) -O2 $(KEEL_CXXFLAGS) $(EMU_FLAGS) -DKEEL_CUDA $(CPU_MPI_FLAGS) -x c++ $< -o $@ $(MPI_LIBS) $(LDLIBS)
-tests: $(TEST_BINS) build/train_gpt_emu build/asan/train_gpt_cpu $(if $(FUZZ_OK),fuzz-build)
+# (the checked build of the three quick kernel tests for test_emu_sanitize's fast subset; make
+# test-emu-sanitize builds the rest)
+tests: $(TEST_BINS) build/train_gpt_emu build/asan/train_gpt_cpu $(if $(FUZZ_OK),fuzz-build) \
+       build/racecheck/test_cuda_emu build/racecheck/test_cuda_elementwise build/racecheck/test_cuda_matmul
 
 # ---- hardening (docs/operations.md#hardening) ---------------------------------------------------------------
 # libFuzzer targets, one per reader of outside bytes (test/fuzz/fuzz_*.cpp), built by clang with
@@ -301,6 +319,15 @@ test-cuda: setup
 	@$(MAKE) --no-print-directory KEEL_BANNER=1 -j$(BUILD_JOBS) train_gpt_cpu $(CUDA_TEST_BINS) build/train_gpt_emu
 	@$(MAKE) --no-print-directory data
 	@bash test/run_tests.sh cuda
+
+# The emulator as a CUDA sanitizer, all of it (test/test_emu_sanitize.sh; docs/emulator.md): every kernel
+# test under several schedules, stream interleavings and poisons and in the checked build, the planted
+# defects, and the emulated trainer at DP=2, TP=2 and PP=2 with its streams run apart.
+test-emu-sanitize: setup
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 -j$(BUILD_JOBS) train_gpt_cpu $(CUDA_TEST_BINS) $(RACECHECK_TEST_BINS) build/train_gpt_emu \
+	  build/racecheck/train_gpt_emu
+	@$(MAKE) --no-print-directory data
+	@KEEL_EMU_SANITIZE=full bash test/run_tests.sh emu_sanitize
 
 # On a machine with a GPU: the same kernel tests compiled by nvcc, and the real train_gpt against
 # the CPU trainer.

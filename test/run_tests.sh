@@ -18,7 +18,7 @@ jobs_max=${KEEL_TEST_JOBS:-$([ "$cores" -ge 2 ] && echo 2 || echo 1)}
 [ "$jobs_max" -gt 1 ] && export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 mkdir -p build/test_logs
 # the slowest first (measured: each a minute or more), then everything else in name order
-slow="test_cuda_trainer test_rank_faults test_adam8bit_brown test_flash_train test_gpu_step test_ptxas test_emu_poison test_comm_overlap test_tensor_parallel test_gpu_zero1 test_spike_autopilot test_fuzz_smoke"
+slow="test_cuda_trainer test_rank_faults test_adam8bit_brown test_flash_train test_gpu_step test_ptxas test_emu_sanitize test_emu_poison test_comm_overlap test_tensor_parallel test_gpu_zero1 test_spike_autopilot test_fuzz_smoke"
 # measurements rather than checks of a contract, left out of `make test` to keep it short: run by
 # `make test-extra` (KEEL_TEST_EXTRA=1) or by naming them (`bash test/run_tests.sh adam8bit_brown`)
 extra="test_adam8bit_brown"

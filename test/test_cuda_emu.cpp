@@ -4,9 +4,13 @@
 //   - warp shuffles/ballot/any/all give the lanes' values; a block reduction with partial warps;
 //   - a kernel whose barriers do not match is reported as a deadlock (exit 3), not run through;
 //   - host code touching device memory dies (SIGSEGV), copies in the wrong direction are refused;
+//   - KEEL_EMU_SCHEDULE reorders the blocks of a grid and the threads of a block;
+//   - KEEL_EMU_STREAMS=async runs two streams apart unless an event orders them;
 //   - bf16/fp16 conversions round to nearest even like the GPU, on known values.
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include "test/cuda_test.h"
 
@@ -14,7 +18,7 @@ using namespace keel_cuda;
 
 // out[block] = Σ in[block·n .. ] through shared memory: thread i writes, the tree reads others'
 __global__ void shared_tree_kernel(float* out, const float* in, int n) {
-    __shared__ float buf[256];
+    KEEL_SHARED(float, buf, [256]);
     int i = threadIdx.x;
     buf[i] = i < n ? in[blockIdx.x * n + i] : 0.0f;
     __syncthreads();
@@ -36,7 +40,7 @@ __global__ void warp_ops_kernel(int* out) {  // out (blockDim.x, 6)
 }
 
 __global__ void block_sum_kernel(double* out) {
-    __shared__ double sh[32];
+    KEEL_SHARED(double, sh, [32]);
     double v = block_sum((double)(threadIdx.x + 1), sh);
     if (threadIdx.x == 0) out[blockIdx.x] = v;
 }
@@ -62,6 +66,54 @@ __global__ void uninit_smem_kernel(float* out) {
     if (threadIdx.x == 0) out[0] = sm[5];
 }
 
+// Logs the order in which the threads of the grid run past a warp barrier (the schedule's test).
+__global__ void order_log_kernel(int* log, int* counter) {
+    __syncwarp();
+    log[atomicAdd(counter, 1)] = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+}
+static std::vector<int> run_order(emu::ScheduleMode mode, uint64_t seed) {
+    emu::set_schedule(mode, seed);
+    int *log = dev_upload(std::vector<int>(128)), *counter = dev_upload(std::vector<int>(1, 0));
+    KEEL_LAUNCH(order_log_kernel, 2, 64, 0, MAIN_STREAM)(log, counter);
+    std::vector<int> order = dev_download(log, 128);
+    dev_free(log);
+    dev_free(counter);
+    emu::set_schedule(emu::SCHEDULE_IN_ORDER);
+    return order;
+}
+
+// Reads a static shared word that no thread wrote (the poison test: the output is the pattern).
+__global__ void uninit_static_smem_kernel(float* out) {
+    KEEL_SHARED(float, sm, [8]);
+    if (threadIdx.x == 0) out[0] = sm[5];
+}
+
+__global__ void fill_kernel(int* x, int v) { x[threadIdx.x] = v; }
+__global__ void copy_kernel(int* dst, const int* src) { dst[threadIdx.x] = src[threadIdx.x]; }
+// KEEL_EMU_STREAMS=async:seed: x = 7 on stream a, then out = x on stream b, with or without b
+// waiting for a's event; whether out got the 7.
+static bool cross_stream_copy(uint64_t seed, bool wait) {
+    emu::Streams saved_mode = emu::streams();  // (KEEL_EMU_STREAMS as the test was started with, restored below)
+    emu::set_streams(true, seed);
+    cudaStream_t a, b;
+    cudaEvent_t e;
+    cudaStreamCreate(&a);
+    cudaStreamCreate(&b);
+    cudaEventCreate(&e);
+    int *x = dev_upload(std::vector<int>(32, 0)), *out = dev_upload(std::vector<int>(32, 0));
+    KEEL_LAUNCH(fill_kernel, 1, 32, 0, a)(x, 7);
+    cudaEventRecord(e, a);
+    if (wait) cudaStreamWaitEvent(b, e, 0);
+    KEEL_LAUNCH(copy_kernel, 1, 32, 0, b)(out, x);
+    bool got = dev_download(out, 32)[31] == 7;  // (a blocking copy: the legacy stream waits for a and b)
+    for (void* p : {(void*)x, (void*)out}) dev_free(p);
+    cudaEventDestroy(e);
+    cudaStreamDestroy(a);
+    cudaStreamDestroy(b);
+    emu::set_streams(saved_mode.async, saved_mode.rng);
+    return got;
+}
+
 static int child_status(void (*fn)()) {
     fflush(stdout);
     pid_t pid = fork();
@@ -73,6 +125,79 @@ static int child_status(void (*fn)()) {
     int st = 0;
     waitpid(pid, &st, 0);
     return st;
+}
+
+// KEEL_EMU_POISON: fresh device memory and each block's shared memory hold the pattern; the NaN check
+// names the kernel that wrote a NaN (reading shared memory nothing wrote on purpose: not in the
+// checked build, which stops there)
+static void test_poison() {
+#ifndef KEEL_EMU_RACECHECK
+    {
+        emu::set_poison(1);
+        float* p = nullptr;
+        cudaMalloc((void**)&p, 16);
+        std::vector<float> fresh = dev_download(p, 4);
+        float* out = dev_upload(std::vector<float>(1, 0.0f));
+        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
+        float seen = dev_download(out, 1)[0];
+        check_true("poison nan: a fresh cudaMalloc reads NaN, an unwritten shared word reads NaN", std::isnan(fresh[0]) && std::isnan(seen));
+        emu::set_poison(2, 11);
+        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
+        float r1 = dev_download(out, 1)[0];
+        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
+        float r2 = dev_download(out, 1)[0];
+        uint32_t b1, b2;
+        memcpy(&b1, &r1, 4);
+        memcpy(&b2, &r2, 4);
+        check_true("poison random: an unwritten shared word differs from block to block", b1 != b2);
+        for (float* q : {&r1, &r2}) {  // a static shared array: the pattern at every block's start
+            emu::set_poison(q == &r1 ? 1 : 3);
+            KEEL_LAUNCH(uninit_static_smem_kernel, 1, 32, 0, MAIN_STREAM)(out);
+            *q = dev_download(out, 1)[0];
+        }
+        check_true("poison nan / ones: an unwritten static shared word reads NaN / 1.0", std::isnan(r1) && r2 == 1.0f);
+        emu::set_poison(1);  // KEEL_EMU_NANCHECK: the kernel that wrote the NaN into `out` is named
+        emu::nancheck().enabled = true;
+        cudaMemset(out, 0, sizeof(float));
+        uint64_t reports = emu::nancheck().reports;
+        KEEL_LAUNCH(uninit_static_smem_kernel, 1, 32, 0, MAIN_STREAM)(out);
+        cudaDeviceSynchronize();
+        check_true("NaN check: the kernel that wrote a NaN read from poisoned shared memory is reported", emu::nancheck().reports == reports + 1);
+        emu::nancheck().enabled = false;
+        emu::set_poison(0);
+        for (void* q : {(void*)p, (void*)out}) dev_free(q);
+    }
+#endif
+}
+
+// KEEL_EMU_SCHEDULE: the blocks of a grid and the threads of a block past each barrier run in
+// launch order, reversed, or in a fresh random permutation from the seed
+static void test_schedules() {
+    {
+        std::vector<int> in_order = run_order(emu::SCHEDULE_IN_ORDER, 0), reverse = run_order(emu::SCHEDULE_REVERSE, 0);
+        std::vector<int> r5 = run_order(emu::SCHEDULE_RANDOM, 5), r5_again = run_order(emu::SCHEDULE_RANDOM, 5), r6 = run_order(emu::SCHEDULE_RANDOM, 6);
+        // (the lane whose arrival completes a warp barrier goes on at once: the rest follow in the pass's order)
+        bool inorder_ok = true, reverse_ok = true;
+        for (int i = 0; i < 64; i++) inorder_ok = inorder_ok && in_order[i] < 64, reverse_ok = reverse_ok && reverse[i] >= 64;
+        for (int i = 2; i < 31; i++) inorder_ok = inorder_ok && in_order[i] < in_order[i + 1], reverse_ok = reverse_ok && reverse[i] > reverse[i + 1];
+        std::vector<int> sorted = r5, all(128);
+        std::sort(sorted.begin(), sorted.end());
+        for (int i = 0; i < 128; i++) all[i] = i;
+        check_true("schedule in-order: block 0 first, its threads in launch order", inorder_ok);
+        check_true("schedule reverse: the last block first, its threads in reverse order", reverse_ok);
+        check_true("schedule random: a permutation of all threads, neither in-order nor reverse, the same for the same seed",
+                   sorted == all && r5 != in_order && r5 != reverse && r5 == r5_again && r5 != r6);
+    }
+}
+
+// KEEL_EMU_STREAMS=async: streams run apart; only an event wait orders them
+static void test_streams() {
+    {
+        int stale = 0, waited = 0;
+        for (uint64_t seed = 1; seed <= 8; seed++) stale += !cross_stream_copy(seed, false), waited += cross_stream_copy(seed, true);
+        check_true("streams async: without cudaStreamWaitEvent some interleavings (of 8) read x before it is written", stale > 0 && stale < 8);
+        check_true("streams async: with the wait every interleaving reads the written x", waited == 8);
+    }
 }
 
 int main() {
@@ -113,6 +238,7 @@ int main() {
         int* x = nullptr;
         cudaMalloc((void**)&x, 32 * sizeof(int));
         KEEL_LAUNCH(mismatched_barrier_kernel, 1, 32, 0, MAIN_STREAM)(x);
+        cudaDeviceSynchronize();  // (a launch runs by the next host wait at the latest: KEEL_EMU_STREAMS)
     });
     check_true("mismatched barriers reported as a deadlock (exit 3)", WIFEXITED(st) && WEXITSTATUS(st) == 3);
 
@@ -163,28 +289,10 @@ int main() {
         dev_free(p);
     }
 
-    // KEEL_EMU_POISON: fresh device memory and each block's dynamic shared memory hold the pattern
-    {
-        emu::set_poison(1);
-        float* p = nullptr;
-        cudaMalloc((void**)&p, 16);
-        std::vector<float> fresh = dev_download(p, 4);
-        float* out = dev_upload(std::vector<float>(1, 0.0f));
-        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
-        float seen = dev_download(out, 1)[0];
-        check_true("poison nan: a fresh cudaMalloc reads NaN, an unwritten shared word reads NaN", std::isnan(fresh[0]) && std::isnan(seen));
-        emu::set_poison(2, 11);
-        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
-        float r1 = dev_download(out, 1)[0];
-        KEEL_LAUNCH(uninit_smem_kernel, 1, 32, 64, MAIN_STREAM)(out);
-        float r2 = dev_download(out, 1)[0];
-        uint32_t b1, b2;
-        memcpy(&b1, &r1, 4);
-        memcpy(&b2, &r2, 4);
-        check_true("poison random: an unwritten shared word differs from block to block", b1 != b2);
-        emu::set_poison(0);
-        for (void* q : {(void*)p, (void*)out}) dev_free(q);
-    }
+    test_poison();
+
+    test_schedules();
+    test_streams();
 
     // round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 → 1 (even); 1 + 3·2^-8 → 1 + 2^-6
     check_true("bf16 rounding: ties to even, NaN stays NaN",

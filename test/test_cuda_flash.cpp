@@ -247,6 +247,7 @@ static void test_instructions() {
         dup2(null, 2);
         float* dd = dev_upload(std::vector<float>(32));
         KEEL_LAUNCH(mma_divergent_kernel, 1, 32, 0, MAIN_STREAM)(dd);
+        cudaDeviceSynchronize();  // (a launch runs by the next host wait at the latest)
         _exit(0);
     }
     int status = 0;

@@ -288,6 +288,54 @@ static cublasStatus_t raw_gelu_matmul(uint32_t epi, int m, int n, int k, int64_t
     for (float* p : {a, bm, d, aux, bias}) dev_free(p);
     return st;
 }
+// The emulated cuBLASLt refuses what the real library refuses whatever the algorithm: one raw fp32
+// 16×3×8 product with a bias epilogue; A `a_shift` bytes and the bias `bias_shift` floats off their
+// allocations' 256-byte alignment; with `heuristic`, the algorithm the heuristic chose for a 64 KiB
+// workspace and the call given `workspace` bytes of it; out_f32_of_bf16: bf16 inputs into an fp32 D.
+static cublasStatus_t raw_bias_matmul(size_t a_shift, int bias_shift, bool heuristic, size_t workspace, bool out_f32_of_bf16 = false) {
+    const int m = 16, n = 3, k = 8;
+    cublasLtHandle_t h;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t l[3];
+    char* a = (char*)dev_upload(randn((size_t)m * k + 4, 75));
+    float *bm = dev_upload(randn((size_t)k * n, 76)), *d = dev_upload(std::vector<float>((size_t)m * n)), *bias = dev_upload(randn(m + 4, 77)) + bias_shift;
+    float* ws = dev_upload(std::vector<float>(16384));
+    uint32_t epi = CUBLASLT_EPILOGUE_BIAS;
+    CUBLAS_CHECK(cublasLtCreate(&h));
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    const int rows[3] = {m, k, m}, cols[3] = {k, n, n};
+    for (int i = 0; i < 3; i++) CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l[i], out_f32_of_bf16 && i < 2 ? CUDA_R_16BF : CUDA_R_32F, rows[i], cols[i], rows[i]));
+    cublasLtMatmulHeuristicResult_t heur;
+    if (heuristic) {
+        cublasLtMatmulPreference_t pref;
+        uint64_t max_ws = 65536;
+        int found = 0;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_ws, sizeof max_ws));
+        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(h, desc, l[0], l[1], l[2], l[2], pref, 1, &heur, &found));
+        cublasLtMatmulPreferenceDestroy(pref);
+    }
+    float alpha = 1.0f, beta = 0.0f;
+    fflush(stdout);
+    cublasStatus_t st = cublasLtMatmul(h, desc, &alpha, a + a_shift, l[0], bm, l[1], &beta, d, l[2], d, l[2], heuristic ? &heur.algo : nullptr, ws,
+                                       workspace, (cudaStream_t)0);
+    cudaDeviceSynchronize();
+    for (int i = 0; i < 3; i++) cublasLtMatrixLayoutDestroy(l[i]);
+    cublasLtMatmulDescDestroy(desc);
+    cublasLtDestroy(h);
+    for (void* p : {(void*)a, (void*)bm, (void*)d, (void*)(bias - bias_shift), (void*)ws}) dev_free(p);
+    return st;
+}
+static void test_emulated_library_rules() {
+    check_true("emulated cuBLASLt: an aligned bias product with the workspace its algorithm asked for accepted",
+               raw_bias_matmul(0, 0, true, 65536) == CUBLAS_STATUS_SUCCESS);
+    check_true("emulated cuBLASLt: an fp32 operand 2 bytes off its element alignment refused", raw_bias_matmul(2, 0, false, 0) != CUBLAS_STATUS_SUCCESS);
+    check_true("emulated cuBLASLt: a bias epilogue pointer 4 bytes past 16-byte alignment refused", raw_bias_matmul(0, 1, false, 0) != CUBLAS_STATUS_SUCCESS);
+    check_true("emulated cuBLASLt: less workspace than the algorithm asked for refused", raw_bias_matmul(0, 0, true, 4096) != CUBLAS_STATUS_SUCCESS);
+    check_true("emulated cuBLASLt: a bias epilogue from bf16 inputs into an fp32 output refused", raw_bias_matmul(0, 0, false, 0, true) != CUBLAS_STATUS_SUCCESS);
+}
 static void test_emulated_gelu_rules() {
     for (uint32_t epi : {(uint32_t)CUBLASLT_EPILOGUE_GELU_AUX_BIAS, (uint32_t)CUBLASLT_EPILOGUE_DGELU}) {
         std::string e = epi == CUBLASLT_EPILOGUE_DGELU ? "DGELU" : "GELU_AUX_BIAS";
@@ -324,6 +372,7 @@ int main() {
     test_dinp_write<__nv_bfloat16>("bf16", 64, 260, 33);
 #ifdef KEEL_CUDA_EMULATION
     test_emulated_gelu_rules();
+    test_emulated_library_rules();
 #endif
     // fused both ways; OC % 8 ≠ 0 (forward unfused); C % 8 ≠ 0 (backward unfused)
     test_gelu_fp32(37, 48, 144);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # No CUDA kernel reads memory nothing wrote (as compute-sanitizer's initcheck would say on a GPU):
 # under KEEL_EMU_POISON (test/cuda_emu/emu_core.h) every fresh cudaMalloc and every block's dynamic
-# shared memory start as all-0xFF bytes (NaN in fp32, bf16 and fp16) or as random bytes, instead of
+# and static shared memory start as all-0xFF bytes (NaN in fp32, bf16 and fp16) or as random bytes, instead of
 # what the arena held. An op that read such memory would change its output with the pattern.
 #   1. the CUDA kernel tests pass under KEEL_EMU_POISON=nan (flash and layers also under random:7);
 #   2. the emulated trainer (flash and GEMM attention, dropout, 3 iterations with a validation) gives

@@ -82,7 +82,7 @@ template <typename F>
 __device__ inline void adam8bit_block(float* p, F* p_c, const float* g, uint8_t* code_m, uint8_t* code_v, float* absmax_m,
                                       float* absmax_v, int64_t b, int64_t n, int block_size, const Adam8bitMaps* q,
                                       AdamHyper h, float wd, AdamStepConsts s, float gnorm_scale) {
-    __shared__ float shared[32];
+    KEEL_SHARED(float, shared, [32]);
     int64_t lo = b * block_size;
     int len = n - lo < block_size ? (int)(n - lo) : block_size;
     float m[ADAM8BIT_PER_THREAD], v[ADAM8BIT_PER_THREAD];  // this thread's new moments, fp32
@@ -162,7 +162,7 @@ KEEL_UNROLL
 __global__ void adam8bit_split_maxima_kernel(const float* g, const uint8_t* code_m, const uint8_t* code_v, const float* absmax_m,
                                              const float* absmax_v, float* seg, const AdamPieceRow* rows, const float* gnorm_scale,
                                              const Adam8bitMaps* q, AdamHyper h) {
-    __shared__ float shared[32];
+    KEEL_SHARED(float, shared, [32]);
     float m[ADAM8BIT_PER_THREAD], v[ADAM8BIT_PER_THREAD], max_m, max_v;
     const AdamPieceRow* r = rows + blockIdx.x;
     adam8bit_segment_moments(m, v, &max_m, &max_v, r, g, code_m, code_v, absmax_m, absmax_v, q, h, gnorm_scale[blockIdx.x]);

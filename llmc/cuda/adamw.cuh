@@ -227,7 +227,7 @@ __device__ inline bool nonfinite_f32(float x) {
 
 // flags: (gridDim.x) — 1 where the block saw a non-finite unscaled value.
 __global__ void grad_unscale_check_kernel(int* flags, float* g, size_t n, float s) {
-    __shared__ int shared[32];
+    KEEL_SHARED(int, shared, [32]);
     int found = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         float x = fmul_rn(g[i], s);
@@ -267,7 +267,7 @@ static inline unsigned reduce_blocks(int64_t n) {
 // partial: (gridDim.x) — block b's sum over the elements i ≡ (b·blockDim + t) mod (grid·blockDim).
 template <typename Term> __global__ void reduce_partials_kernel(typename Term::T* partial, const typename Term::In* x, int64_t n) {
     typedef typename Term::T T;
-    __shared__ T shared[32];
+    KEEL_SHARED(T, shared, [32]);
     T acc = 0;
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
         acc += Term::of(to_f32(x[i]));
@@ -277,7 +277,7 @@ template <typename Term> __global__ void reduce_partials_kernel(typename Term::T
 
 // One block: thread t adds partials t, t + blockDim, ... in order, then the fixed tree; out: (1).
 template <typename T> __global__ void reduce_final_kernel(T* out, const T* partial, int nparts) {
-    __shared__ T shared[32];
+    KEEL_SHARED(T, shared, [32]);
     T acc = 0;
     for (int i = threadIdx.x; i < nparts; i += blockDim.x) acc += partial[i];
     acc = block_sum(acc, shared);
@@ -303,8 +303,8 @@ template <typename Term> static typename Term::T reduce_to_host(const typename T
 // One block per chunk. table: (2, nchunks) — element offsets, then numels; out: (nchunks, 2) —
 // Σ x² and the zero count (exact in a double below 2^53) of each chunk.
 __global__ void sumsq_zeros_chunks_kernel(double* out, const float* base, const int64_t* table, int nchunks) {
-    __shared__ double shared_d[32];
-    __shared__ long long shared_z[32];
+    KEEL_SHARED(double, shared_d, [32]);
+    KEEL_SHARED(long long, shared_z, [32]);
     int c = blockIdx.x;
     const float* x = base + table[c];
     int64_t n = table[nchunks + c];

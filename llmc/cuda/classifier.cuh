@@ -31,7 +31,7 @@ namespace keel_cuda {
 // Row n of logits (V real of Vp columns): V values a group, groups strided over the block.
 template <typename F, int G>
 __global__ void classifier_fused_kernel(float* losses, F* logits, const int* targets, float dloss, int V, int Vp) {
-    __shared__ float red[64];  // (64) warp states of the block reduction
+    KEEL_SHARED(float, red, [64]);  // (64) warp states of the block reduction
     int n = blockIdx.x, t = targets[n];
     F* p = logits + (size_t)n * Vp;  // (Vp) this row
     float target_logit = t >= 0 && t < V ? to_f32(p[t]) : 0.0f;
@@ -61,7 +61,7 @@ __global__ void classifier_fused_kernel(float* losses, F* logits, const int* tar
 // (block_max of nothing).
 template <typename F>
 __global__ void vocab_parallel_max_kernel(float* rowmax, const F* logits, int Vr, int Vl) {
-    __shared__ float red[32];  // (32) warp partials
+    KEEL_SHARED(float, red, [32]);  // (32) warp partials
     const F* p = logits + (size_t)blockIdx.x * Vl;  // (Vl) this row
     float maxv = -INFINITY;
     for (int j = threadIdx.x; j < Vr; j += blockDim.x) {
@@ -74,7 +74,7 @@ __global__ void vocab_parallel_max_kernel(float* rowmax, const F* logits, int Vr
 
 template <typename F>
 __global__ void vocab_parallel_sumexp_kernel(float* stats, const F* logits, const int* targets, const float* rowmax, int Vr, int Vl) {
-    __shared__ float red[32];  // (32) warp partials
+    KEEL_SHARED(float, red, [32]);  // (32) warp partials
     int n = blockIdx.x, t = targets[n];
     const F* p = logits + (size_t)n * Vl;  // (Vl) this row
     float m = rowmax[n], sum = 0;

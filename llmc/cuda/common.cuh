@@ -15,6 +15,10 @@
 // at most one template argument (a comma would split the macro argument).
 // Dynamic shared memory: KEEL_DYNAMIC_SHARED(float, buf); declares `float* buf` over the launch's
 // smem bytes (nvcc: one extern __shared__ array; emulation: the launch's buffer).
+// Static shared memory: KEEL_SHARED(float, red, [32]); is `__shared__ float red[32];` (dimensions as
+// written, none for a scalar). Under the emulation the declaration also tells the emulator where the
+// array lives, so that it can fill it with a pattern at every block start (KEEL_EMU_POISON) and
+// check every access to it in its checked build (docs/emulator.md).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -43,6 +47,7 @@
 #define KEEL_DYNAMIC_SHARED(T, name)                      \
     extern __shared__ __align__(16) char keel_smem_raw_[]; \
     T* name = (T*)keel_smem_raw_
+#define KEEL_SHARED(T, name, dims) __shared__ T name dims
 #endif
 
 // CUDA_CHECK(call): the failing call, file:line and the runtime's error string, then exit 1.

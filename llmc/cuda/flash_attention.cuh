@@ -678,6 +678,11 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
     size_t smem = flash_backward_smem(HS);
     static bool optin = false;
     flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED>, smem, &optin);
+#ifdef KEEL_CUDA_EMULATION
+    // the dQ chain waits only for blocks of a lower index, which the GPU dispatches first: the
+    // emulator's schedule exploration (KEEL_EMU_SCHEDULE) keeps this grid in that order
+    if (ORDERED) emu::keep_block_order(flash_attention_backward_kernel<F, HS, ORDERED>);
+#endif
     KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED>, dim3(ceil_div(T, FLASH_BC), B * NH), FLASH_THREADS, smem, MAIN_STREAM)(
         dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, T, C, NH, *o, sc, alpha, dinp_write);
     CUDA_CHECK_LAUNCH();

@@ -44,7 +44,7 @@ template <typename F>
 __global__ void headscale_backward_partial_kernel(float* partial,                // (nchunks, NH)
                                                   const F* dout, const F* inp,   // (N,C), (N,C)
                                                   int N, int C, int hs) {
-    __shared__ float warp_sums[32];
+    KEEL_SHARED(float, warp_sums, [32]);
     int chunk = blockIdx.x, h = blockIdx.y, NH = gridDim.y;
     int r0 = chunk * HS_ROW_CHUNK, rows = N - r0 < HS_ROW_CHUNK ? N - r0 : HS_ROW_CHUNK;
     float sum = 0.0f;

@@ -291,7 +291,7 @@ __global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,
     }
 
     // 3. count this block done; the last one adds every slot in block order
-    __shared__ int is_last;
+    KEEL_SHARED(int, is_last, );
     grid_fence();  // this thread's slot writes are visible device-wide before the count below
     __syncthreads();
     if (threadIdx.x == 0) {

@@ -211,7 +211,7 @@ template <typename F, int V>
 __global__ void matmul_dbias_partial_kernel(float* partial,    // (chunks, OC)
                                             const F* dout,     // (N, OC)
                                             int N, int OC) {
-    __shared__ float sums[DBIAS_ROW_THREADS][DBIAS_COL_THREADS * V];
+    KEEL_SHARED(float, sums, [DBIAS_ROW_THREADS][DBIAS_COL_THREADS * V]);
     int cx = threadIdx.x % DBIAS_COL_THREADS, ry = threadIdx.x / DBIAS_COL_THREADS;
     int o0 = (blockIdx.x * DBIAS_COL_THREADS + cx) * V;  // this thread's first column
     int r0 = blockIdx.y * DBIAS_ROWS, r1 = N < r0 + DBIAS_ROWS ? N : r0 + DBIAS_ROWS;

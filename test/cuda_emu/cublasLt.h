@@ -201,7 +201,7 @@ inline uint64_t emu_lt_pointer_alignment(const void* p) {
     return bytes;
 }
 // What an algorithm remembers in cublasLtMatmulAlgo_t::data (cublasLtMatmul refuses a call that differs).
-enum { EMU_ALGO_ALIGN_A = 0, EMU_ALGO_ALIGN_D = 3, EMU_ALGO_EPILOGUE = 4, EMU_ALGO_ALIGN_BIAS = 5, EMU_ALGO_ALIGN_AUX = 6 };
+enum { EMU_ALGO_ALIGN_A = 0, EMU_ALGO_ALIGN_D = 3, EMU_ALGO_EPILOGUE = 4, EMU_ALGO_ALIGN_BIAS = 5, EMU_ALGO_ALIGN_AUX = 6, EMU_ALGO_WORKSPACE = 7 };
 
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
                                                      cublasLtMatrixLayout_t, cublasLtMatrixLayout_t ldd, cublasLtMatmulPreference_t pref, int requested,
@@ -222,6 +222,11 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
     results->algo.data[EMU_ALGO_EPILOGUE] = d->epilogue;
     results->algo.data[EMU_ALGO_ALIGN_BIAS] = d->bias ? emu_lt_pointer_alignment(d->bias) : 0;
     results->algo.data[EMU_ALGO_ALIGN_AUX] = d->aux ? emu_lt_pointer_alignment(d->aux) : 0;
+    // a real algorithm may need workspace up to the preference's maximum (split-K partials): the
+    // emulated one asks for all of it up to 1 MiB, which cublasLtMatmul must then be given
+    results->workspaceSize = pref->workspace < ((size_t)1 << 20) ? pref->workspace : ((size_t)1 << 20);
+    results->algo.data[EMU_ALGO_WORKSPACE] = results->workspaceSize;
+    results->state = CUBLAS_STATUS_SUCCESS;
     *returned = 1;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -269,57 +274,12 @@ inline cublasStatus_t emu_lt_check_epilogue(cublasLtMatmulDesc_t d, uint64_t row
     return CUBLAS_STATUS_SUCCESS;
 }
 
-inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha_p, const void* A, cublasLtMatrixLayout_t la,
-                                     const void* B, cublasLtMatrixLayout_t lb, const void* beta_p, const void* C, cublasLtMatrixLayout_t lc,
-                                     void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
-    const void* ptrs[4] = {A, B, C, D};
-    for (int i = 0; algo && i < 4; i++)
-        if (algo->data[i] && (uintptr_t)ptrs[i] % algo->data[i] != 0) {
-            fprintf(stderr, "cuBLASLt emulation: operand %c is not %llu-byte aligned, as the algorithm was chosen for\n", "ABCD"[i],
-                    (unsigned long long)algo->data[i]);
-            return CUBLAS_STATUS_INVALID_VALUE;
-        }
-    if (algo && algo->data[EMU_ALGO_EPILOGUE] != (uint64_t)d->epilogue) {
-        fprintf(stderr, "cuBLASLt emulation: the algorithm was chosen for epilogue %llu, not %d\n",
-                (unsigned long long)algo->data[EMU_ALGO_EPILOGUE], (int)d->epilogue);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    const void* eptrs[2] = {d->bias, d->aux};
-    for (int i = 0; algo && i < 2; i++) {
-        uint64_t a = algo->data[EMU_ALGO_ALIGN_BIAS + i];
-        if (eptrs[i] && a && (uintptr_t)eptrs[i] % a != 0) {
-            fprintf(stderr, "cuBLASLt emulation: the %s pointer is not %llu-byte aligned, as the algorithm was chosen for\n",
-                    i ? "aux" : "bias", (unsigned long long)a);
-            return CUBLAS_STATUS_INVALID_VALUE;
-        }
-    }
-    // op(A) is m×k, op(B) is k×n, C and D are m×n
+// D = alpha·op(A)·op(B) + beta·C and the epilogue, m×n×k from the layouts (validated by cublasLtMatmul).
+inline void emu_lt_compute(const emu_lt_desc* d, float alpha, const void* A, const emu_lt_layout* la, const void* B, const emu_lt_layout* lb,
+                           float beta, const void* C, const emu_lt_layout* lc, void* D, const emu_lt_layout* ld) {
     uint64_t m = d->transa == CUBLAS_OP_N ? la->rows : la->cols, k = d->transa == CUBLAS_OP_N ? la->cols : la->rows;
-    uint64_t kb = d->transb == CUBLAS_OP_N ? lb->rows : lb->cols, n = d->transb == CUBLAS_OP_N ? lb->cols : lb->rows;
-    if (k != kb || ld->rows != m || ld->cols != n || lc->rows != m || lc->cols != n) {
-        fprintf(stderr, "cuBLASLt emulation: inconsistent shapes (op(A) %llux%llu, op(B) %llux%llu, D %llux%llu)\n",
-                (unsigned long long)m, (unsigned long long)k, (unsigned long long)kb, (unsigned long long)n,
-                (unsigned long long)ld->rows, (unsigned long long)ld->cols);
-        return CUBLAS_STATUS_INVALID_VALUE;
-    }
-    if (C != D && lc->ld != ld->ld) return emu_lt_refuse("a C layout other than D's, leading dimension", lc->ld);
-    // The type combinations keel may use (of cuBLASLt's table for CUBLAS_COMPUTE_32F): A and B of one
-    // type; C and D of that type or fp32 (a bf16/fp16 product accumulated into fp32 gradients).
-    if (la->type != lb->type) return emu_lt_refuse("A and B of different types, B type", lb->type);
-    if (lc->type != ld->type) return emu_lt_refuse("C and D of different types, D type", ld->type);
-    if (ld->type != la->type && ld->type != CUDA_R_32F) return emu_lt_refuse("D type with these inputs", ld->type);
+    uint64_t n = d->transb == CUBLAS_OP_N ? lb->cols : lb->rows;
     int32_t batch = ld->batch;
-    if (la->batch != batch || lb->batch != batch || lc->batch != batch)
-        return emu_lt_refuse("layouts with different batch counts, D's", batch);
-    cublasStatus_t epilogue_ok = emu_lt_check_epilogue(d, m, batch);
-    if (epilogue_ok != CUBLAS_STATUS_SUCCESS) return epilogue_ok;
-    if (C != D && lc->stride != ld->stride) return emu_lt_refuse("a C batch stride other than D's", lc->stride);
-    // the step profile (emu_core.h): bf16/fp16 inputs run on tensor cores; fp32 under COMPUTE_32F does not
-    emu::profile_gemm(2 * m * n * k * (uint64_t)batch, la->type != CUDA_R_32F);
-    float alpha, beta;
-    memcpy(&alpha, alpha_p, 4);
-    memcpy(&beta, beta_p, 4);
-    emu::DeviceScope open;
     bool ta = d->transa == CUBLAS_OP_T, tb = d->transb == CUBLAS_OP_T;
     auto elem = [](const void* base, cudaDataType_t t, int64_t off) {
         size_t sz = t == CUDA_R_32F ? 4 : 2;
@@ -354,5 +314,108 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
             }
         }
     }
+}
+
+// What the real library refuses or may fault on, whatever the algorithm: an operand not aligned to
+// its element type; an epilogue's bias or aux pointer not 16-byte aligned (its kernels read them in
+// 16-byte vectors: keel's call sites fall back to a separate bias kernel instead, matmul.cuh); a
+// workspace smaller than the algorithm asked for, or missing.
+inline cublasStatus_t emu_lt_check_pointers(cublasLtMatmulDesc_t d, const void* const ptrs[4], const cublasLtMatrixLayout_t lays[4],
+                                            const cublasLtMatmulAlgo_t* algo, const void* workspace, size_t workspace_bytes) {
+    for (int i = 0; i < 4; i++) {
+        size_t elem = lays[i]->type == CUDA_R_32F ? 4 : 2;
+        if ((uintptr_t)ptrs[i] % elem != 0) {
+            fprintf(stderr, "cuBLASLt emulation: operand %c is not aligned to its %zu-byte element type\n", "ABCD"[i], elem);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
+    const void* eptrs[2] = {d->bias, d->aux};
+    for (int i = 0; i < 2; i++)
+        if (eptrs[i] && (uintptr_t)eptrs[i] % 16 != 0) {
+            fprintf(stderr, "cuBLASLt emulation: the epilogue's %s pointer is not 16-byte aligned\n", i ? "aux" : "bias");
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    uint64_t need = algo ? algo->data[EMU_ALGO_WORKSPACE] : 0;
+    if (workspace_bytes < need || (need && !workspace)) {
+        fprintf(stderr, "cuBLASLt emulation: the algorithm needs %llu bytes of workspace, the call gives %zu%s\n", (unsigned long long)need,
+                workspace_bytes, workspace ? "" : " (and no pointer)");
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+// The epilogues keel uses exist for products whose C/D type is the inputs' type.
+inline cublasStatus_t emu_lt_check_epilogue_types(cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t ld) {
+    if (d->epilogue == CUBLASLT_EPILOGUE_DEFAULT || ld->type == la->type) return CUBLAS_STATUS_SUCCESS;
+    fprintf(stderr, "cuBLASLt emulation: epilogue %d with inputs of type %d and output of type %d is not a combination the library offers\n",
+            (int)d->epilogue, (int)la->type, (int)ld->type);
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+}
+
+// The call against what its algorithm was chosen for (cublasLtMatmulAlgoGetHeuristic above).
+inline cublasStatus_t emu_lt_check_algo(cublasLtMatmulDesc_t d, const void* const ptrs[4], const cublasLtMatmulAlgo_t* algo) {
+    for (int i = 0; algo && i < 4; i++)
+        if (algo->data[i] && (uintptr_t)ptrs[i] % algo->data[i] != 0) {
+            fprintf(stderr, "cuBLASLt emulation: operand %c is not %llu-byte aligned, as the algorithm was chosen for\n", "ABCD"[i],
+                    (unsigned long long)algo->data[i]);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    if (algo && algo->data[EMU_ALGO_EPILOGUE] != (uint64_t)d->epilogue) {
+        fprintf(stderr, "cuBLASLt emulation: the algorithm was chosen for epilogue %llu, not %d\n",
+                (unsigned long long)algo->data[EMU_ALGO_EPILOGUE], (int)d->epilogue);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    const void* eptrs[2] = {d->bias, d->aux};
+    for (int i = 0; algo && i < 2; i++) {
+        uint64_t a = algo->data[EMU_ALGO_ALIGN_BIAS + i];
+        if (eptrs[i] && a && (uintptr_t)eptrs[i] % a != 0) {
+            fprintf(stderr, "cuBLASLt emulation: the %s pointer is not %llu-byte aligned, as the algorithm was chosen for\n",
+                    i ? "aux" : "bias", (unsigned long long)a);
+            return CUBLAS_STATUS_INVALID_VALUE;
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha_p, const void* A, cublasLtMatrixLayout_t la,
+                                     const void* B, cublasLtMatrixLayout_t lb, const void* beta_p, const void* C, cublasLtMatrixLayout_t lc,
+                                     void* D, cublasLtMatrixLayout_t ld, const cublasLtMatmulAlgo_t* algo, void* workspace, size_t workspace_bytes,
+                                     cudaStream_t stream) {
+    const void* ptrs[4] = {A, B, C, D};
+    const cublasLtMatrixLayout_t lays[4] = {la, lb, lc, ld};
+    cublasStatus_t ok = emu_lt_check_pointers(d, ptrs, lays, algo, workspace, workspace_bytes);
+    if (ok == CUBLAS_STATUS_SUCCESS) ok = emu_lt_check_epilogue_types(d, la, ld);
+    if (ok == CUBLAS_STATUS_SUCCESS) ok = emu_lt_check_algo(d, ptrs, algo);
+    if (ok != CUBLAS_STATUS_SUCCESS) return ok;
+    // op(A) is m×k, op(B) is k×n, C and D are m×n
+    uint64_t m = d->transa == CUBLAS_OP_N ? la->rows : la->cols, k = d->transa == CUBLAS_OP_N ? la->cols : la->rows;
+    uint64_t kb = d->transb == CUBLAS_OP_N ? lb->rows : lb->cols, n = d->transb == CUBLAS_OP_N ? lb->cols : lb->rows;
+    if (k != kb || ld->rows != m || ld->cols != n || lc->rows != m || lc->cols != n) {
+        fprintf(stderr, "cuBLASLt emulation: inconsistent shapes (op(A) %llux%llu, op(B) %llux%llu, D %llux%llu)\n",
+                (unsigned long long)m, (unsigned long long)k, (unsigned long long)kb, (unsigned long long)n,
+                (unsigned long long)ld->rows, (unsigned long long)ld->cols);
+        return CUBLAS_STATUS_INVALID_VALUE;
+    }
+    if (C != D && lc->ld != ld->ld) return emu_lt_refuse("a C layout other than D's, leading dimension", lc->ld);
+    // The type combinations keel may use (of cuBLASLt's table for CUBLAS_COMPUTE_32F): A and B of one
+    // type; C and D of that type or fp32 (a bf16/fp16 product accumulated into fp32 gradients).
+    if (la->type != lb->type) return emu_lt_refuse("A and B of different types, B type", lb->type);
+    if (lc->type != ld->type) return emu_lt_refuse("C and D of different types, D type", ld->type);
+    if (ld->type != la->type && ld->type != CUDA_R_32F) return emu_lt_refuse("D type with these inputs", ld->type);
+    int32_t batch = ld->batch;
+    if (la->batch != batch || lb->batch != batch || lc->batch != batch)
+        return emu_lt_refuse("layouts with different batch counts, D's", batch);
+    cublasStatus_t epilogue_ok = emu_lt_check_epilogue(d, m, batch);
+    if (epilogue_ok != CUBLAS_STATUS_SUCCESS) return epilogue_ok;
+    if (C != D && lc->stride != ld->stride) return emu_lt_refuse("a C batch stride other than D's", lc->stride);
+    // the step profile (emu_core.h): bf16/fp16 inputs run on tensor cores; fp32 under COMPUTE_32F does not
+    emu::profile_gemm(2 * m * n * k * (uint64_t)batch, la->type != CUDA_R_32F);
+    float alpha, beta;
+    memcpy(&alpha, alpha_p, 4);
+    memcpy(&beta, beta_p, 4);
+    // runs in its place on the stream (KEEL_EMU_STREAMS): the descriptors are copied, as the caller
+    // may destroy them as soon as this returns
+    emu_lt_desc dd = *d;
+    emu_lt_layout a_ = *la, b_ = *lb, c_ = *lc, d_ = *ld;
+    emu::stream_submit(stream, [=] { emu_lt_compute(&dd, alpha, A, &a_, B, &b_, beta, C, &c_, D, &d_); });
     return CUBLAS_STATUS_SUCCESS;
 }

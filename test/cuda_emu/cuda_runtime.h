@@ -2,10 +2,12 @@
 // runs the kernels). Built with -Itest/cuda_emu, so llmc/cuda's `#include <cuda_runtime.h>` lands
 // here and the kernel sources compile unchanged with g++.
 //
-// Streams and events exist as handles and are otherwise no-ops: the emulation runs every launch and
-// copy synchronously, in program order. Stream-ordering bugs are therefore invisible here; real-GPU
-// runs (make test-gpu) are what catch those. A created stream is a distinct non-null handle, so the
-// profile can count what is issued on the legacy default stream (null, cudaMemcpy, cudaMemset).
+// Streams and events: by default (KEEL_EMU_STREAMS=sync) labels, and every launch and copy runs
+// when issued, in program order. Under KEEL_EMU_STREAMS=async:SEED each stream's work is queued and
+// run apart, in a random interleaving that respects only CUDA's guarantees (emu_core.h "streams"):
+// a missing cudaStreamWaitEvent or host wait then shows. A created stream is a distinct non-null
+// handle, so the profile can count what is issued on the legacy default stream (null, cudaMemcpy,
+// cudaMemset).
 //
 // Every call below that the step profile counts (emu_core.h, KEEL_EMU_PROFILE) reports itself there:
 // synchronisations, copies by direction (a blocking device→host cudaMemcpy is a host wait),
@@ -14,6 +16,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "emu_core.h"
 
@@ -68,7 +72,11 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     p->warpSize = 32;
     return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() { emu::profile_sync(); return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() {
+    emu::profile_sync();
+    emu::device_sync();
+    return cudaSuccess;
+}
 inline cudaError_t cudaDeviceReset() { return cudaSuccess; }
 enum { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 // Raises a kernel's dynamic shared-memory limit: the launcher then allows up to `value` bytes for it
@@ -93,13 +101,27 @@ inline cudaError_t cudaMalloc(void** p, size_t bytes) {
 template <typename T> inline cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
 inline cudaError_t cudaFree(void* p) {
     if (!p) return cudaSuccess;
+    emu::device_sync();  // (cudaFree waits for the device: queued work may still use the memory)
     if (!emu::device_free(p)) return emu_last_error = cudaErrorInvalidValue;
     emu::profile_free();
     return cudaSuccess;
 }
-inline cudaError_t cudaMallocHost(void** p, size_t bytes) { *p = malloc(bytes); return *p ? cudaSuccess : cudaErrorMemoryAllocation; }
+// Pinned host memory: a copy from it reads it when the copy runs, not when it is issued.
+inline cudaError_t cudaMallocHost(void** p, size_t bytes) {
+    *p = malloc(bytes);
+    if (!*p) return cudaErrorMemoryAllocation;
+    emu::streams().pinned.push_back({(const char*)*p, bytes});
+    return cudaSuccess;
+}
 template <typename T> inline cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaMallocHost((void**)p, bytes); }
-inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaFreeHost(void* p) {
+    emu::device_sync();
+    auto& pinned = emu::streams().pinned;
+    for (size_t i = 0; i < pinned.size(); i++)
+        if (pinned[i].first == (const char*)p) pinned.erase(pinned.begin() + (long)i--);
+    free(p);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total) {
     *total = (size_t)16 << 30;
     *free_b = *total - emu::arena().used;
@@ -117,44 +139,78 @@ inline cudaError_t emu_check_copy(const void* dst, const void* src, cudaMemcpyKi
     return cudaSuccess;
 }
 // blocking: cudaMemcpy (the host waits for it, and for the work queued before it) or cudaMemcpyAsync.
-inline cudaError_t emu_memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, bool blocking) {
+// The copy runs in its place on the stream; from pageable host memory its bytes are taken now, and
+// into pageable host memory the call returns once it has run (CUDA's rules for unpinned memory).
+inline cudaError_t emu_memcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, bool blocking, cudaStream_t stream) {
     emu_check_copy(dst, src, kind);
     emu::profile_copy(emu::is_device_ptr(dst), emu::is_device_ptr(src), bytes, blocking);
-    emu::DeviceScope open;
-    if (bytes) memmove(dst, src, bytes);
+    if (!bytes) return cudaSuccess;
+    std::shared_ptr<std::vector<char>> staged;
+    if (!blocking && !emu::is_device_ptr(src) && !emu::host_pinned(src))
+        staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
+    uint64_t id = emu::stream_submit(stream, [=] { memmove(dst, staged ? staged->data() : src, bytes); });
+    if (blocking || (!emu::is_device_ptr(dst) && !emu::host_pinned(dst))) emu::stream_sync_op(id);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     emu::profile_stream(nullptr);
-    return emu_memcpy(dst, src, bytes, kind, true);
+    return emu_memcpy(dst, src, bytes, kind, true, nullptr);
 }
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t stream = nullptr) {
     emu::profile_stream(stream);
-    return emu_memcpy(dst, src, bytes, kind, false);
+    return emu_memcpy(dst, src, bytes, kind, false, stream);
 }
 inline cudaError_t emu_memset(void* p, int v, size_t bytes, cudaStream_t stream) {
     emu::profile_stream(stream);
     if (bytes && !emu::is_device_ptr(p)) emu::die("cudaMemset on a host pointer%s%s", "", "");
     emu::profile_memset(bytes);
-    emu::DeviceScope open;
-    memset(p, v, bytes);
+    if (bytes) emu::stream_submit(stream, [=] { memset(p, v, bytes); });
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* p, int v, size_t bytes) { return emu_memset(p, v, bytes, nullptr); }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t stream = nullptr) { return emu_memset(p, v, bytes, stream); }
 
 struct emu_stream { unsigned flags; };
-inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { *s = new emu_stream{flags}; return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+    *s = new emu_stream{flags};
+    emu::stream_created(*s, !(flags & cudaStreamNonBlocking));
+    return cudaSuccess;
+}
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { emu::profile_sync(); return cudaSuccess; }
-inline cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned = 0) { emu::profile_trace("wait"); return cudaSuccess; }
-inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = nullptr; return cudaSuccess; }
-inline cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
-inline cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
-inline cudaError_t cudaEventSynchronize(cudaEvent_t) { emu::profile_sync(); return cudaSuccess; }
-inline cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }  // (everything has run: the emulation is synchronous)
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    emu::stream_sync(s);
+    emu::streams().queues.erase(s);
+    delete s;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    emu::profile_sync();
+    emu::stream_sync(s);
+    return cudaSuccess;
+}
+// An event is the point of its stream where it was last recorded (an op id; 0: already passed). A
+// null event is one that has always passed.
+struct emu_event { uint64_t op; };
+inline uint64_t emu_event_op(cudaEvent_t e) { return e ? e->op : 0; }
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
+    emu::profile_trace("wait");
+    if (emu::stream_pending(emu_event_op(e))) emu::stream_submit(s, [] {}, {e->op});
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new emu_event{0}; return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
+    if (!e) return emu_last_error = cudaErrorInvalidValue;
+    e->op = emu::stream_submit(s, [] {});
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    emu::profile_sync();
+    emu::stream_sync_op(emu_event_op(e));
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventQuery(cudaEvent_t e) { return emu::stream_pending(emu_event_op(e)) ? cudaErrorNotReady : cudaSuccess; }
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
 
 #include "cuda_bf16.h"

@@ -2,7 +2,8 @@
 // (docs/gpu.md and docs/emulator.md). Test-only: nothing here is ever compiled into the GPU build.
 //
 // What is emulated, and how:
-//   - a launch runs the grid's blocks one after another on the calling OS thread;
+//   - a launch runs the grid's blocks one after another on the calling OS thread, in linear order or
+//     the order KEEL_EMU_SCHEDULE asks for (see "schedule exploration");
 //   - the threads of a block are cooperative fibers: each has its own stack, and a round-robin
 //     scheduler resumes every live fiber until it finishes or reaches a synchronization point;
 //   - threadIdx/blockIdx/blockDim/gridDim are thread_local variables the scheduler sets before it
@@ -37,13 +38,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <map>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
+
+struct __nv_bfloat16;  // (cuda_bf16.h: the NaN check below tells the 16-bit types apart by name)
+struct __half;
 
 // ---- dim3 and the built-in index variables ------------------------------------------------------
 struct dim3 {
@@ -121,6 +129,17 @@ emu_switch:
 #error "the CUDA emulation has a context switch for x86-64 and AArch64 only"
 #endif
 
+// The checked build (KEEL_EMU_RACECHECK, racecheck.h): the emulator's own code that touches shared
+// memory on a kernel's behalf is not instrumented (EMU_UNCHECKED) and reports the access itself;
+// a hook is kept out of line so that its return address is the kernel's source line.
+#ifdef KEEL_EMU_RACECHECK
+#define EMU_UNCHECKED __attribute__((no_sanitize_thread))
+#define EMU_HOOK __attribute__((noinline, no_sanitize_thread)) inline
+#else
+#define EMU_UNCHECKED
+#define EMU_HOOK inline
+#endif
+
 namespace emu {
 
 enum FiberState { FIBER_READY, FIBER_WAIT_BLOCK, FIBER_WAIT_WARP, FIBER_DONE };
@@ -133,6 +152,9 @@ struct Fiber {
 };
 
 static const size_t FIBER_STACK = 64 * 1024;
+// Bytes around each shared array and the dynamic buffer that no access may reach (the checked build
+// reports one that does as out of bounds).
+enum : size_t { SHARED_REDZONE = 64 };
 
 // One OS thread's scheduler: the fibers of the block it is running.
 struct Block {
@@ -147,11 +169,25 @@ struct Block {
     std::vector<int> warp_arrived;
     std::vector<unsigned> warp_expect;  // the mask of lanes the pending collective waits for
     std::vector<uint64_t> warp_slots;   // (warps, 32) published values
+    std::vector<unsigned> warp_order;   // per warp: __syncwarp barriers passed (the race checker's order)
+    std::vector<char> warp_fence;       // per warp: whether the pending collective is a __syncwarp
     const std::function<void()>* body = nullptr;
-    std::vector<char> dynamic_smem;
+    std::vector<char> smem_storage;     // the dynamic shared memory with SHARED_REDZONE bytes either side
+    char* smem_base = nullptr;          // the launch's dynamic shared memory: smem_bytes bytes
+    size_t smem_bytes = 0;
     const char* kernel_name = "";
+    std::vector<unsigned> order;        // the fibers in the schedule's order (KEEL_EMU_SCHEDULE)
+    uint64_t serial = 0;                // blocks this OS thread has started: which block declared a static array
 };
 inline thread_local Block tl_block;
+
+// The pseudo-random generator of the schedule and the poison (splitmix64: one state word).
+inline uint64_t splitmix64(uint64_t* state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 [[noreturn]] inline void die(const char* fmt, const char* a = "", const char* b = "") {
     fprintf(stderr, "cuda emulation: ");
@@ -208,6 +244,14 @@ inline bool warp_complete(Block* b, int w) {
     return true;
 }
 
+// Releases warp w's pending collective; a __syncwarp also orders the warp's memory accesses.
+inline void warp_release(Block* b, int w) {
+    b->warp_arrived[w] = 0;
+    b->warp_gen[w]++;
+    if (b->warp_fence[w]) b->warp_order[w]++;
+    b->warp_fence[w] = 0;
+}
+
 inline void syncthreads() {
     Block* b = &tl_block;
     Fiber* f = &b->fibers[b->current];
@@ -220,18 +264,19 @@ inline void syncthreads() {
     fiber_yield(FIBER_WAIT_BLOCK);
 }
 
-// A warp barrier over `mask`: returns when every unfinished lane of the mask has arrived.
-inline void warp_sync(unsigned mask) {
+// A warp barrier over `mask`: returns when every unfinished lane of the mask has arrived. fence: it
+// is a __syncwarp, which (unlike a shuffle) also orders the lanes' memory accesses.
+inline void warp_sync(unsigned mask, bool fence = false) {
     Block* b = &tl_block;
     int i = b->current, w = i / 32;
     Fiber* f = &b->fibers[i];
     if (b->warp_arrived[w] == 0) b->warp_expect[w] = mask;
     else if (b->warp_expect[w] != mask) die("kernel %s: warp collectives with different masks meet in one warp%s", b->kernel_name);
+    if (fence) b->warp_fence[w] = 1;
     f->generation = b->warp_gen[w];
     b->warp_arrived[w]++;
     if (warp_complete(b, w)) {
-        b->warp_arrived[w] = 0;
-        b->warp_gen[w]++;
+        warp_release(b, w);
         return;
     }
     fiber_yield(FIBER_WAIT_WARP);
@@ -583,25 +628,30 @@ inline void* device_alloc(size_t bytes) {
     return a.base + off;
 }
 
-// KEEL_EMU_POISON=nan | random:SEED (default: none): what fresh device memory (every cudaMalloc) and
-// each block's dynamic shared memory hold at their start — all bytes 0xFF (a NaN in fp32, bf16 and
-// fp16) or pseudo-random bytes from SEED — instead of what the arena or the previous block left. A
-// kernel whose output changes with the pattern reads memory nothing wrote; with nan the output shows
-// NaN where it did. set_poison overrides the variable (the emulator's own test).
+// KEEL_EMU_POISON=none | nan | ones | random:SEED (default none): what fresh device memory (every
+// cudaMalloc), each block's dynamic shared memory and each block's static shared arrays (KEEL_SHARED)
+// hold at their start, instead of what the arena or the previous block left:
+//   nan     every byte 0xFF: a NaN in fp32, bf16 and fp16 (and -1 in an integer);
+//   ones    every 4-byte word 1.0f: finite, so an uninitialized value that a max or a mask would
+//           swallow when it is a NaN still changes a sum;
+//   random  pseudo-random bytes from SEED, different in every buffer and every block.
+// A kernel whose output changes with the pattern reads memory nothing wrote. set_poison overrides
+// the variable (the emulator's own test).
+enum PoisonMode { POISON_NONE, POISON_NAN, POISON_RANDOM, POISON_ONES };
 struct Poison {
-    int mode = 0;  // 0 none, 1 nan, 2 random
+    int mode = POISON_NONE;
     uint64_t seed = 0;
 };
 inline Poison& poison() {
     static Poison p = [] {
         Poison q;
         const char* e = getenv("KEEL_EMU_POISON");
+        char* end = nullptr;
         if (!e || !*e || strcmp(e, "none") == 0) return q;
-        if (strcmp(e, "nan") == 0) q.mode = 1;
-        else if (strncmp(e, "random:", 7) == 0) {
-            q.mode = 2;
-            q.seed = strtoull(e + 7, nullptr, 10);
-        } else die("KEEL_EMU_POISON=%s: expected none, nan or random:SEED%s", e);
+        if (strcmp(e, "nan") == 0) q.mode = POISON_NAN;
+        else if (strcmp(e, "ones") == 0) q.mode = POISON_ONES;
+        else if (strncmp(e, "random:", 7) == 0 && e[7] && (q.seed = strtoull(e + 7, &end, 10), *end == '\0')) q.mode = POISON_RANDOM;
+        else die("KEEL_EMU_POISON=%s: expected none, nan, ones or random:SEED%s", e);
         return q;
     }();
     return p;
@@ -609,14 +659,16 @@ inline Poison& poison() {
 inline void set_poison(int mode, uint64_t seed = 0) { poison() = Poison{mode, seed}; }
 inline void poison_fill(void* p, size_t n) {
     Poison& q = poison();
-    if (q.mode == 1) memset(p, 0xFF, n);
-    if (q.mode == 2) {
-        unsigned char* c = (unsigned char*)p;
-        for (size_t i = 0; i < n; i++) {
-            uint64_t z = (q.seed += 0x9E3779B97F4A7C15ull);  // splitmix64
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-            c[i] = (unsigned char)(z ^ (z >> 31));
+    unsigned char* c = (unsigned char*)p;
+    if (q.mode == POISON_NAN) memset(p, 0xFF, n);
+    if (q.mode == POISON_ONES) {
+        const float one = 1.0f;
+        for (size_t i = 0; i < n; i++) c[i] = ((const unsigned char*)&one)[((uintptr_t)(c + i)) % 4];
+    }
+    if (q.mode == POISON_RANDOM) {
+        for (size_t i = 0; i < n; i += 8) {
+            uint64_t z = splitmix64(&q.seed);
+            memcpy(c + i, &z, n - i < 8 ? n - i : 8);
         }
     }
 }
@@ -633,6 +685,185 @@ inline bool device_free(void* p) {
         }
     return false;
 }
+
+// ---- schedule exploration ------------------------------------------------------------------------
+// KEEL_EMU_SCHEDULE=in-order | reverse | random:SEED (default in-order): the order in which the
+// scheduler resumes the fibers of a block in each pass (one pass ≈ one barrier interval: it also
+// decides which lane arrives first at a warp collective) and the order of the blocks of a grid.
+// random draws a fresh permutation for every pass and every launch from SEED. keel's contract is
+// that no output depends on it: a kernel whose result changes with the schedule has a race (a
+// missing barrier) or an order-dependent reduction, both of which a GPU turns into run-to-run
+// differences. set_schedule overrides the variable (the emulator's own test).
+enum ScheduleMode { SCHEDULE_IN_ORDER, SCHEDULE_REVERSE, SCHEDULE_RANDOM };
+struct Schedule {
+    ScheduleMode mode = SCHEDULE_IN_ORDER;
+    uint64_t state = 0;  // random: the generator's state (splitmix64), advanced per permutation
+};
+inline Schedule parse_schedule(const char* e) {
+    Schedule q;
+    if (!e || !*e || strcmp(e, "in-order") == 0) return q;
+    char* end = nullptr;
+    if (strcmp(e, "reverse") == 0) q.mode = SCHEDULE_REVERSE;
+    else if (strncmp(e, "random:", 7) == 0 && e[7] && (q.state = strtoull(e + 7, &end, 10), *end == '\0')) q.mode = SCHEDULE_RANDOM;
+    else die("KEEL_EMU_SCHEDULE=%s: expected in-order, reverse or random:SEED%s", e);
+    return q;
+}
+inline Schedule& schedule() {
+    static Schedule s = parse_schedule(getenv("KEEL_EMU_SCHEDULE"));
+    return s;
+}
+inline void set_schedule(ScheduleMode mode, uint64_t seed = 0) { schedule() = Schedule{mode, seed}; }
+// order = 0..n-1 in the schedule's order (a fresh permutation for random).
+inline void schedule_order(std::vector<unsigned>* order, unsigned n) {
+    Schedule& s = schedule();
+    order->resize(n);
+    for (unsigned i = 0; i < n; i++) (*order)[i] = s.mode == SCHEDULE_REVERSE ? n - 1 - i : i;
+    if (s.mode != SCHEDULE_RANDOM) return;
+    for (unsigned i = n; i > 1; i--) std::swap((*order)[i - 1], (*order)[splitmix64(&s.state) % i]);
+}
+// Kernels whose blocks wait for blocks of a lower linear index (a spin on a counter that an earlier
+// block advances): the GPU dispatches blocks in that order, so such a wait is safe there, and the
+// schedule's block order leaves their grids in it. Threads and lanes are still reordered.
+inline std::map<const void*, bool>& dispatch_order_kernels() {
+    static std::map<const void*, bool> m;
+    return m;
+}
+template <typename K> inline void keep_block_order(K kernel) { dispatch_order_kernels()[(const void*)kernel] = true; }
+
+// ---- streams -------------------------------------------------------------------------------------
+// KEEL_EMU_STREAMS=sync | async:SEED (default sync). sync: every launch, copy, memset, cuBLASLt
+// product and NCCL call runs when it is issued, in program order (streams and events are labels).
+// async: the work is queued per stream and runs only when something needs it — a host wait
+// (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, a blocking cudaMemcpy,
+// cudaFree) or an NCCL call whose stream must have run first — and then in a random interleaving
+// (from SEED) of the queues' heads that respects exactly what CUDA guarantees:
+//   - the order of one stream;
+//   - cudaStreamWaitEvent: the waiting stream's later work runs after the event's recorded point;
+//   - the legacy default stream (a null stream, cudaMemcpy, cudaMemset): its work waits for all
+//     work issued before it on blocking streams, and their later work waits for it (streams made
+//     with cudaStreamNonBlocking take no part);
+//   - a blocking call returns after what it waits for has run.
+// A missing wait then shows as a wrong result, or a read of memory not yet written (with
+// KEEL_EMU_POISON: the pattern). Copies from pageable host memory take their bytes at the call, as
+// CUDA stages them; from pinned memory (cudaMallocHost) when the copy runs. NCCL calls read their
+// input when issued, after their stream's earlier work, and write their output when their place in
+// the stream comes (nccl.h).
+struct StreamOp {
+    uint64_t id;
+    std::vector<uint64_t> after;  // ops that must have run first (event waits, the legacy stream's rule)
+    std::function<void()> run;
+};
+struct StreamQueue {
+    std::deque<StreamOp> ops;
+    uint64_t last = 0;      // the last op issued on it
+    bool blocking = true;   // (cudaStreamNonBlocking: false)
+};
+struct Streams {
+    bool async = false;
+    uint64_t rng = 0, next_id = 1;
+    std::map<const void*, StreamQueue> queues;  // by handle; nullptr is the legacy default stream
+    std::unordered_set<uint64_t> pending;       // issued, not yet run
+    std::vector<std::pair<const char*, size_t>> pinned;  // cudaMallocHost ranges
+};
+inline Streams& streams() {
+    static Streams* s = [] {
+        Streams* q = new Streams;  // (never destroyed: static destructors may still free memory)
+        const char* e = getenv("KEEL_EMU_STREAMS");
+        char* end = nullptr;
+        if (!e || !*e || strcmp(e, "sync") == 0) return q;
+        if (strncmp(e, "async:", 6) == 0 && e[6] && (q->rng = strtoull(e + 6, &end, 10), *end == '\0')) q->async = true;
+        else die("KEEL_EMU_STREAMS=%s: expected sync or async:SEED%s", e);
+        return q;
+    }();
+    return *s;
+}
+inline void set_streams(bool async, uint64_t seed = 0) { streams().async = async, streams().rng = seed; }
+inline bool stream_pending(uint64_t id) { return id && streams().pending.count(id) != 0; }
+inline void stream_created(const void* handle, bool blocking) { streams().queues[handle].blocking = blocking; }
+
+// Queues `run` on the stream (sync: runs it now, with device memory open); returns its id (0 if it ran).
+inline uint64_t stream_submit(const void* handle, std::function<void()> run, std::vector<uint64_t> after = {}) {
+    Streams& s = streams();
+    if (!s.async) {
+        DeviceScope open;
+        run();
+        return 0;
+    }
+    StreamQueue& q = s.queues[handle];
+    if (!handle) {  // the legacy stream waits for every blocking stream's work so far
+        for (auto& kv : s.queues)
+            if (kv.first && kv.second.blocking && stream_pending(kv.second.last)) after.push_back(kv.second.last);
+    } else if (q.blocking && stream_pending(s.queues[nullptr].last)) {
+        after.push_back(s.queues[nullptr].last);
+    }
+    uint64_t id = s.next_id++;
+    q.ops.push_back(StreamOp{id, std::move(after), std::move(run)});
+    q.last = id;
+    s.pending.insert(id);
+    return id;
+}
+inline bool stream_head_ready(const StreamQueue& q) {
+    if (q.ops.empty()) return false;
+    for (uint64_t a : q.ops.front().after)
+        if (stream_pending(a)) return false;
+    return true;
+}
+// Runs one queue head whose waits are over: `first` if given and ready, else one chosen at random;
+// false if none can run.
+inline bool stream_run_one(StreamQueue* first = nullptr) {
+    Streams& s = streams();
+    std::vector<StreamQueue*> ready;
+    for (auto& kv : s.queues)
+        if (stream_head_ready(kv.second)) ready.push_back(&kv.second);
+    if (ready.empty()) return false;
+    StreamQueue* q = first && stream_head_ready(*first) ? first : ready[splitmix64(&s.rng) % ready.size()];
+    StreamOp op = std::move(q->ops.front());
+    q->ops.pop_front();
+    {
+        DeviceScope open;
+        op.run();
+    }
+    s.pending.erase(op.id);
+    return true;
+}
+// Runs queued work until `done` holds. With a target queue (the stream waited for), a coin decides
+// per wait whether the target's work goes first whenever it can (the other streams' work then runs
+// as late as possible: a consumer that forgot to wait sees its input unwritten) or every step picks
+// at random (other work may run early: a producer that forgot to wait overwrites what is still read).
+template <typename Pred> inline void stream_drain(Pred done, StreamQueue* target = nullptr) {
+    if (target && splitmix64(&streams().rng) % 2) target = nullptr;
+    while (!done())
+        if (!stream_run_one(target)) die("streams: queued work waits for an event that nothing will ever record%s%s");
+}
+inline void stream_sync(const void* handle) {
+    auto it = streams().queues.find(handle);
+    if (it == streams().queues.end()) return;
+    StreamQueue* q = &it->second;
+    stream_drain([q] { return q->ops.empty(); }, q);
+}
+inline void stream_sync_op(uint64_t id) {
+    StreamQueue* target = nullptr;
+    for (auto& kv : streams().queues)
+        for (const StreamOp& op : kv.second.ops)
+            if (op.id == id) target = &kv.second;
+    stream_drain([id] { return !stream_pending(id); }, target);
+}
+inline void device_sync() { stream_drain([] { return streams().pending.empty(); }); }
+inline bool host_pinned(const void* p) {
+    for (auto& r : streams().pinned)
+        if ((const char*)p >= r.first && (const char*)p < r.first + r.second) return true;
+    return false;
+}
+
+// The checked build's shadow of shared memory (racecheck.h); without it, a declared static array is
+// only poisoned.
+#ifdef KEEL_EMU_RACECHECK
+}  // namespace emu
+#include "racecheck.h"
+namespace emu {
+#else
+inline void shared_declared(void*, size_t, const char*, const char*, int) {}
+#endif
 
 // ---- launches ------------------------------------------------------------------------------------
 inline std::vector<char*>& stack_pool() {
@@ -651,17 +882,25 @@ inline void run_block(Block* b, unsigned threads) {
     b->warp_arrived.assign(warps, 0);
     b->warp_expect.assign(warps, 0);
     b->warp_slots.assign(warps * 32, 0);
+    b->warp_order.assign(warps, 0);
+    b->warp_fence.assign(warps, 0);
     b->block_gen = 0;
     b->block_arrived = 0;
     b->live = (int)threads;
-    if (poison().mode && !b->dynamic_smem.empty()) poison_fill(b->dynamic_smem.data(), b->dynamic_smem.size());
+    b->serial++;
+    if (poison().mode && b->smem_bytes) poison_fill(b->smem_base, b->smem_bytes);
+#ifdef KEEL_EMU_RACECHECK
+    race_block_start(b->smem_base, b->smem_bytes);
+#endif
     for (unsigned i = 0; i < threads; i++) {
         fiber_init(b, (int)i);
         b->fibers[i].tid = {i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
     }
+    std::vector<unsigned>& order = b->order;
     while (b->live > 0) {
         bool moved = false;
-        for (unsigned i = 0; i < threads; i++) {
+        if (schedule().mode != SCHEDULE_IN_ORDER || order.size() != threads) schedule_order(&order, threads);
+        for (unsigned i : order) {
             Fiber* f = &b->fibers[i];
             bool runnable = f->state == FIBER_READY || (f->state == FIBER_WAIT_BLOCK && f->generation != b->block_gen) ||
                             (f->state == FIBER_WAIT_WARP && f->generation != b->warp_gen[i / 32]);
@@ -670,7 +909,13 @@ inline void run_block(Block* b, unsigned threads) {
             f->state = FIBER_READY;
             b->current = (int)i;
             threadIdx = f->tid;
+#ifdef KEEL_EMU_RACECHECK
+            tl_race_active = true;  // the fiber's accesses are checked, the scheduler's are not
             emu_switch(&b->scheduler_sp, f->sp);
+            tl_race_active = false;
+#else
+            emu_switch(&b->scheduler_sp, f->sp);
+#endif
             moved = true;
         }
         if (b->live > 0 && !moved) {
@@ -685,14 +930,16 @@ inline void run_block(Block* b, unsigned threads) {
                 if (b->warp_arrived[w] == 0) continue;
                 b->current = -1;
                 if (warp_complete(b, (int)w)) {
-                    b->warp_arrived[w] = 0;
-                    b->warp_gen[w]++;
+                    warp_release(b, (int)w);
                     released = true;
                 }
             }
             if (!released) die("deadlock in kernel %s: some threads wait at a barrier the others never reach%s", b->kernel_name);
         }
     }
+#ifdef KEEL_EMU_RACECHECK
+    race_block_end();
+#endif
 }
 
 struct LaunchStats {
@@ -714,15 +961,93 @@ inline std::map<const void*, size_t>& smem_optin() {  // kernel → its raised d
 }
 enum : size_t { DEFAULT_DYNAMIC_SMEM = 48 * 1024, MAX_DYNAMIC_SMEM = 227 * 1024 };
 
+// Runs the grid's blocks, in linear order or the schedule's (KEEL_EMU_SCHEDULE).
+inline void run_grid(Block* b, dim3 grid, unsigned threads, bool keep_order) {
+    LaunchStats& s = stats();
+    uint64_t n = (uint64_t)grid.x * grid.y * grid.z;
+    bool permute = schedule().mode != SCHEDULE_IN_ORDER && !keep_order;
+    if (permute && n > 0xffffffffull) die("a grid of over 2^32 blocks under KEEL_EMU_SCHEDULE%s%s");
+    std::vector<unsigned> order;
+    if (permute) schedule_order(&order, (unsigned)n);
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t i = permute ? order[k] : k;
+        blockIdx = {(unsigned)(i % grid.x), (unsigned)(i / grid.x % grid.y), (unsigned)(i / ((uint64_t)grid.x * grid.y))};
+        run_block(b, threads);
+        s.blocks++;
+        s.threads += threads;
+    }
+}
+
+// ---- where NaNs come from (KEEL_EMU_NANCHECK=1) -----------------------------------------------------
+// Around every launch, for each argument that is a pointer to non-const float, bf16 or fp16, the NaNs
+// from the pointer to the end of its cudaMalloc allocation are counted before and after the kernel;
+// a kernel that made new ones is named on stderr with the argument (the run goes on). Under
+// KEEL_EMU_POISON=nan the first kernel named is usually the one that read memory nothing wrote, and
+// the argument the buffer its NaNs went to. It costs two scans of those buffers per launch.
+enum NanType { NAN_NONE, NAN_F32, NAN_BF16, NAN_F16 };
+struct NanCheck {
+    bool enabled = false;
+    uint64_t reports = 0;
+};
+inline NanCheck& nancheck() {
+    static NanCheck n{getenv("KEEL_EMU_NANCHECK") && strcmp(getenv("KEEL_EMU_NANCHECK"), "1") == 0, 0};
+    return n;
+}
+template <typename T> constexpr NanType nan_type() {
+    if constexpr (std::is_same_v<T, float*>) return NAN_F32;
+    else if constexpr (std::is_same_v<T, __nv_bfloat16*>) return NAN_BF16;
+    else if constexpr (std::is_same_v<T, __half*>) return NAN_F16;
+    else return NAN_NONE;
+}
+struct NanArg {
+    int index;
+    const char* p;
+    NanType type;
+    size_t before;
+};
+// The NaNs from p to the end of its allocation (0 if p is not in one).
+inline size_t nan_count(const char* p, NanType t) {
+    Arena& a = arena();
+    for (auto& l : a.live) {
+        const char *lo = a.base + l.first, *hi = lo + l.second;
+        if (p < lo || p >= hi) continue;
+        size_t n = 0, w = t == NAN_F32 ? 4 : 2;
+        for (const char* q = p; q + w <= hi; q += w) {
+            uint32_t v = 0;
+            memcpy(&v, q, w);
+            n += t == NAN_F32 ? (v & 0x7fffffffu) > 0x7f800000u : t == NAN_BF16 ? (v & 0x7fffu) > 0x7f80u : (v & 0x7fffu) > 0x7c00u;
+        }
+        return n;
+    }
+    return 0;
+}
+template <typename T> inline void nan_arg(std::vector<NanArg>* out, int i, const T& v) {
+    if constexpr (nan_type<T>() != NAN_NONE) out->push_back(NanArg{i, (const char*)v, nan_type<T>(), 0});
+}
+template <typename Tuple, size_t... I> inline std::vector<NanArg> nan_args(const Tuple& t, std::index_sequence<I...>) {
+    std::vector<NanArg> out;
+    (nan_arg(&out, (int)I, std::get<I>(t)), ...);
+    for (NanArg& a : out) a.before = nan_count(a.p, a.type);
+    return out;
+}
+inline void nan_report(const char* kernel, const std::vector<NanArg>& args) {
+    static const char* const names[] = {"", "float", "bf16", "fp16"};
+    for (const NanArg& a : args) {
+        size_t after = nan_count(a.p, a.type);
+        if (after <= a.before) continue;
+        nancheck().reports++;
+        fprintf(stderr, "cuda emulation: NaN check: kernel %s made %zu new NaN in its argument %d (%s*, the buffer at device offset %lld)\n",
+                profile_kernel_name(kernel).c_str(), after - a.before, a.index + 1, names[a.type], (long long)(a.p - arena().base));
+    }
+}
+
 template <typename... P> struct Launch {
     void (*kernel)(P...);
     dim3 grid, block;
     size_t smem;
     const char* name;
-    template <typename... A> void operator()(A&&... args) const {
-        std::tuple<P...> params(std::forward<A>(args)...);  // converted as the GPU converts kernel arguments
-        std::function<void()> body = [&]() { std::apply(kernel, params); };
-        unsigned threads = block.x * block.y * block.z;
+    const void* stream;
+    void check(unsigned threads) const {
         if (threads == 0 || threads > 1024) die("kernel %s: %s threads per block (1..1024)", name, threads == 0 ? "0" : "over 1024");
         if (block.z > 64) die("kernel %s: a block's z dimension over 64%s", name);
         if (grid.x == 0 || grid.y == 0 || grid.z == 0) die("kernel %s: an empty grid%s", name);
@@ -735,30 +1060,57 @@ template <typename... P> struct Launch {
                 die("kernel %s: dynamic shared memory over 48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize) "
                     "raising the kernel's limit that far first%s: on a GPU the launch fails", name);
         }
-        DeviceScope open;
-        LaunchStats& s = stats();
-        s.launches++;
+    }
+    template <typename... A> void operator()(A&&... args) const {
+        // converted as the GPU converts kernel arguments, and kept until the launch runs (KEEL_EMU_STREAMS)
+        auto params = std::make_shared<std::tuple<P...>>(std::forward<A>(args)...);
+        unsigned threads = block.x * block.y * block.z;
+        check(threads);
+        stats().launches++;
         profile_launch(name);
-        Block* b = &tl_block;
-        b->body = &body;
-        b->kernel_name = name;
-        b->dynamic_smem.assign(smem, 0);
-        blockDim = block;
-        gridDim = grid;
-        for (unsigned z = 0; z < grid.z; z++)
-            for (unsigned y = 0; y < grid.y; y++)
-                for (unsigned x = 0; x < grid.x; x++) {
-                    blockIdx = {x, y, z};
-                    run_block(b, threads);
-                    s.blocks++;
-                    s.threads += threads;
-                }
+        Launch l = *this;
+        stream_submit(stream, [l, params, threads] {
+            std::function<void()> body = [&]() { std::apply(l.kernel, *params); };
+            Block* b = &tl_block;
+            b->body = &body;
+            b->kernel_name = l.name;
+            b->smem_storage.assign(l.smem + 2 * SHARED_REDZONE, 0);
+            b->smem_base = b->smem_storage.data() + SHARED_REDZONE;
+            b->smem_bytes = l.smem;
+            blockDim = l.block;
+            gridDim = l.grid;
+            std::vector<NanArg> nan_watch;
+            if (nancheck().enabled) nan_watch = nan_args(*params, std::index_sequence_for<P...>{});
+            run_grid(b, l.grid, threads, dispatch_order_kernels().count((const void*)l.kernel) != 0);
+            if (!nan_watch.empty()) nan_report(l.name, nan_watch);
+        });
     }
 };
 
+// ---- static shared memory -------------------------------------------------------------------------
+// A static shared array and, around it, bytes no access may reach (the checked build reports one
+// that does as out of bounds).
+template <typename X> using SharedRef = X&;
+template <typename X> struct SharedStatic {
+    alignas(16) unsigned char below[SHARED_REDZONE];
+    alignas(16) X v;
+    alignas(16) unsigned char above[SHARED_REDZONE];
+    uint64_t block = 0;  // the Block::serial of the block that last reached the declaration
+};
+template <typename X> inline X& shared_static(SharedStatic<X>* s, const char* name, const char* file, int line) {
+    Block* b = &tl_block;
+    if (s->block != b->serial) {  // the block's first thread here: no thread of this block has touched it
+        s->block = b->serial;
+        poison_fill(&s->v, sizeof s->v);
+        shared_declared(&s->v, sizeof s->v, name, file, line);
+    }
+    return s->v;
+}
+
+
 template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, const char* name, const void* stream) {
     profile_stream(stream);
-    return Launch<P...>{k, g, b, smem, name};
+    return Launch<P...>{k, g, b, smem, name, stream};
 }
 
 }  // namespace emu
@@ -767,7 +1119,14 @@ template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 
 // is `kernel<<<grid, block, smem, stream>>>(args...)` under nvcc and a call of the emulator here.
 #define KEEL_LAUNCH(kernel, grid, block, smem, stream) \
     ::emu::make_launch(kernel, dim3(grid), dim3(block), (size_t)(smem), #kernel, (const void*)(stream))
-#define KEEL_DYNAMIC_SHARED(T, name) T* name = (T*)::emu::tl_block.dynamic_smem.data()
+#define KEEL_DYNAMIC_SHARED(T, name) T* name = (T*)::emu::tl_block.smem_base
+// KEEL_SHARED(T, name, dims) (llmc/cuda/common.cuh): a static shared array as a thread_local
+// (one copy per OS thread, i.e. per running block) that the first thread of each block to reach the
+// declaration fills with the poison pattern; `name` is a reference to it, so sizeof, indexing and
+// decay to a pointer are the array's.
+#define KEEL_SHARED(T, name, dims)                                    \
+    static thread_local ::emu::SharedStatic<T dims> name##_emu_static_; \
+    ::emu::SharedRef<T dims> name = ::emu::shared_static(&name##_emu_static_, #name, __FILE__, __LINE__)
 
 // ---- kernel-side built-ins -----------------------------------------------------------------------
 #define __global__
@@ -779,7 +1138,7 @@ template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 
 #define __noinline__
 
 inline void __syncthreads() { emu::syncthreads(); }
-inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_sync(mask); }
+inline void __syncwarp(unsigned mask = 0xffffffffu) { emu::warp_sync(mask, true); }
 template <typename T> inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
     int lane = emu::tl_block.current % 32;
     return emu::warp_exchange(mask, v, (lane / width) * width + (src % width));
@@ -807,12 +1166,12 @@ inline int __all_sync(unsigned mask, int pred) {
 }
 
 // Atomics: a fiber is never interrupted between the read and the write.
-template <typename T> inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
-template <typename T> inline T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
-template <typename T> inline T atomicMin(T* p, T v) { T old = *p; *p = old < v ? old : v; return old; }
-template <typename T> inline T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
-template <typename T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
-template <typename T> inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicMin(T* p, T v) { T old = *p; *p = old < v ? old : v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
+template <typename T> EMU_UNCHECKED inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
 
 // Device math that the C library lacks. rsqrtf is 1/sqrtf here (≤ 2 ulp apart from the GPU's).
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }

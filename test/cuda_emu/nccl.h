@@ -1,8 +1,8 @@
 // nccl.h (emulation) — the NCCL calls of llmc/comm.h's NCCL backend, carried out over MPI on the
 // emulated device memory, so the emulated CUDA trainer runs data and pipeline parallel under mpirun
 // through the very code path the GPU build uses. Sums use MPI_Reduce's order (like NCCL, not the MPI
-// backend's rank order). Device memory is opened (emu::DeviceScope) for exactly as long as MPI may
-// touch it: one blocking call, or from the first post of a group's sends and receives to its last wait.
+// backend's rank order). MPI works on host copies of the
+// buffers (see "stream order" below), so device memory is never open while MPI waits for a peer.
 //
 // Communicators. Real NCCL builds a communicator from the unique id alone: the id carries the root's
 // socket address and ncclCommInitRank connects the members over the network. The emulation has no
@@ -40,6 +40,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "cuda_bf16.h"
@@ -52,7 +53,8 @@ typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
 struct ncclUniqueId { char internal[128]; };
 struct emu_nccl_comm {
     int rank, size;
-    MPI_Comm mpi;  // a duplicate of the group's MPI communicator: this communicator's own context
+    MPI_Comm mpi;        // a duplicate of the group's MPI communicator: this communicator's own context
+    uint64_t calls = 0;  // collectives issued on it (the agreement check below)
 };
 typedef emu_nccl_comm* ncclComm_t;
 #define NCCL_VERSION_CODE 0
@@ -94,7 +96,7 @@ inline ncclResult_t emu_nccl_comm_init_rank(ncclComm_t* c, int nranks, ncclUniqu
         return emu_nccl_fail(ncclInvalidUsage, "ncclCommInitRank: the members of one communicator hold different unique ids "
                                                "(the id was not broadcast over exactly this group)");
     }
-    *c = new emu_nccl_comm{rank, nranks, dup};
+    *c = new emu_nccl_comm{rank, nranks, dup, 0};
     return ncclSuccess;
 }
 inline ncclResult_t ncclCommInitRank(ncclComm_t* c, int, ncclUniqueId, int) {
@@ -123,8 +125,51 @@ inline bool emu_nccl_count(size_t count) {
     return false;
 }
 
+// ---- agreement between ranks -------------------------------------------------------------------------
+// Real NCCL hangs, or corrupts memory, when the ranks of a communicator issue different collectives,
+// counts, types or roots in the same place of their sequence. The emulation compares each
+// collective's signature across the communicator before it runs and refuses a mismatch, naming both.
+struct emu_nccl_sig {
+    uint64_t seq, count;
+    int32_t kind, type, op, root;
+};
+inline void emu_nccl_describe(char* out, size_t n, const emu_nccl_sig& g) {
+    snprintf(out, n, "%s of %llu elements of NCCL type %d (op %d, root %d)", emu::profile_collective_names[g.kind], (unsigned long long)g.count,
+             g.type, g.op, g.root);
+}
+inline ncclResult_t emu_nccl_agree(ncclComm_t c, emu::ProfileCollective kind, size_t count, ncclDataType_t t, int op, int root) {
+    emu_nccl_sig me = {c->calls++, count, kind, t, op, root};
+    std::vector<emu_nccl_sig> all(c->size);
+    if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all.data(), (int)sizeof me, MPI_BYTE, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+    for (int r = 0; r < c->size; r++) {
+        const emu_nccl_sig& o = all[r];
+        if (o.count == me.count && o.kind == me.kind && o.type == me.type && o.op == me.op && o.root == me.root) continue;
+        char mine[160], theirs[160];
+        emu_nccl_describe(mine, sizeof mine, me);
+        emu_nccl_describe(theirs, sizeof theirs, o);
+        fprintf(stderr, "NCCL emulation: collective #%llu of the communicator differs between ranks: rank %d issues %s, rank %d %s\n",
+                (unsigned long long)me.seq, c->rank, mine, r, theirs);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+// ---- stream order (KEEL_EMU_STREAMS, emu_core.h) ------------------------------------------------------
+// An NCCL call reads its buffer when issued, after its stream's earlier work has run, into a staged
+// host copy, communicates over MPI there, and writes the result back when its place in the stream
+// comes: with the streams run apart, a kernel on another stream that reads the result without
+// waiting for the call's stream reads the old bytes. (KEEL_EMU_STREAMS=sync: all of it at once.)
+inline std::shared_ptr<std::vector<uint8_t>> emu_nccl_stage(const void* buf, size_t bytes, cudaStream_t stream) {
+    emu::stream_sync(stream);
+    emu::DeviceScope open;
+    return std::make_shared<std::vector<uint8_t>>((const uint8_t*)buf, (const uint8_t*)buf + bytes);
+}
+inline void emu_nccl_commit(void* buf, std::shared_ptr<std::vector<uint8_t>> staged, cudaStream_t stream) {
+    emu::stream_submit(stream, [buf, staged] { memcpy(buf, staged->data(), staged->size()); });
+}
+
 // ---- groups ----------------------------------------------------------------------------------------
-struct emu_nccl_p2p { bool send; void* buf; int count; MPI_Datatype type; int peer; MPI_Comm mpi; };
+struct emu_nccl_p2p { bool send; void* buf; int count; MPI_Datatype type; int peer; MPI_Comm mpi; size_t bytes; cudaStream_t stream; ncclDataType_t nccl_type; };
 struct emu_nccl_group_state {
     int depth = 0;
     std::vector<emu_nccl_p2p> queued;
@@ -134,19 +179,47 @@ inline emu_nccl_group_state& emu_nccl_group() {
     return g;
 }
 
+// Each send first tells its receive what it sends (bytes and type, tag 1); a receive that expects
+// something else is refused before any data moves (on a GPU: a hang, or bytes read as another type).
+inline ncclResult_t emu_nccl_p2p_agree(const std::vector<emu_nccl_p2p>& q) {
+    std::vector<MPI_Request> req(q.size(), MPI_REQUEST_NULL);
+    std::vector<uint64_t> mine(2 * q.size()), got(2 * q.size());
+    for (size_t i = 0; i < q.size(); i++) {
+        mine[2 * i] = q[i].bytes;
+        mine[2 * i + 1] = (uint64_t)q[i].nccl_type;
+        int rc = q[i].send ? MPI_Isend(&mine[2 * i], 2, MPI_UINT64_T, q[i].peer, 1, q[i].mpi, &req[i])
+                           : MPI_Irecv(&got[2 * i], 2, MPI_UINT64_T, q[i].peer, 1, q[i].mpi, &req[i]);
+        if (rc != MPI_SUCCESS) return ncclSystemError;
+    }
+    if (MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE) != MPI_SUCCESS) return ncclSystemError;
+    for (size_t i = 0; i < q.size(); i++)
+        if (!q[i].send && (got[2 * i] != mine[2 * i] || got[2 * i + 1] != mine[2 * i + 1])) {
+            fprintf(stderr, "NCCL emulation: ncclRecv of %llu bytes of NCCL type %llu from rank %d, which sends %llu bytes of type %llu\n",
+                    (unsigned long long)mine[2 * i], (unsigned long long)mine[2 * i + 1], q[i].peer, (unsigned long long)got[2 * i],
+                    (unsigned long long)got[2 * i + 1]);
+            return ncclInvalidUsage;
+        }
+    return ncclSuccess;
+}
+
 inline ncclResult_t emu_nccl_run_p2p() {
     std::vector<emu_nccl_p2p>& q = emu_nccl_group().queued;
-    std::vector<MPI_Request> req(q.size(), MPI_REQUEST_NULL);
-    int rc = MPI_SUCCESS;
-    {
-        emu::DeviceScope open;  // MPI reads and writes these buffers until the last wait returns
-        // receives first: every send then finds its receive posted, whatever the MPI protocol
-        for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
-            if (!q[i].send) rc = MPI_Irecv(q[i].buf, q[i].count, q[i].type, q[i].peer, 0, q[i].mpi, &req[i]);
-        for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
-            if (q[i].send) rc = MPI_Isend(q[i].buf, q[i].count, q[i].type, q[i].peer, 0, q[i].mpi, &req[i]);
-        if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE);
+    if (ncclResult_t agreed = emu_nccl_p2p_agree(q)) {
+        q.clear();
+        return agreed;
     }
+    std::vector<MPI_Request> req(q.size(), MPI_REQUEST_NULL);
+    std::vector<std::shared_ptr<std::vector<uint8_t>>> staged(q.size());  // (stream order: see above)
+    for (size_t i = 0; i < q.size(); i++) staged[i] = emu_nccl_stage(q[i].buf, q[i].bytes, q[i].stream);
+    int rc = MPI_SUCCESS;
+    // receives first: every send then finds its receive posted, whatever the MPI protocol
+    for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
+        if (!q[i].send) rc = MPI_Irecv(staged[i]->data(), q[i].count, q[i].type, q[i].peer, 0, q[i].mpi, &req[i]);
+    for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
+        if (q[i].send) rc = MPI_Isend(staged[i]->data(), q[i].count, q[i].type, q[i].peer, 0, q[i].mpi, &req[i]);
+    if (rc == MPI_SUCCESS) rc = MPI_Waitall((int)req.size(), req.data(), MPI_STATUSES_IGNORE);
+    for (size_t i = 0; i < q.size() && rc == MPI_SUCCESS; i++)
+        if (!q[i].send) emu_nccl_commit(q[i].buf, staged[i], q[i].stream);
     q.clear();
     return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
@@ -168,21 +241,21 @@ inline bool emu_nccl_collective_ok() {
     return false;
 }
 
-inline ncclResult_t emu_nccl_p2p_post(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c) {
+inline ncclResult_t emu_nccl_p2p_post(bool send, const void* buf, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
     if (!emu_nccl_device(buf) || !emu_nccl_count(count * emu_nccl_size(t))) return ncclInvalidArgument;
     if (peer < 0 || peer >= c->size) return emu_nccl_fail(ncclInvalidArgument, "send/recv: the peer is outside the communicator");
     emu::profile_nccl(send ? emu::NCCL_SEND : emu::NCCL_RECV, count * emu_nccl_size(t));
-    emu_nccl_group().queued.push_back({send, (void*)buf, emu_nccl_mpi_count(count, t), emu_nccl_type(t), peer, c->mpi});
+    emu_nccl_group().queued.push_back({send, (void*)buf, emu_nccl_mpi_count(count, t), emu_nccl_type(t), peer, c->mpi, count * emu_nccl_size(t), stream, t});
     ncclGroupStart();  // a lone op is a group of one
     return ncclGroupEnd();
 }
 inline ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
-    return emu_nccl_p2p_post(true, send, count, t, peer, c);
+    return emu_nccl_p2p_post(true, send, count, t, peer, c, stream);
 }
 inline ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
-    return emu_nccl_p2p_post(false, recv, count, t, peer, c);
+    return emu_nccl_p2p_post(false, recv, count, t, peer, c, stream);
 }
 
 // ---- collectives -----------------------------------------------------------------------------------
@@ -190,19 +263,24 @@ inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclD
     emu::profile_stream(stream);
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;  // keel reduces in place
     if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_REDUCE, count, t, 0, root)) return agreed;
     emu::profile_nccl(emu::NCCL_REDUCE, count * emu_nccl_size(t));
-    emu::DeviceScope open;
-    int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, recv, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi)
-                             : MPI_Reduce(send, nullptr, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi);
+    auto staged = emu_nccl_stage(recv, count * emu_nccl_size(t), stream);
+    int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, staged->data(), (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi)
+                             : MPI_Reduce(staged->data(), nullptr, (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi);
+    if (rc == MPI_SUCCESS && c->rank == root) emu_nccl_commit(recv, staged, stream);
     return rc == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
 }
 inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count * emu_nccl_size(t)) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_BROADCAST, count, t, 0, root)) return agreed;
     emu::profile_nccl(emu::NCCL_BROADCAST, count * emu_nccl_size(t));
-    emu::DeviceScope open;
-    return MPI_Bcast(recv, emu_nccl_mpi_count(count, t), emu_nccl_type(t), root, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
+    auto staged = emu_nccl_stage(recv, count * emu_nccl_size(t), stream);
+    if (MPI_Bcast(staged->data(), emu_nccl_mpi_count(count, t), emu_nccl_type(t), root, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+    if (c->rank != root) emu_nccl_commit(recv, staged, stream);
+    return ncclSuccess;
 }
 // Every type and op keel uses: the ranks' buffers are gathered and combined in rank order in double
 // (exact for max; for a sum the order is fixed, as a fixed NCCL topology's is), then rounded once.
@@ -231,20 +309,25 @@ inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, nc
     emu::profile_stream(stream);
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count * emu_nccl_size(t) * c->size) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
+    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_ALLREDUCE, count, t, op, 0)) return agreed;
     emu::profile_nccl(emu::NCCL_ALLREDUCE, count * emu_nccl_size(t));
-    emu::DeviceScope open;
-    if (t == ncclFloat && op == ncclSum)
-        return MPI_Allreduce(MPI_IN_PLACE, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi) == MPI_SUCCESS ? ncclSuccess : ncclSystemError;
     size_t bytes = count * emu_nccl_size(t);
+    auto staged = emu_nccl_stage(recv, bytes, stream);
+    if (t == ncclFloat && op == ncclSum) {
+        if (MPI_Allreduce(MPI_IN_PLACE, staged->data(), (int)count, MPI_FLOAT, MPI_SUM, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+        emu_nccl_commit(recv, staged, stream);
+        return ncclSuccess;
+    }
     std::vector<uint8_t> all(bytes * c->size);
-    if (MPI_Allgather(recv, (int)bytes, MPI_BYTE, all.data(), (int)bytes, MPI_BYTE, c->mpi) != MPI_SUCCESS) return ncclSystemError;
+    if (MPI_Allgather(staged->data(), (int)bytes, MPI_BYTE, all.data(), (int)bytes, MPI_BYTE, c->mpi) != MPI_SUCCESS) return ncclSystemError;
     for (size_t i = 0; i < count; i++) {
         double v = emu_nccl_load(all.data(), i, t);
         for (int r = 1; r < c->size; r++) {
             double x = emu_nccl_load(all.data() + r * bytes, i, t);
             v = op == ncclMax ? (x > v ? x : v) : v + x;
         }
-        emu_nccl_store(recv, i, t, v);
+        emu_nccl_store(staged->data(), i, t, v);
     }
+    emu_nccl_commit(recv, staged, stream);
     return ncclSuccess;
 }

@@ -75,13 +75,25 @@ inline float widen_t(uint16_t bits, const __half*) {
 // Whether [p, p+16) lies in the running block's shared memory.
 inline bool in_shared(const void* p, size_t n = 16) {
     const char* c = (const char*)p;
-    const std::vector<char>& dyn = tl_block.dynamic_smem;
-    return !dyn.empty() && c >= dyn.data() && c + n <= dyn.data() + dyn.size();
+    const Block* b = &tl_block;
+    return b->smem_bytes && c >= b->smem_base && c + n <= b->smem_base + b->smem_bytes;
 }
 
-inline void ldmatrix(uint32_t (&r)[4], const void* p, bool trans) {
+// The checked build (racecheck.h): an emulated instruction reports its own shared-memory accesses,
+// `pc` being the kernel's line that issued it.
+inline void shared_access(const void* p, size_t n, bool is_write, const void* pc) {
+#ifdef KEEL_EMU_RACECHECK
+    race_access(p, n, is_write, pc);
+#else
+    (void)p, (void)n, (void)is_write, (void)pc;
+#endif
+}
+
+// ldmatrix: the lane's own row is its read (the warp reads the rows the lanes name).
+EMU_UNCHECKED inline void ldmatrix(uint32_t (&r)[4], const void* p, bool trans, const void* pc) {
     if (((uintptr_t)p & 15u) != 0) die("kernel %s: ldmatrix needs 16-byte aligned row addresses%s", tl_block.kernel_name);
     if (!in_shared(p)) die("kernel %s: ldmatrix reads shared memory only (the address is outside the block's dynamic shared memory)%s", tl_block.kernel_name);
+    shared_access(p, 16, false, pc);
     LaneRegs me;
     me.op = trans ? OP_LDM_T : OP_LDM;
     me.p = p;
@@ -106,6 +118,7 @@ struct Copy {
     void* dst;
     const void* src;
     int n, size;  // source bytes read; bytes written (the rest of size zero-filled)
+    const void* pc;  // the kernel's line that issued it (the checked build's reports)
 };
 struct AsyncState {
     uint64_t epoch = ~0ull;
@@ -130,7 +143,7 @@ inline AsyncState& async_state() {
 
 namespace keel_cuda {
 
-template <typename F> inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+template <typename F> EMU_UNCHECKED inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
     using namespace emu::ptx_detail;
     LaneRegs me;
     me.op = OP_MMA;
@@ -156,24 +169,28 @@ template <typename F> inline void mma_m16n8k16(float (&d)[4], const uint32_t (&a
     if (l == 0) emu::profile_mma(2ull * 16 * 8 * 16);
 }
 
-inline void ldmatrix_x4(uint32_t (&r)[4], const void* p) { emu::ptx_detail::ldmatrix(r, p, false); }
-inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) { emu::ptx_detail::ldmatrix(r, p, true); }
+EMU_HOOK void ldmatrix_x4(uint32_t (&r)[4], const void* p) { emu::ptx_detail::ldmatrix(r, p, false, __builtin_return_address(0)); }
+EMU_HOOK void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) { emu::ptx_detail::ldmatrix(r, p, true, __builtin_return_address(0)); }
 
-inline void cp_async16(void* dst, const void* src, int src_bytes) {
+// cp.async: the destination counts as written by the issuing thread when issued (the bytes may land
+// any time from then on) and again when they land at the wait.
+EMU_HOOK void cp_async16(void* dst, const void* src, int src_bytes) {
     using namespace emu::ptx_detail;
     if (((uintptr_t)dst & 15u) || ((uintptr_t)src & 15u))
         emu::die("kernel %s: cp.async of 16 bytes needs 16-byte aligned addresses%s", emu::tl_block.kernel_name);
     if (!in_shared(dst, 16)) emu::die("kernel %s: cp.async writes shared memory only%s", emu::tl_block.kernel_name);
     if (src_bytes < 0 || src_bytes > 16) emu::die("kernel %s: cp.async source size outside 0..16%s", emu::tl_block.kernel_name);
-    async_state().open.push_back(Copy{dst, src, src_bytes, 16});
+    shared_access(dst, 16, true, __builtin_return_address(0));
+    async_state().open.push_back(Copy{dst, src, src_bytes, 16, __builtin_return_address(0)});
 }
-inline void cp_async4(void* dst, const void* src, int src_bytes) {
+EMU_HOOK void cp_async4(void* dst, const void* src, int src_bytes) {
     using namespace emu::ptx_detail;
     if (((uintptr_t)dst & 3u) || ((uintptr_t)src & 3u))
         emu::die("kernel %s: cp.async of 4 bytes needs 4-byte aligned addresses%s", emu::tl_block.kernel_name);
     if (!in_shared(dst, 4)) emu::die("kernel %s: cp.async writes shared memory only%s", emu::tl_block.kernel_name);
     if (src_bytes != 0 && src_bytes != 4) emu::die("kernel %s: cp.async of 4 bytes reads 0 or 4 source bytes%s", emu::tl_block.kernel_name);
-    async_state().open.push_back(Copy{dst, src, src_bytes, 4});
+    shared_access(dst, 4, true, __builtin_return_address(0));
+    async_state().open.push_back(Copy{dst, src, src_bytes, 4, __builtin_return_address(0)});
 }
 inline void cp_async_commit() {
     using namespace emu::ptx_detail;
@@ -181,11 +198,12 @@ inline void cp_async_commit() {
     s.groups.push_back(std::move(s.open));
     s.open.clear();
 }
-template <int N> inline void cp_async_wait() {
+template <int N> EMU_HOOK void cp_async_wait() {
     using namespace emu::ptx_detail;
     AsyncState& s = async_state();
     while ((int)s.groups.size() > N) {
         for (const Copy& c : s.groups.front()) {
+            shared_access(c.dst, (size_t)c.size, true, __builtin_return_address(0));
             memset(c.dst, 0, (size_t)c.size);
             if (c.n > 0) memcpy(c.dst, c.src, (size_t)c.n);
         }
