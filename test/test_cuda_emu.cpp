@@ -284,7 +284,9 @@ int main() {
         KEEL_LAUNCH(smem_kernel, dim3(1, 2), 32, 64 * 1024, MAIN_STREAM)(p);
         std::vector<float> got = dev_download(p, 2);
         check_true("after the opt-in, 64 KiB of dynamic shared memory launches and works", got[0] == 1.0f && got[1] == 1.0f);
-        check_true("an opt-in over 227 KiB is refused", cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024) != cudaSuccess);
+        check_true("an opt-in over 163 KiB (an A100's limit) is refused", cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 164 * 1024) != cudaSuccess);
+        check_true("an opt-in of 163 KiB is allowed", cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 163 * 1024) == cudaSuccess);
+        cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);  // back to what follows expects
         cudaGetLastError();
         dev_free(p);
     }

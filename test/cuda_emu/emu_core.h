@@ -954,12 +954,14 @@ inline LaunchStats& stats() {
 // with "invalid configuration" or "too many resources", at run time only): block dimensions
 // 1024 × 1024 × 64 and 1024 threads, grid dimensions (2^31 − 1) × 65535 × 65535, and dynamic shared
 // memory above the 48 KiB default only after cudaFuncSetAttribute(kernel,
-// cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) raised the kernel's limit (to at most 227 KiB).
+// cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) raised the kernel's limit, to at most 163 KiB:
+// the A100's (sm_80) limit, the smallest of the architectures keel builds for (an H100/H200, sm_90,
+// allows 227 KiB), so a kernel that passes here launches on both.
 inline std::map<const void*, size_t>& smem_optin() {  // kernel → its raised dynamic shared-memory limit
     static std::map<const void*, size_t> m;
     return m;
 }
-enum : size_t { DEFAULT_DYNAMIC_SMEM = 48 * 1024, MAX_DYNAMIC_SMEM = 227 * 1024 };
+enum : size_t { DEFAULT_DYNAMIC_SMEM = 48 * 1024, MAX_DYNAMIC_SMEM = 163 * 1024 };
 
 // Runs the grid's blocks, in linear order or the schedule's (KEEL_EMU_SCHEDULE).
 inline void run_grid(Block* b, dim3 grid, unsigned threads, bool keep_order) {
@@ -1053,7 +1055,7 @@ template <typename... P> struct Launch {
         if (grid.x == 0 || grid.y == 0 || grid.z == 0) die("kernel %s: an empty grid%s", name);
         if (grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
             die("kernel %s: a grid dimension over the GPU's limit (x 2^31 - 1, y and z 65535)%s", name);
-        if (smem > MAX_DYNAMIC_SMEM) die("kernel %s: dynamic shared memory over 227 KiB%s", name);
+        if (smem > MAX_DYNAMIC_SMEM) die("kernel %s: dynamic shared memory over 163 KiB (an A100's, sm_80's, limit per block)%s", name);
         if (smem > DEFAULT_DYNAMIC_SMEM) {
             auto it = smem_optin().find((const void*)kernel);
             if (it == smem_optin().end() || smem > it->second)
