@@ -25,11 +25,18 @@ BASE=(--hidden-size 64 --num-attention-heads 4 --seq-length 16 --micro-batch-siz
       --train-data-path data/brown/brown_train.bin --valid-data-path data/brown/brown_val.bin --eval-interval 0 --log-interval 1 --hidden-dropout 0 --attention-dropout 0)
 
 # run NAME ITERS GBS LAYERS [flags...] on 2 ranks: profile $TMP/NAME.json.r, trace $TMP/NAME.trace.r
+# (mpirun's own start-up can fail under load before any rank runs, "orte_session_dir failed": keel never
+# ran, so that start is repeated once, from nothing)
 run() {
-  local name=$1 iters=$2 gbs=$3 layers=$4; shift 4
-  KEEL_EMU_PROFILE="$TMP/$name.json" KEEL_EMU_TRACE="$TMP/$name.trace" mpirun --oversubscribe -np 2 $CUDA "${BASE[@]}" \
-    --num-layers "$layers" --train-iters "$iters" --global-batch-size "$gbs" --metrics-file "$TMP/$name.jsonl" --save "$TMP/$name.ck" \
-    "$@" >"$TMP/$name.log" 2>&1 || { fail "$name: the trainer failed"; tail -5 "$TMP/$name.log"; }
+  local name=$1 iters=$2 gbs=$3 layers=$4 try; shift 4
+  for try in 1 2; do
+    rm -rf "$TMP/$name.ck" "$TMP/$name.jsonl"
+    KEEL_EMU_PROFILE="$TMP/$name.json" KEEL_EMU_TRACE="$TMP/$name.trace" mpirun --oversubscribe -np 2 $CUDA "${BASE[@]}" \
+      --num-layers "$layers" --train-iters "$iters" --global-batch-size "$gbs" --metrics-file "$TMP/$name.jsonl" --save "$TMP/$name.ck" \
+      "$@" >"$TMP/$name.log" 2>&1 && return
+    [ $try = 1 ] && grep -qE "orte_[a-z_]+ failed|ORTE_ERROR" "$TMP/$name.log" && ! grep -q "^error:" "$TMP/$name.log" || break
+  done
+  fail "$name: the trainer failed"; tail -5 "$TMP/$name.log"
 }
 
 # ---- 1. data parallel ---------------------------------------------------------------------------------
