@@ -49,7 +49,14 @@ for bin in build/comm_groups_mpi build/comm_groups_emu; do
     grep -v '^ok' "$log" | tail -25
   fi
 
-  out=$(timeout -k 10 30 mpirun --oversubscribe -np 4 "$bin" --bad-split 2>&1); rc=$?
+  # Both refusing ranks exit 1 while the other two sit in MPI_Finalize; mpirun then tears the job
+  # down. Once, on a loaded 2-core CI machine, that teardown outlived the 30 s bound after the
+  # refusal had been printed; such a run is started once more (a hang would time out twice).
+  for try in 1 2; do
+    out=$(timeout -k 10 30 mpirun --oversubscribe -np 4 "$bin" --bad-split 2>&1); rc=$?
+    [ $rc -eq 124 ] && [ $try = 1 ] && grep -q 'one group, two member lists' <<<"$out" || break
+    echo "  note: $bin --bad-split refused but mpirun's teardown outlived 30 s; running it once more"
+  done
   if [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q 'one group, two member lists' <<<"$out"; then
     ok "$bin: disagreeing member lists refused: $(grep -o 'comm_split: one group.*' <<<"$out" | head -1)"
   else
