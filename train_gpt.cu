@@ -1184,14 +1184,15 @@ static const char* precision_describe(const Config* c) {
     if (c->bf16) return "bf16 (fp32 master weights, gradients, statistics)";
     if (c->fp16) return "fp16 with loss scaling (fp32 master weights, gradients, statistics)";
 #else
+    if (c->bf16) return "bf16 emulated (fp32 arithmetic; weights, activations and their gradients rounded to bf16 where the GPU stores them)";
     if (c->fp16) return "fp32, gradients rounded to fp16 with loss scaling";
 #endif
     return "fp32";
 }
 
 // Flags → the validated configuration, the same on every rank, with the precision resolved for
-// this backend (docs/internals.md#precision): the GPU defaults to --bf16; the CPU computes in fp32 (its --fp16 keeps
-// fp32 arithmetic and rounds the gradients to binary16, so the loss scaler sees fp16's range).
+// this backend (docs/internals.md#precision): the GPU defaults to --bf16; the CPU computes in fp32 (its --bf16 rounds
+// what the GPU stores in bf16 to bf16, its --fp16 rounds the gradients to binary16 so the loss scaler sees fp16's range).
 static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** argv) {
     if (argc == 1) {  // a first try with no arguments: how to run, not the first missing flag's error
         if (comm->rank > 0) keel_exit_after_root(KEEL_EXIT_USAGE);
@@ -1213,8 +1214,6 @@ static void trainer_parse_flags(Config* c, const Comm* comm, int argc, char** ar
     if (!c->export_hf.empty()) hf_export_check(c);
 #ifdef KEEL_CUDA
     if (!c->fp16 && !c->fp32) c->bf16 = true;
-#else
-    if (c->bf16) keel_usage_error("--bf16: the CPU trainer computes in fp32 (bf16 mixed precision is the CUDA trainer's, train_gpt)");
 #endif
     trainer_check_same_flags(comm, c);
 }

@@ -308,7 +308,8 @@ static const Flag FLAGS[] = {
     KEEL_FLAG(FG_PRECISION, "fp16", NO_MIN, NO_MAX, FT_BOOL, fp16, FK_STATE, nullptr,
               "fp16 mixed precision with dynamic loss scaling (CPU: fp32 arithmetic, gradients rounded to binary16)"),
     KEEL_FLAG(FG_PRECISION, "bf16", NO_MIN, NO_MAX, FT_BOOL, bf16, FK_STATE, nullptr,
-              "bf16 weights and activations, fp32 master weights and gradients (CUDA trainer; its default)"),
+              "bf16 weights and activations, fp32 master weights and gradients (the CUDA trainer's default; CPU: fp32 arithmetic, "
+              "bf16 storage emulated)"),
     KEEL_FLAG(FG_PRECISION, "fp32", NO_MIN, NO_MAX, FT_BOOL, fp32, FK_STATE, nullptr, "fp32 everywhere (the CPU trainer always; GPU parity runs)"),
     KEEL_FLAG(FG_PRECISION, "loss-scale", NO_MIN, NO_MAX, FT_FLOAT, loss_scale, FK_STATE, nullptr, "static loss scale; 0: dynamic under --fp16, none otherwise"),
     KEEL_FLAG(FG_PRECISION, "initial-loss-scale", NO_MIN, NO_MAX, FT_FLOAT, initial_loss_scale, FK_STATE, nullptr, "dynamic scaler: starting scale"),

@@ -77,6 +77,10 @@ struct GPTConfig {
     bool qk_layer_scaling = false;      // --apply-query-key-layer-scaling
     bool normformer = false;
     double hidden_dropout = 0, attention_dropout = 0, embed_dropout = 0;
+    // --bf16 on the CPU trainer: fp32 arithmetic, with the weights the ops read and every activation
+    // and activation gradient rounded to bf16 where the CUDA trainer stores them in bf16 (gpt_stored).
+    // Never set on the GPU, whose bf16 model stores bf16 itself.
+    bool round_bf16 = false;
 };
 
 // The MLP width F: --ffn-hidden-size, or Megatron's default 4C (GPT-2's) when unset.
@@ -410,6 +414,20 @@ template <typename F> static inline F* gpt_alloc(size_t n) { return n ? (F*)back
 
 // Whether the ops read a separate low-precision copy of the master weights.
 template <typename F> static constexpr bool gpt_has_compute_copy() { return !std::is_same<F, acc_t<F>>::value; }
+// Whether params_c is an allocation of its own: a low-precision copy, or (CPU --bf16) the master
+// weights rounded to bf16 in fp32 storage. Otherwise the ops read the master weights themselves.
+template <typename F> static inline bool gpt_separate_copy(const GPT<F>* m) {
+    return gpt_has_compute_copy<F>() || m->config.round_bf16;
+}
+
+// An op just wrote n values of x, a buffer the CUDA trainer's bf16 model holds in bf16: under the CPU
+// trainer's --bf16 (GPTConfig::round_bf16) they are rounded to bf16 in place, the store the GPU
+// makes (docs/internals.md#precision). A no-op everywhere else.
+template <typename F> static inline void gpt_stored(const GPT<F>* m, F* x, size_t n) {
+#ifndef KEEL_CUDA
+    if (m->config.round_bf16) cast_round_bf16(x, x, n);
+#endif
+}
 
 // After every write to the master weights (initialization, load, rollback, an optimizer step that
 // did not write the copy itself: StepResult::compute_copy_written, llmc/optimizer.h): refreshes the
@@ -419,6 +437,8 @@ template <typename F> static constexpr bool gpt_has_compute_copy() { return !std
 template <typename F> void gpt_params_changed(GPT<F>* m) {
     if constexpr (gpt_has_compute_copy<F>())
         cast_from_f32(m->params_c + m->master_lo, m->params + m->master_lo, (size_t)(m->master_hi - m->master_lo));
+    else if (m->config.round_bf16)
+        cast_round_bf16(m->params_c, m->params, (size_t)m->table.total);
 }
 
 // Whether this rank keeps only a shard of the master weights (ZeRO-1 with a compute copy).
@@ -628,8 +648,7 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     if (m->params) m->params -= master_lo;  // (offsets stay the table's: params[i] for i in the range)
     m->grads = gpt_alloc<acc_t<F>>(P);
     backend_memset_zero(m->grads, P * sizeof(acc_t<F>));
-    if constexpr (gpt_has_compute_copy<F>()) m->params_c = gpt_alloc<F>(P);
-    else m->params_c = m->params;
+    m->params_c = gpt_separate_copy(m) ? gpt_alloc<F>(P) : (F*)m->params;
     gpt_bind_views(m);
     m->B = B;
     m->T = T;
@@ -697,7 +716,7 @@ template <typename F> void gpt_free(GPT<F>* m) {
     for (F* b : dbufs) backend_free(b);
     backend_free(m->params ? m->params + m->master_lo : nullptr);
     backend_free(m->grads);
-    if constexpr (gpt_has_compute_copy<F>()) backend_free(m->params_c);
+    if (gpt_separate_copy(m)) backend_free(m->params_c);
     backend_free(m->alibi);
     backend_free(m->vp_stats);
     backend_free(m->loss_log);
@@ -725,6 +744,7 @@ template <typename F> static inline AttentionOpts gpt_attention_opts(const GPT<F
     o.alibi = m->alibi;
     o.dropout = gpt_dropout_site(m, m->config.attention_dropout, layer, DROPOUT_SITE_ATTN_PROBS);
     o.head_offset = m->config.tp_rank * gpt_tp_dims(&m->config).NH;  // masks of the model's heads
+    o.round_bf16 = m->config.round_bf16;
     return o;
 }
 
@@ -747,6 +767,7 @@ template <typename F> static void gpt_embed_forward(GPT<F>* m, int B, int T) {
         encoder_forward(a->emb, m->inputs, m->p[P_WTE], (const F*)nullptr, B, T, C);
         gpt_tp_sum(m, a->emb, BTC);  // vocabulary-parallel: each row comes from one rank, the others add 0
         layernorm_forward(a->encoded, a->lne_mean, a->lne_rstd, a->emb, m->p[P_LNEW], m->p[P_LNEB], B * T, C);
+        gpt_stored(m, a->encoded, BTC);
         if (wpe) position_forward(a->encoded, wpe, B, T, C);
     } else if (cfg->tp_size > 1) {
         encoder_forward(a->encoded, m->inputs, m->p[P_WTE], (const F*)nullptr, B, T, C);
@@ -755,8 +776,10 @@ template <typename F> static void gpt_embed_forward(GPT<F>* m, int B, int T) {
     } else {
         encoder_forward(a->encoded, m->inputs, m->p[P_WTE], wpe, B, T, C);
     }
+    gpt_stored(m, a->encoded, BTC);  // (the word rows alone are bf16 already: sums of one nonzero term)
     DropoutSite d = gpt_dropout_site(m, cfg->embed_dropout, -1, DROPOUT_SITE_EMBED);
     if (d.p > 0) dropout_forward(a->encoded, a->encoded, B, (size_t)T * C, &d);
+    gpt_stored(m, a->encoded, BTC);
 }
 
 // Backward of the embedding; d holds the gradient of acts.encoded and is used as scratch.
@@ -769,6 +792,7 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
     if (ds.p > 0) {
         backend_memset_zero(m->dacts.branch, BTC * sizeof(F));
         dropout_backward(m->dacts.branch, d, B, (size_t)T * C, &ds);
+        gpt_stored(m, m->dacts.branch, BTC);
         d = m->dacts.branch;
     }
     acc_t<F>* dwpe = cfg->alibi ? nullptr : m->g[P_WPE];
@@ -776,6 +800,7 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
         if (dwpe) position_backward(dwpe, d, B, T, C);
         backend_memset_zero(m->dacts.ln, BTC * sizeof(F));
         layernorm_backward(m->dacts.ln, m->g[P_LNEW], m->g[P_LNEB], d, a->emb, m->p[P_LNEW], a->lne_mean, a->lne_rstd, B * T, C);
+        gpt_stored(m, m->dacts.ln, BTC);
         encoder_backward(m->g[P_WTE], (acc_t<F>*)nullptr, m->dacts.ln, m->inputs, a->wte_groups, B, T, C);
     } else if (cfg->tp_size > 1) {  // the replicated positions from the whole gradient, this rank's word rows
         if (dwpe) position_backward(dwpe, d, B, T, C);
@@ -809,46 +834,75 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     // row-parallel layers add their bias once, on tensor-parallel rank 0, into the sum over ranks
     bool bias_here = cfg->tp_rank == 0;
     // attention branch
+    size_t BTC = BT * C;
     layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
+    gpt_stored(m, ln1, BTC);
     matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CCa, p[P_QKVB] + l * 3 * Ca, (int)BT, C, 3 * Ca);  // column-parallel
+    gpt_stored(m, qkv, BT * 3 * Ca);
     AttentionOpts ao = gpt_attention_opts(m, L0 + l);
-    if (m->flash) flash_attention_forward(atty, a->lse + k * m->B * NH * m->T, qkv, B, T, Ca, NH, &ao);
-    else attention_forward(atty, a->att + k * m->B * NH * m->T * m->T, qkv, B, T, Ca, NH, &ao);
+    if (m->flash) {
+        flash_attention_forward(atty, a->lse + k * m->B * NH * m->T, qkv, B, T, Ca, NH, &ao);
+    } else {
+        F* att = a->att + k * m->B * NH * m->T * m->T;
+        attention_forward(atty, att, qkv, B, T, Ca, NH, &ao);
+        gpt_stored(m, att, (size_t)B * NH * T * T);
+    }
+    gpt_stored(m, atty, BT * Ca);
     F* attin = atty;
     if (nf) {
         attin = a->atty_hs + la;
         headscale_forward(attin, atty, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
+        gpt_stored(m, attin, BT * Ca);
     }
     matmul_forward(attproj, attin, p[P_ATTPROJW] + l * CCa, bias_here ? p[P_ATTPROJB] + l * C : nullptr, (int)BT, Ca, C);  // row-parallel
-    gpt_tp_sum(m, attproj, BT * C);
+    gpt_stored(m, attproj, BTC);
+    gpt_tp_sum(m, attproj, BTC);
+    gpt_stored(m, attproj, BTC);
     F* branch = attproj;
     if (nf) {
         branch = a->lna + lc;
         layernorm_forward(branch, a->lna_mean + lr, a->lna_rstd + lr, attproj, p[P_LNAW] + l * C, p[P_LNAB] + l * C, (int)BT, C);
+        gpt_stored(m, branch, BTC);
     }
     DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
     if (d.p > 0) dropout_forward(branch, branch, B, (size_t)T * C, &d);
-    // residual2 = residual + branch, then the MLP branch's ln2 = LayerNorm(residual2): one pass on the GPU
-    residual_layernorm_forward(residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, p[P_LN2W] + l * C,
-                               p[P_LN2B] + l * C, (int)BT, C);
+    gpt_stored(m, branch, BTC);
+    // residual2 = residual + branch, then the MLP branch's ln2 = LayerNorm(residual2): one pass on the GPU,
+    // whose LayerNorm reads the residual it stored (so under the CPU's --bf16, the rounded sum)
+    if (cfg->round_bf16) {
+        residual_forward(residual2, residual, branch, BTC);
+        gpt_stored(m, residual2, BTC);
+        layernorm_forward(ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)BT, C);
+    } else {
+        residual_layernorm_forward(residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, p[P_LN2W] + l * C,
+                                   p[P_LN2B] + l * C, (int)BT, C);
+    }
+    gpt_stored(m, ln2, BTC);
     // MLP branch
     // column-parallel; GeLU: one op, on the GPU one GEMM whose epilogue also keeps fch for the backward
-    if (cfg->activation == ACT_GELU) {
+    if (cfg->activation == ACT_GELU) {  // (the GPU's GeLU reads the fp32 product when fused, the bf16 one when not)
         matmul_forward_gelu(fch_act, fch, ln2, p[P_FCW] + l * CH, p[P_FCB] + l * H, (int)BT, C, H, m->gelu_fusion);
     } else {
         matmul_forward(fch, ln2, p[P_FCW] + l * CH, p[P_FCB] + l * H, (int)BT, C, H);
+        gpt_stored(m, fch, BT * H);
         gpt_activation_forward(m, fch_act, fch, BT * H);
     }
+    gpt_stored(m, fch, BT * H);
+    gpt_stored(m, fch_act, BT * H);
     F* fcin = fch_act;
     if (nf) {
         fcin = a->lnfc + lh;
         layernorm_forward(fcin, a->lnfc_mean + lr, a->lnfc_rstd + lr, fch_act, p[P_LNFCW] + l * H, p[P_LNFCB] + l * H, (int)BT, H);
+        gpt_stored(m, fcin, BT * H);
     }
     matmul_forward(fcproj, fcin, p[P_FCPROJW] + l * CH, bias_here ? p[P_FCPROJB] + l * C : nullptr, (int)BT, H, C);  // row-parallel
-    gpt_tp_sum(m, fcproj, BT * C);
+    gpt_stored(m, fcproj, BTC);
+    gpt_tp_sum(m, fcproj, BTC);
     d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
     if (d.p > 0) dropout_forward(fcproj, fcproj, B, (size_t)T * C, &d);
-    residual_forward(residual3, residual2, fcproj, BT * C);
+    gpt_stored(m, fcproj, BTC);
+    residual_forward(residual3, residual2, fcproj, BTC);
+    gpt_stored(m, residual3, BTC);
 }
 
 // The mean of n per-position losses, added in position order in double.
@@ -872,6 +926,7 @@ template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n,
     const F* lnf = a->lnf + r0 * C;
     const int* targets = m->targets + r0;
     matmul_forward(a->logits, lnf, m->p[P_WTE], (const F*)nullptr, (int)n, C, td.Vl);  // this rank's vocabulary columns
+    gpt_stored(m, a->logits, n * td.Vl);
     if (cfg->tp_size == 1) {
         classifier_forward(losses, a->logits, targets, (int)n, V, Vp, (acc_t<F>)dloss);
     } else {  // vocabulary-parallel cross-entropy (cpu/classifier.h): max, then Σ exp and the target's logit, over ranks
@@ -884,8 +939,10 @@ template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n,
         vocab_parallel_finish(losses, a->logits, stats, rowmax, targets, (acc_t<F>)dloss, (int)n, td.Vr, td.Vl);
     }
     if (dloss != 0.0) {
+        gpt_stored(m, a->logits, n * td.Vl);  // the classifier left the logits' gradient there
         double t0 = m->clock ? m->clock(m->clock_ctx) : 0;
         matmul_backward(m->dacts.ln + r0 * C, m->g[P_WTE], (acc_t<F>*)nullptr, a->logits, lnf, m->p[P_WTE], (int)n, C, td.Vl);
+        gpt_stored(m, m->dacts.ln + r0 * C, n * C);
         if (m->clock) m->head_backward_ms += m->clock(m->clock_ctx) - t0;
     }
 }
@@ -934,9 +991,11 @@ double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, i
     if (!cfg->stage_last) return 0.0;
     F* last = L > 0 ? a->residual3 + (L - 1) * BTmax * C : a->encoded;
     layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p[P_LNFW], p[P_LNFB], (int)BT, C);
+    gpt_stored(m, a->lnf, BT * C);
     if (!targets_host) {  // generation: the logits of the last head_rows positions (the next token's row among them)
         size_t r0 = BT > m->head_rows ? BT - m->head_rows : 0;
         matmul_forward(a->logits, a->lnf + r0 * C, p[P_WTE], (const F*)nullptr, (int)(BT - r0), C, td.Vl);
+        gpt_stored(m, a->logits, (BT - r0) * td.Vl);
         m->logits_row0 = r0;
         return 0.0;
     }
@@ -1024,6 +1083,7 @@ template <typename F> static F* gpt_dropout_backward(GPT<F>* m, F* dout, int B, 
     size_t N = (size_t)B * T * m->config.channels;
     backend_memset_zero(m->dacts.branch, N * sizeof(F));
     dropout_backward(m->dacts.branch, dout, B, (size_t)T * m->config.channels, d);
+    gpt_stored(m, m->dacts.branch, N);
     return m->dacts.branch;
 }
 
@@ -1044,9 +1104,11 @@ template <typename F> static void gpt_head_backward(GPT<F>* m, int B, int T, dou
         keel_die("gpt_backward: the forward's fused classifier used dloss %.9g, not %.9g (pass dloss to gpt_forward)",
                  m->classifier_dloss, dloss);
     gpt_tp_sum(m, d->ln, BT * C);  // each rank's vocabulary columns contributed a part
+    gpt_stored(m, d->ln, BT * C);
     backend_memset_zero(d->residual, BT * C * sizeof(F));
     F* last = gpt_stage_output(m);
     layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C);
+    gpt_stored(m, d->residual, BT * C);
 }
 
 // Backward of layer l of the stage: d->residual holds the gradient of its output and receives the
@@ -1077,22 +1139,29 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     if (cfg->activation == ACT_GELU && !nf) {
         // GeLU's derivative applied to the projection's input gradient in one op (on the GPU one GEMM,
         // the DGELU epilogue); d->fch_act is the op's scratch
+        // (the GPU stores the scratch d->fch_act in bf16 only when unfused; here it stays fp32)
         matmul_backward_gelu(d->fch, d->fch_act, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH,
                              a->fch + lh, (int)BT, H, C, m->gelu_fusion);
     } else {  // ReLU, or --normformer: there the activation's gradient comes out of LN_fc's backward, not out of a GEMM
         F* dfcin = nf ? d->lnfc : d->fch_act;
         if (nf) zero(d->fch_act, BT * H);  // (LN_fc's backward adds into it; the matmul writes dfcin)
         matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C, true);
+        gpt_stored(m, dfcin, BT * H);
         if (nf)
             layernorm_backward(d->fch_act, g[P_LNFCW] + l * H, g[P_LNFCB] + l * H, d->lnfc, a->fch_act + lh, p[P_LNFCW] + l * H,
                                a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H);
+        gpt_stored(m, d->fch_act, BT * H);
         zero(d->fch, BT * H);
         gpt_activation_backward(m, d->fch, d->fch_act, a->fch + lh, BT * H);
     }
+    gpt_stored(m, d->fch, BT * H);
     matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H, true);
+    gpt_stored(m, d->ln, BT * C);
     gpt_tp_sum(m, d->ln, BT * C);  // column-parallel: the input gradient is the sum of the ranks' parts
+    gpt_stored(m, d->ln, BT * C);
     layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
                        p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C);
+    gpt_stored(m, d->residual, BT * C);
     // attention: residual2 = residual + dropout([LN_attn](proj([head scale](attention(qkv(ln1(residual)))))))
     ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
     dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
@@ -1100,6 +1169,7 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
         zero(d->ln, BT * C);
         layernorm_backward(d->ln, g[P_LNAW] + l * C, g[P_LNAB] + l * C, dbranch, a->attproj + lc, p[P_LNAW] + l * C,
                            a->lna_mean + lr, a->lna_rstd + lr, (int)BT, C);
+        gpt_stored(m, d->ln, BT * C);
         dbranch = d->ln;
     }
     F* attin = nf ? a->atty_hs + la : a->atty + la;
@@ -1107,8 +1177,11 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     if (nf) zero(d->atty, BT * Ca);  // (the head scale's backward adds into it; the matmul writes dattin)
     matmul_backward(dattin, g[P_ATTPROJW] + l * CCa, g[P_ATTPROJB] + l * C, dbranch, attin, p[P_ATTPROJW] + l * CCa,
                     (int)BT, Ca, C, true);
-    if (nf)
+    gpt_stored(m, dattin, BT * Ca);
+    if (nf) {
         headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + la, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
+        gpt_stored(m, d->atty, BT * Ca);
+    }
     AttentionOpts ao = gpt_attention_opts(m, L0 + l);
     if (m->flash) {  // (writes all of d->qkv)
         flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao, true);
@@ -1116,11 +1189,15 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
         zero(d->qkv, BT * 3 * Ca);
         attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
     }
+    gpt_stored(m, d->qkv, BT * 3 * Ca);
     matmul_backward(d->ln, g[P_QKVW] + l * 3 * CCa, g[P_QKVB] + l * 3 * Ca, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CCa,
                     (int)BT, C, 3 * Ca, true);
+    gpt_stored(m, d->ln, BT * C);
     gpt_tp_sum(m, d->ln, BT * C);
+    gpt_stored(m, d->ln, BT * C);
     layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
                        a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C);
+    gpt_stored(m, d->residual, BT * C);
 }
 
 // layer_done (or null): called after the backward of each stage layer l (from the last to the first)
@@ -1189,6 +1266,7 @@ static inline void gpt_config_from_flags(const Config* c, GPTConfig* g) {
     g->qk_layer_scaling = c->apply_query_key_layer_scaling;
     g->normformer = c->normformer;
     g->checkpoint_activations = c->checkpoint_activations;
+    g->round_bf16 = c->bf16 && !GPT_ON_GPU;
     g->hidden_dropout = c->hidden_dropout;
     g->attention_dropout = c->attention_dropout;
     g->embed_dropout = std::isnan(c->embed_dropout) ? c->hidden_dropout : c->embed_dropout;  // Megatron: = hidden

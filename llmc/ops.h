@@ -124,6 +124,8 @@ struct AttentionOpts {
     DropoutSite dropout = {};             // on the probabilities; p = 0: off
     int head_offset = 0;                  // the model's number of local head 0 (tensor parallelism:
                                           // a rank's heads are a slice; masks are keyed by the model's head)
+    bool round_bf16 = false;              // CPU --bf16: the materialized path rounds, inside the op, what the
+                                          // GPU's stores in bf16 (the probabilities, dropped probabilities, dS)
 };
 
 KEEL_HD static inline uint64_t attention_dropout_index(int h, int t, int u) {
@@ -169,6 +171,21 @@ KEEL_HD static inline float fp16_round(float x) {
     r |= sign;
     float y;
     memcpy(&y, &r, sizeof y);
+    return y;
+}
+
+// bfloat16: fp32's sign and 8-bit exponent, 7 mantissa bits. bf16_round(x) = float(bf16(x)) with
+// round-to-nearest-even, bit for bit CUDA's __float2bfloat16 (and the emulator's): the low 16 bits
+// are rounded away (a carry into the exponent is the correct rounding, up to inf); NaN stays a
+// quiet NaN. Subnormals keep their bits like any other value (bf16 shares fp32's exponent range).
+KEEL_HD static inline float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) u |= 0x400000u;  // NaN: quiet, payload cut below
+    else u += 0x7FFFu + ((u >> 16) & 1u);
+    u &= 0xFFFF0000u;
+    float y;
+    memcpy(&y, &u, sizeof y);
     return y;
 }
 

@@ -144,7 +144,7 @@ template <typename F> static void test_classifier(int N, int V, int Vp) {
 //   out = bf16(Σ_u bf16(P·mask·dscale)·v_u)
 //   dinp = bf16(dinp0 + d), d: dq = Σ_u dS·k_u, dk = Σ_t dS·q_t, dv = Σ_t bf16(P·m)·dout_t with
 //   dS = bf16(P·(dP·m - Σ_u P·dP·m)·(1/√hs)), dP = dout_t·v_u (fp32 products of bf16 values)
-static float bf16_round(double x) { return keel_cuda::to_f32(keel_cuda::from_f32<__nv_bfloat16>((float)x)); }
+// (bf16_round: llmc/ops.h, bit for bit the GPU's __float2bfloat16)
 static double attn_mult(const AttentionOpts& o, int b, int h, int t, int u) {
     if (!(o.dropout.p > 0)) return 1.0;
     return dropout_keep(&o.dropout, b, attention_dropout_index(h + o.head_offset, t, u)) ? (float)(1.0 / (1.0 - o.dropout.p)) : 0.0;
@@ -200,6 +200,49 @@ static std::vector<float> attention_bf16_dinp(const std::vector<float>& P, const
     return out;
 }
 
+// How many of got's values differ from want's bits, and the largest difference in bf16 steps.
+struct Bf16Diff { double frac; int max_ulps; };
+static Bf16Diff bf16_diff(const std::vector<float>& got, const std::vector<float>& want) {
+    Bf16Diff r{0, 0};
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        uint32_t a, b;
+        memcpy(&a, &got[i], 4);
+        memcpy(&b, &want[i], 4);
+        if (a == b) continue;
+        differ++;
+        int ulps = (a ^ b) >> 31 ? 1 << 20 : std::abs((int)(a >> 16) - (int)(b >> 16));  // a sign flip: far
+        r.max_ulps = std::max(r.max_ulps, ulps);
+    }
+    r.frac = (double)differ / (double)got.size();
+    return r;
+}
+
+// The CPU trainer's --bf16 twin of the same op (AttentionOpts::round_bf16: the probabilities, the
+// dropped probabilities and dS rounded inside the op, the outputs rounded once by the model after
+// it) against the reference at the GPU's rounding points above: equal bits except where fp32 and
+// double land on either side of a rounding boundary (at most 2% of the values, one bf16 step
+// each). Negative control: the plain fp32 op (no rounding inside) on the same inputs misses that.
+static void test_attention_cpu_bf16(const std::vector<float>& inp, const std::vector<float>& dout, const std::vector<float>& dinp0,
+                                    int B, int T, int C, int NH, AttentionOpts o, const char* tag) {
+    auto rounded = [](std::vector<float> x) { for (float& v : x) v = bf16_round(v); return x; };
+    for (int twin = 1; twin >= 0; twin--) {
+        o.round_bf16 = twin;
+        std::vector<float> out((size_t)B * T * C), att((size_t)B * NH * T * T), dinp = dinp0;
+        attention_forward(out.data(), att.data(), inp.data(), B, T, C, NH, &o);
+        att = rounded(att);  // (the model rounds the stored probabilities after the op)
+        attention_backward(dinp.data(), dout.data(), inp.data(), att.data(), B, T, C, NH, &o);
+        Bf16Diff f = bf16_diff(rounded(out), attention_bf16_out(att, inp, B, T, C, NH, o));
+        Bf16Diff b = bf16_diff(rounded(dinp), attention_bf16_dinp(att, inp, dout, dinp0, B, T, C, NH, o));
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s: out %.2g%% of values off (at most %d step), dinp %.2g%% (at most %d)%s",
+                 twin ? "CPU --bf16 twin = the GPU's rounding points" : "negative control: the CPU's fp32 op misses them",
+                 100 * f.frac, f.max_ulps, 100 * b.frac, b.max_ulps, tag);
+        bool close = f.frac <= 0.02 && b.frac <= 0.02 && f.max_ulps <= 1 && b.max_ulps <= 1;
+        check_true(msg, twin ? close : !close);
+    }
+}
+
 static void test_attention_bf16(int B, int T, int C, int NH, const AttnVariant& v) {
     typedef __nv_bfloat16 bf;
     char tag[128];
@@ -228,6 +271,7 @@ static void test_attention_bf16(int B, int T, int C, int NH, const AttnVariant& 
     dinp = attention_bf16_dinp(att, inp, dout, dinp0, B, T, C, NH, op.host);
     check_lowp(std::string("attention_backward dinp") + tag, g_dinp, dinp);
     lowp_negative_controls(std::string("attention_backward dinp") + tag, g_dinp, dinp);
+    test_attention_cpu_bf16(inp, dout, dinp0, B, T, C, NH, op.host, tag);
     for (bf* p : {d_inp, d_dout, d_dinp, d_out, d_att}) dev_free(p);
 }
 

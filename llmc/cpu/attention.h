@@ -51,6 +51,15 @@ static inline F attention_score(const F* q, const F* k, int hs, int h, int u, co
     return o->coeff == 1.0 ? st : st * coeff;
 }
 
+// A value the GPU's materialized path stores in the model's type between its kernels (the
+// probabilities, the dropped probabilities, dS): rounded to bf16 under the CPU's --bf16
+// (AttentionOpts::round_bf16), else as computed. The flash twin shares the forward's row, so its
+// probabilities round the same way: close to, not the same as, the GPU's flash kernel, which rounds
+// the unnormalized probabilities in registers for its second product.
+template <typename F> static inline F attention_stored(F x, const AttentionOpts* o) {
+    return o->round_bf16 ? (F)bf16_round((float)x) : x;
+}
+
 // The CUDA op set sizes its scratch up front (cuda/attention.cuh); the CPU op set needs none.
 template <typename F> void attention_reserve(int B, int T, int C, int NH) {}
 
@@ -74,11 +83,11 @@ static inline F attention_forward_row(F* out_t, F* a, const F* inp, int b, int t
     for (int u = 0; u <= t; u++) a[u] = exp_f32(a[u] - maxv);
     for (int u = 0; u <= t; u++) sum += a[u];
     F inv = (F)1 / sum;
-    for (int u = 0; u <= t; u++) a[u] *= inv;
+    for (int u = 0; u <= t; u++) a[u] = attention_stored(a[u] * inv, o);
     for (int i = 0; i < hs; i++) out_t[i] = 0;
     for (int u = 0; u <= t; u++) {
         F w = a[u];
-        if (drop) w = dropout_keep(&o->dropout, b, attention_dropout_index(h + o->head_offset, t, u)) ? w * dscale : (F)0;
+        if (drop) w = dropout_keep(&o->dropout, b, attention_dropout_index(h + o->head_offset, t, u)) ? attention_stored(w * dscale, o) : (F)0;
         const F* v = inp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
         for (int i = 0; i < hs; i++) out_t[i] += w * v[i];
     }
@@ -125,12 +134,12 @@ void attention_backward(F* dinp,                            // (B,T,3C) accumula
                     F* dv = dinp + ((size_t)b * T + u) * C3 + 2 * C + h * hs;
                     F m = 1;  // the dropout multiplier of this probability: 1, 1/(1-p) or 0
                     if (drop) m = dropout_keep(&o->dropout, b, attention_dropout_index(h + o->head_offset, t, u)) ? dscale : (F)0;
-                    F w = a[u] * m, s = 0;
+                    F w = attention_stored(a[u] * m, o), s = 0;
                     for (int i = 0; i < hs; i++) { s += d[i] * v[i]; dv[i] += w * d[i]; }
                     datt[u] = s * m;
                     dot += a[u] * datt[u];
                 }
-                for (int u = 0; u <= t; u++) ds[u] = a[u] * (datt[u] - dot) * scale;
+                for (int u = 0; u <= t; u++) ds[u] = attention_stored(a[u] * (datt[u] - dot) * scale, o);
                 for (int u = 0; u <= t; u++) {
                     const F* k = inp + ((size_t)b * T + u) * C3 + C + h * hs;
                     F* dk = dinp + ((size_t)b * T + u) * C3 + C + h * hs;
