@@ -6,16 +6,17 @@
 # through --tokenizer-type PretrainedFromHF as BLOOM's would be.
 # The data: the Brown shards as two Megatron indexed datasets (./megatron_data, one per shard file),
 # blended 70/30 by BigScience's weighted split paths (train: their first 98%, validation: the rest of
-# the first). The config is bf16, so the trainer is the CUDA one: ./train_gpt on a GPU machine, else
-# its CPU emulation build/train_gpt_emu (make build/train_gpt_emu; slow, but the same program).
-# TRAINER=... picks another binary; OUT is fixed by the args file (out/bigscience_176b_toy).
+# the first). The config is bf16: ./train_gpt on a GPU machine, else ./train_gpt_cpu, whose --bf16 keeps
+# fp32 arithmetic and rounds to bf16 where the GPU stores bf16 (TRAINER=build/train_gpt_emu runs the
+# CUDA trainer under its CPU emulation: slow, the same program). TRAINER=... picks another binary;
+# OUT is fixed by the args file (out/bigscience_176b_toy).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=out/bigscience_176b_toy
 if [ -z "${TRAINER:-}" ]; then
-  if [ -x ./train_gpt ] && command -v nvidia-smi >/dev/null 2>&1; then TRAINER=./train_gpt; else TRAINER=build/train_gpt_emu; fi
+  if [ -x ./train_gpt ] && command -v nvidia-smi >/dev/null 2>&1; then TRAINER=./train_gpt; else TRAINER=./train_gpt_cpu; fi
 fi
-[ -x "$TRAINER" ] || { echo "error: $TRAINER not built (make; make build/train_gpt_emu)" >&2; exit 1; }
+[ -x "$TRAINER" ] || { echo "error: $TRAINER not built (make; for build/train_gpt_emu: make build/train_gpt_emu)" >&2; exit 1; }
 mkdir -p "$OUT"
 # the tokenizer directory: GPT-2's vocabulary and merges in BLOOM's tokenizer.json form
 [ -e "$OUT/tokenizer/tokenizer.json" ] || ./tokenize_gpt2 --save-tokenizer "$OUT/tokenizer" --pretokenizer bloom
