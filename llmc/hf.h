@@ -531,6 +531,117 @@ struct HfFileConfig {
 
 static inline std::string hf_path(const std::string& dir, const char* file) { return hf_dir_strip(dir) + "/" + file; }
 
+// The config.json value of the first of keys present, else null.
+static inline const Json* hf_cfg_get(const Json& cfg, std::initializer_list<const char*> keys) {
+    for (const char* k : keys) if (const Json* v = json_get(&cfg, k)) return v;
+    return nullptr;
+}
+
+// An integer in (0, INT32_MAX] under the first of keys present, else def (HF's config classes' default); p: the file, for errors.
+static inline int64_t hf_cfg_integer(const Json& cfg, const char* p, std::initializer_list<const char*> keys, int64_t def) {
+    const Json* v = hf_cfg_get(cfg, keys);
+    int64_t x = def;
+    if (v && !json_as_i64(v, &x)) keel_die("'%s': \"%s\" is not an integer", p, *keys.begin());
+    if (x <= 0 || x > INT32_MAX) keel_die("'%s': \"%s\" = %lld is out of range", p, *keys.begin(), (long long)x);
+    return x;
+}
+
+// A true/false under key, else def.
+static inline bool hf_cfg_boolean(const Json& cfg, const char* p, const char* key, bool def) {
+    const Json* v = json_get(&cfg, key);
+    if (v && v->type != JSON_BOOL) keel_die("'%s': \"%s\" is not true or false", p, key);
+    return v ? v->boolean : def;
+}
+
+// A string under key, else def.
+static inline std::string hf_cfg_string(const Json& cfg, const char* p, const char* key, const char* def) {
+    const Json* v = json_get(&cfg, key);
+    if (v && v->type != JSON_STRING) keel_die("'%s': \"%s\" is not a string", p, key);
+    return v ? v->text : std::string(def);
+}
+
+// A LayerNorm epsilon under key, if present, must be keel's 1e-05.
+static inline void hf_cfg_eps(const Json& cfg, const char* p, const char* key) {
+    const Json* v = json_get(&cfg, key);
+    if (v && (v->type != JSON_NUMBER || v->num != LAYERNORM_EPS))
+        keel_die("'%s': \"%s\" is %s; keel's LayerNorm uses 1e-05", p, key, v->type == JSON_NUMBER ? v->text.c_str() : "not a number");
+}
+
+// The architecture (HF_GPT2, HF_BLOOM, HF_OPT) from model_type, or in older files from the architectures class name.
+static inline int hf_cfg_arch(const Json& cfg, const char* p) {
+    std::string type = hf_cfg_string(cfg, p, "model_type", "");
+    if (type.empty()) {  // older files: the class names it
+        const Json* a = json_get(&cfg, "architectures");
+        std::string cls = a && a->type == JSON_ARRAY && !a->items.empty() && a->items[0].type == JSON_STRING ? a->items[0].text : "";
+        type = cls.rfind("GPT2", 0) == 0 ? "gpt2" : cls.rfind("Bloom", 0) == 0 ? "bloom" : cls.rfind("OPT", 0) == 0 ? "opt" : cls;
+    }
+    int arch = type == "gpt2" ? HF_GPT2 : type == "bloom" ? HF_BLOOM : type == "opt" ? HF_OPT : -1;
+    if (arch < 0) keel_die("'%s': model_type '%s': keel reads gpt2, bloom and opt", p, type.c_str());
+    return arch;
+}
+
+// GPT2Config's shape into f, and the checks that it computes what keel's GPT-2 does.
+static inline void hf_cfg_gpt2(const Json& cfg, const char* p, HfFileConfig* f) {
+    f->V = hf_cfg_integer(cfg, p, {"vocab_size"}, 50257);
+    f->maxT = hf_cfg_integer(cfg, p, {"n_positions", "n_ctx"}, 1024);
+    f->C = hf_cfg_integer(cfg, p, {"n_embd", "hidden_size"}, 768);
+    f->L = hf_cfg_integer(cfg, p, {"n_layer", "num_hidden_layers"}, 12);
+    f->NH = hf_cfg_integer(cfg, p, {"n_head", "num_attention_heads"}, 12);
+    const Json* inner = json_get(&cfg, "n_inner");
+    int64_t ni = 0;
+    f->F = 4 * f->C;  // n_inner null: GPT-2's 4 x n_embd
+    if (inner && inner->type != JSON_NULL) {
+        if (!json_as_i64(inner, &ni) || ni < 1 || ni > INT32_MAX)
+            keel_die("'%s': n_inner is %s; it must be a positive integer (the MLP width) or null", p,
+                     inner->type == JSON_NUMBER ? inner->text.c_str() : "not an integer");
+        f->F = ni;
+    }
+    std::string act = hf_cfg_string(cfg, p, "activation_function", "gelu_new");
+    if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
+        keel_die("'%s': activation_function '%s': keel's GPT-2 computes the tanh GeLU (gelu_new)", p, act.c_str());
+    hf_cfg_eps(cfg, p, "layer_norm_epsilon");
+    if (!hf_cfg_boolean(cfg, p, "scale_attn_weights", true))
+        keel_die("'%s': scale_attn_weights is false: keel scales scores by 1/sqrt(head size)", p);
+    if (hf_cfg_boolean(cfg, p, "scale_attn_by_inverse_layer_idx", false))
+        keel_die("'%s': scale_attn_by_inverse_layer_idx is true: keel's scores are not divided by the layer number", p);
+    if (hf_cfg_boolean(cfg, p, "add_cross_attention", false)) keel_die("'%s': add_cross_attention is true: keel's GPT-2 is a decoder only", p);
+}
+
+// BloomConfig's shape into f (ALiBi: no maxT), and the checks that it computes what keel's BLOOM does.
+static inline void hf_cfg_bloom(const Json& cfg, const char* p, HfFileConfig* f) {
+    f->V = hf_cfg_integer(cfg, p, {"vocab_size"}, 250880);
+    f->C = hf_cfg_integer(cfg, p, {"hidden_size", "n_embed"}, 64);
+    f->L = hf_cfg_integer(cfg, p, {"n_layer", "num_hidden_layers"}, 2);
+    f->NH = hf_cfg_integer(cfg, p, {"n_head", "num_attention_heads"}, 8);
+    f->maxT = 0;
+    f->F = 4 * f->C;  // BLOOM's MLP: always 4 x hidden_size
+    hf_cfg_eps(cfg, p, "layer_norm_epsilon");
+    if (hf_cfg_boolean(cfg, p, "apply_residual_connection_post_layernorm", false))
+        keel_die("'%s': apply_residual_connection_post_layernorm is true: keel's residual is the block's input", p);
+}
+
+// OPTConfig's shape into f, and the checks that it computes what keel's OPT does.
+static inline void hf_cfg_opt(const Json& cfg, const char* p, HfFileConfig* f) {
+    f->V = hf_cfg_integer(cfg, p, {"vocab_size"}, 50272);
+    f->C = hf_cfg_integer(cfg, p, {"hidden_size"}, 768);
+    f->L = hf_cfg_integer(cfg, p, {"num_hidden_layers"}, 12);
+    f->NH = hf_cfg_integer(cfg, p, {"num_attention_heads"}, 12);
+    f->maxT = hf_cfg_integer(cfg, p, {"max_position_embeddings"}, 2048);
+    f->F = hf_cfg_integer(cfg, p, {"ffn_dim"}, 3072);
+    if (f->F < 1 || f->F > INT32_MAX) keel_die("'%s': ffn_dim %lld is not a positive int (the MLP width)", p, (long long)f->F);
+    if (hf_cfg_integer(cfg, p, {"word_embed_proj_dim"}, f->C) != f->C)
+        keel_die("'%s': word_embed_proj_dim differs from hidden_size: keel has no embedding projection (OPT-350m's project_in/out)", p);
+    if (!hf_cfg_boolean(cfg, p, "do_layer_norm_before", true))
+        keel_die("'%s': do_layer_norm_before is false: keel is pre-LayerNorm (OPT-350m is post)", p);
+    if (hf_cfg_boolean(cfg, p, "_remove_final_layer_norm", false)) keel_die("'%s': _remove_final_layer_norm is true: keel has a final LayerNorm", p);
+    if (!hf_cfg_boolean(cfg, p, "enable_bias", true)) keel_die("'%s': enable_bias is false: keel's linear layers have biases", p);
+    if (!hf_cfg_boolean(cfg, p, "layer_norm_elementwise_affine", true))
+        keel_die("'%s': layer_norm_elementwise_affine is false: keel's LayerNorms have weights and biases", p);
+    std::string act = hf_cfg_string(cfg, p, "activation_function", "relu");
+    if (act != "relu") keel_die("'%s': activation_function '%s': keel's OPT computes relu", p, act.c_str());
+}
+
+// Reads dir's config.json: the architecture and shape, dying on anything keel does not compute.
 static inline HfFileConfig hf_read_config(const std::string& dir) {
     std::string path = hf_path(dir, "config.json");
     if (!file_exists(path.c_str()))
@@ -540,94 +651,12 @@ static inline HfFileConfig hf_read_config(const std::string& dir) {
     if (!json_parse(text.data(), text.size(), &cfg, &err)) keel_die("'%s': malformed JSON at %s", path.c_str(), err.c_str());
     if (cfg.type != JSON_OBJECT) keel_die("'%s': not a JSON object", path.c_str());
     const char* p = path.c_str();
-    // value of the first of keys present, else the default (HF's config classes' defaults)
-    auto get = [&](std::initializer_list<const char*> keys) -> const Json* {
-        for (const char* k : keys) if (const Json* v = json_get(&cfg, k)) return v;
-        return nullptr;
-    };
-    auto integer = [&](std::initializer_list<const char*> keys, int64_t def) {
-        const Json* v = get(keys);
-        int64_t x = def;
-        if (v && !json_as_i64(v, &x)) keel_die("'%s': \"%s\" is not an integer", p, *keys.begin());
-        if (x <= 0 || x > INT32_MAX) keel_die("'%s': \"%s\" = %lld is out of range", p, *keys.begin(), (long long)x);
-        return x;
-    };
-    auto boolean = [&](const char* key, bool def) {
-        const Json* v = json_get(&cfg, key);
-        if (v && v->type != JSON_BOOL) keel_die("'%s': \"%s\" is not true or false", p, key);
-        return v ? v->boolean : def;
-    };
-    auto string = [&](const char* key, const char* def) {
-        const Json* v = json_get(&cfg, key);
-        if (v && v->type != JSON_STRING) keel_die("'%s': \"%s\" is not a string", p, key);
-        return v ? v->text : std::string(def);
-    };
-    auto eps = [&](const char* key) {
-        const Json* v = json_get(&cfg, key);
-        if (v && (v->type != JSON_NUMBER || v->num != LAYERNORM_EPS))
-            keel_die("'%s': \"%s\" is %s; keel's LayerNorm uses 1e-05", p, key, v->type == JSON_NUMBER ? v->text.c_str() : "not a number");
-    };
-    std::string type = string("model_type", "");
-    if (type.empty()) {  // older files: the class names it
-        const Json* a = json_get(&cfg, "architectures");
-        std::string cls = a && a->type == JSON_ARRAY && !a->items.empty() && a->items[0].type == JSON_STRING ? a->items[0].text : "";
-        type = cls.rfind("GPT2", 0) == 0 ? "gpt2" : cls.rfind("Bloom", 0) == 0 ? "bloom" : cls.rfind("OPT", 0) == 0 ? "opt" : cls;
-    }
     HfFileConfig f;
-    f.arch = type == "gpt2" ? HF_GPT2 : type == "bloom" ? HF_BLOOM : type == "opt" ? HF_OPT : -1;
-    if (f.arch < 0) keel_die("'%s': model_type '%s': keel reads gpt2, bloom and opt", p, type.c_str());
-    if (!boolean("tie_word_embeddings", true)) keel_die("'%s': tie_word_embeddings is false: keel's LM head is the word embedding", p);
-    if (f.arch == HF_GPT2) {
-        f.V = integer({"vocab_size"}, 50257);
-        f.maxT = integer({"n_positions", "n_ctx"}, 1024);
-        f.C = integer({"n_embd", "hidden_size"}, 768);
-        f.L = integer({"n_layer", "num_hidden_layers"}, 12);
-        f.NH = integer({"n_head", "num_attention_heads"}, 12);
-        const Json* inner = json_get(&cfg, "n_inner");
-        int64_t ni = 0;
-        f.F = 4 * f.C;  // n_inner null: GPT-2's 4 x n_embd
-        if (inner && inner->type != JSON_NULL) {
-            if (!json_as_i64(inner, &ni) || ni < 1 || ni > INT32_MAX)
-                keel_die("'%s': n_inner is %s; it must be a positive integer (the MLP width) or null", p,
-                         inner->type == JSON_NUMBER ? inner->text.c_str() : "not an integer");
-            f.F = ni;
-        }
-        std::string act = string("activation_function", "gelu_new");
-        if (act != "gelu_new" && act != "gelu_pytorch_tanh" && act != "gelu_fast")
-            keel_die("'%s': activation_function '%s': keel's GPT-2 computes the tanh GeLU (gelu_new)", p, act.c_str());
-        eps("layer_norm_epsilon");
-        if (!boolean("scale_attn_weights", true)) keel_die("'%s': scale_attn_weights is false: keel scales scores by 1/sqrt(head size)", p);
-        if (boolean("scale_attn_by_inverse_layer_idx", false))
-            keel_die("'%s': scale_attn_by_inverse_layer_idx is true: keel's scores are not divided by the layer number", p);
-        if (boolean("add_cross_attention", false)) keel_die("'%s': add_cross_attention is true: keel's GPT-2 is a decoder only", p);
-    } else if (f.arch == HF_BLOOM) {
-        f.V = integer({"vocab_size"}, 250880);
-        f.C = integer({"hidden_size", "n_embed"}, 64);
-        f.L = integer({"n_layer", "num_hidden_layers"}, 2);
-        f.NH = integer({"n_head", "num_attention_heads"}, 8);
-        f.maxT = 0;
-        f.F = 4 * f.C;  // BLOOM's MLP: always 4 x hidden_size
-        eps("layer_norm_epsilon");
-        if (boolean("apply_residual_connection_post_layernorm", false))
-            keel_die("'%s': apply_residual_connection_post_layernorm is true: keel's residual is the block's input", p);
-    } else {
-        f.V = integer({"vocab_size"}, 50272);
-        f.C = integer({"hidden_size"}, 768);
-        f.L = integer({"num_hidden_layers"}, 12);
-        f.NH = integer({"num_attention_heads"}, 12);
-        f.maxT = integer({"max_position_embeddings"}, 2048);
-        f.F = integer({"ffn_dim"}, 3072);
-        if (f.F < 1 || f.F > INT32_MAX) keel_die("'%s': ffn_dim %lld is not a positive int (the MLP width)", p, (long long)f.F);
-        if (integer({"word_embed_proj_dim"}, f.C) != f.C)
-            keel_die("'%s': word_embed_proj_dim differs from hidden_size: keel has no embedding projection (OPT-350m's project_in/out)", p);
-        if (!boolean("do_layer_norm_before", true)) keel_die("'%s': do_layer_norm_before is false: keel is pre-LayerNorm (OPT-350m is post)", p);
-        if (boolean("_remove_final_layer_norm", false)) keel_die("'%s': _remove_final_layer_norm is true: keel has a final LayerNorm", p);
-        if (!boolean("enable_bias", true)) keel_die("'%s': enable_bias is false: keel's linear layers have biases", p);
-        if (!boolean("layer_norm_elementwise_affine", true))
-            keel_die("'%s': layer_norm_elementwise_affine is false: keel's LayerNorms have weights and biases", p);
-        std::string act = string("activation_function", "relu");
-        if (act != "relu") keel_die("'%s': activation_function '%s': keel's OPT computes relu", p, act.c_str());
-    }
+    f.arch = hf_cfg_arch(cfg, p);
+    if (!hf_cfg_boolean(cfg, p, "tie_word_embeddings", true)) keel_die("'%s': tie_word_embeddings is false: keel's LM head is the word embedding", p);
+    if (f.arch == HF_GPT2) hf_cfg_gpt2(cfg, p, &f);
+    else if (f.arch == HF_BLOOM) hf_cfg_bloom(cfg, p, &f);
+    else hf_cfg_opt(cfg, p, &f);
     if (f.C % f.NH != 0) keel_die("'%s': hidden size %lld is not divisible by %lld heads", p, (long long)f.C, (long long)f.NH);
     return f;
 }

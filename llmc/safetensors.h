@@ -85,75 +85,77 @@ static inline std::string st_shape_string(const std::vector<uint64_t>& shape) {
     return s + "]";
 }
 
-// Checks the header JSON (n bytes) against a data section of data_bytes bytes and fills st's
-// tensors and metadata. The whole of the format's validation lives here, so tests can feed it
-// headers from memory.
-static inline bool safetensors_parse_header(SafeTensors* st, const char* json, size_t n, uint64_t data_bytes, std::string* err) {
-    Json h;
-    std::string jerr;
-    if (!json_parse(json, n, &h, &jerr)) { *err = "malformed header JSON at " + jerr; return false; }
-    if (h.type != JSON_OBJECT) { *err = "the header is not a JSON object"; return false; }
-    st->tensors.clear();
-    st->metadata.clear();
-    st->data_bytes = data_bytes;
-    for (const auto& m : h.members) {
-        const std::string& name = m.first;
-        const Json& v = m.second;
-        if (name == "__metadata__") {
-            if (v.type != JSON_OBJECT) { *err = "__metadata__ is not an object"; return false; }
-            for (const auto& kv : v.members) {
-                if (kv.second.type != JSON_STRING) { *err = "__metadata__ value of '" + kv.first + "' is not a string"; return false; }
-                st->metadata.emplace_back(kv.first, kv.second.text);
-            }
-            continue;
-        }
-        std::string what = "tensor '" + name + "': ";
-        if (v.type != JSON_OBJECT) { *err = what + "not an object"; return false; }
-        for (const auto& kv : v.members)
-            if (kv.first != "dtype" && kv.first != "shape" && kv.first != "data_offsets") {
-                *err = what + "unknown key '" + kv.first + "'";
-                return false;
-            }
-        const Json *dt = json_get(&v, "dtype"), *sh = json_get(&v, "shape"), *off = json_get(&v, "data_offsets");
-        if (!dt || !sh || !off) { *err = what + "needs dtype, shape and data_offsets"; return false; }
-        StTensor t;
-        t.name = name;
-        t.dtype = dt->type == JSON_STRING ? st_dtype_parse(dt->text) : -1;
-        if (t.dtype < 0) { *err = what + "unknown dtype " + (dt->type == JSON_STRING ? "'" + dt->text + "'" : "(not a string)"); return false; }
-        if (sh->type != JSON_ARRAY) { *err = what + "shape is not an array"; return false; }
-        uint64_t bytes = (uint64_t)ST_DTYPE_SIZES[t.dtype];
-        bool overflow = false;
-        for (const Json& d : sh->items) {
-            uint64_t x;
-            if (!json_as_u64(&d, &x)) { *err = what + "shape holds something other than a non-negative integer"; return false; }
-            t.shape.push_back(x);
-            if (x != 0 && bytes > UINT64_MAX / x) overflow = true;  // keep going: a later 0 makes it empty
-            else bytes *= x;
-        }
-        if (overflow && bytes != 0) { *err = what + "shape " + st_shape_string(t.shape) + " overflows 64 bits of bytes"; return false; }
-        if (overflow) bytes = 0;
-        if (off->type != JSON_ARRAY || off->items.size() != 2 || !json_as_u64(&off->items[0], &t.begin) ||
-            !json_as_u64(&off->items[1], &t.end)) {
-            *err = what + "data_offsets is not [begin, end] of non-negative integers";
-            return false;
-        }
-        if (t.begin > t.end) {
-            *err = what + "data_offsets [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "] end before they begin";
-            return false;
-        }
-        if (t.end > data_bytes) {
-            *err = what + "data_offsets end " + std::to_string(t.end) + " is past the end of the data section (" + std::to_string(data_bytes) +
-                   " bytes): a truncated file or a corrupt header";
-            return false;
-        }
-        if (t.end - t.begin != bytes) {
-            *err = what + "data_offsets hold " + std::to_string(t.end - t.begin) + " bytes, but " + ST_DTYPE_NAMES[t.dtype] + " " +
-                   st_shape_string(t.shape) + " is " + std::to_string(bytes);
-            return false;
-        }
-        st->tensors.push_back(t);
+// __metadata__: an object of strings, appended to st's metadata.
+static inline bool st_parse_metadata(SafeTensors* st, const Json& v, std::string* err) {
+    if (v.type != JSON_OBJECT) { *err = "__metadata__ is not an object"; return false; }
+    for (const auto& kv : v.members) {
+        if (kv.second.type != JSON_STRING) { *err = "__metadata__ value of '" + kv.first + "' is not a string"; return false; }
+        st->metadata.emplace_back(kv.first, kv.second.text);
     }
-    // the tensors must tile [0, data_bytes): no overlap, no gap, nothing after the last
+    return true;
+}
+
+// Reads shape (an array of non-negative integers) into t->shape; *bytes: its size in t->dtype elements.
+static inline bool st_parse_shape(const Json* sh, const std::string& what, StTensor* t, uint64_t* bytes, std::string* err) {
+    if (sh->type != JSON_ARRAY) { *err = what + "shape is not an array"; return false; }
+    *bytes = (uint64_t)ST_DTYPE_SIZES[t->dtype];
+    bool overflow = false;
+    for (const Json& d : sh->items) {
+        uint64_t x;
+        if (!json_as_u64(&d, &x)) { *err = what + "shape holds something other than a non-negative integer"; return false; }
+        t->shape.push_back(x);
+        if (x != 0 && *bytes > UINT64_MAX / x) overflow = true;  // keep going: a later 0 makes it empty
+        else *bytes *= x;
+    }
+    if (overflow && *bytes != 0) { *err = what + "shape " + st_shape_string(t->shape) + " overflows 64 bits of bytes"; return false; }
+    if (overflow) *bytes = 0;
+    return true;
+}
+
+// Reads data_offsets into t->begin and t->end: inside a data section of data_bytes, holding exactly bytes.
+static inline bool st_parse_offsets(const Json* off, const std::string& what, uint64_t bytes, uint64_t data_bytes, StTensor* t, std::string* err) {
+    if (off->type != JSON_ARRAY || off->items.size() != 2 || !json_as_u64(&off->items[0], &t->begin) ||
+        !json_as_u64(&off->items[1], &t->end)) {
+        *err = what + "data_offsets is not [begin, end] of non-negative integers";
+        return false;
+    }
+    if (t->begin > t->end) {
+        *err = what + "data_offsets [" + std::to_string(t->begin) + ", " + std::to_string(t->end) + "] end before they begin";
+        return false;
+    }
+    if (t->end > data_bytes) {
+        *err = what + "data_offsets end " + std::to_string(t->end) + " is past the end of the data section (" + std::to_string(data_bytes) +
+               " bytes): a truncated file or a corrupt header";
+        return false;
+    }
+    if (t->end - t->begin != bytes) {
+        *err = what + "data_offsets hold " + std::to_string(t->end - t->begin) + " bytes, but " + ST_DTYPE_NAMES[t->dtype] + " " +
+               st_shape_string(t->shape) + " is " + std::to_string(bytes);
+        return false;
+    }
+    return true;
+}
+
+// One tensor member of the header: an object of exactly dtype, shape and data_offsets, which agree.
+static inline bool st_parse_tensor(const std::string& name, const Json& v, uint64_t data_bytes, StTensor* t, std::string* err) {
+    std::string what = "tensor '" + name + "': ";
+    if (v.type != JSON_OBJECT) { *err = what + "not an object"; return false; }
+    for (const auto& kv : v.members)
+        if (kv.first != "dtype" && kv.first != "shape" && kv.first != "data_offsets") {
+            *err = what + "unknown key '" + kv.first + "'";
+            return false;
+        }
+    const Json *dt = json_get(&v, "dtype"), *sh = json_get(&v, "shape"), *off = json_get(&v, "data_offsets");
+    if (!dt || !sh || !off) { *err = what + "needs dtype, shape and data_offsets"; return false; }
+    t->name = name;
+    t->dtype = dt->type == JSON_STRING ? st_dtype_parse(dt->text) : -1;
+    if (t->dtype < 0) { *err = what + "unknown dtype " + (dt->type == JSON_STRING ? "'" + dt->text + "'" : "(not a string)"); return false; }
+    uint64_t bytes;
+    return st_parse_shape(sh, what, t, &bytes, err) && st_parse_offsets(off, what, bytes, data_bytes, t, err);
+}
+
+// The tensors must tile [0, data_bytes): no overlap, no gap, nothing after the last.
+static inline bool st_check_tiling(const SafeTensors* st, uint64_t data_bytes, std::string* err) {
     std::vector<const StTensor*> order;
     for (const StTensor& t : st->tensors) order.push_back(&t);
     std::sort(order.begin(), order.end(),
@@ -174,6 +176,29 @@ static inline bool safetensors_parse_header(SafeTensors* st, const char* json, s
         return false;
     }
     return true;
+}
+
+// Checks the header JSON (n bytes) against a data section of data_bytes bytes and fills st's
+// tensors and metadata. The whole of the format's validation lives here, so tests can feed it
+// headers from memory.
+static inline bool safetensors_parse_header(SafeTensors* st, const char* json, size_t n, uint64_t data_bytes, std::string* err) {
+    Json h;
+    std::string jerr;
+    if (!json_parse(json, n, &h, &jerr)) { *err = "malformed header JSON at " + jerr; return false; }
+    if (h.type != JSON_OBJECT) { *err = "the header is not a JSON object"; return false; }
+    st->tensors.clear();
+    st->metadata.clear();
+    st->data_bytes = data_bytes;
+    for (const auto& m : h.members) {
+        if (m.first == "__metadata__") {
+            if (!st_parse_metadata(st, m.second, err)) return false;
+            continue;
+        }
+        StTensor t;
+        if (!st_parse_tensor(m.first, m.second, data_bytes, &t, err)) return false;
+        st->tensors.push_back(t);
+    }
+    return st_check_tiling(st, data_bytes, err);
 }
 
 static inline void safetensors_close(SafeTensors* st) {
