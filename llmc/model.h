@@ -435,10 +435,13 @@ template <typename F> static inline void gpt_stored(const GPT<F>* m, F* x, size_
 // rank's master weights cover: with a sharded master (gpt_master_sharded) the caller then
 // all-gathers the copy over the data-parallel ranks.
 template <typename F> void gpt_params_changed(GPT<F>* m) {
-    if constexpr (gpt_has_compute_copy<F>())
+    if constexpr (gpt_has_compute_copy<F>()) {
         cast_from_f32(m->params_c + m->master_lo, m->params + m->master_lo, (size_t)(m->master_hi - m->master_lo));
-    else if (m->config.round_bf16)
-        cast_round_bf16(m->params_c, m->params, (size_t)m->table.total);
+    } else {
+#ifndef KEEL_CUDA  // (the CPU's --bf16: its copy is the master weights rounded, kept in fp32)
+        if (m->config.round_bf16) cast_round_bf16(m->params_c, m->params, (size_t)m->table.total);
+#endif
+    }
 }
 
 // Whether this rank keeps only a shard of the master weights (ZeRO-1 with a compute copy).

@@ -18,7 +18,8 @@
 #   3. plain GPT-2 with dropout, and every model knob (ALiBi, NormFormer, embedding LayerNorm, ReLU,
 #      query-key layer scaling); the CPU's flash twin runs under --bf16 too;
 #   4. determinism and resume: two runs byte-identical; 3 iterations + save + resume to 6 = 6 straight
-#      (the bf16 copy is recomputed from the fp32 master weights the checkpoint holds).
+#      (the bf16 copy is recomputed from the fp32 master weights the checkpoint holds);
+#   5. DP=2 with ZeRO-1 under mpirun = one process (iteration 1 within 1e-6, six within 5e-3).
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=2
 CUDA=build/train_gpt_emu
@@ -83,4 +84,13 @@ D=("${ARGS[@]}" --bf16)
   ./train_gpt_cpu "${D[@]}" --train-iters 6 --save "$TMP/ck" --save-interval 3 --load "$TMP/ck" --metrics-file "$TMP/r.jsonl" >"$TMP/r.log" 2>&1 &&
   cmp -s <(strip_timing "$TMP/d1.jsonl") <(strip_timing "$TMP/r.jsonl") && ok "--bf16: 3 iterations, save, resume to 6 = 6 straight (records byte-identical)" \
   || fail "--bf16 resume: $(grep -m1 error "$TMP/r.log")"
+# 5. data parallel: DP=2 with ZeRO-1 under mpirun = one process, as under fp32: the gradients' fp32
+# sums group the micro-batches differently (~1e-9), which bf16 weights amplify over the iterations
+if command -v mpirun >/dev/null; then
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 timeout -k 10 300 \
+    mpirun --oversubscribe -np 2 ./train_gpt_cpu "${D[@]}" --train-iters 6 --zero-stage 1 --metrics-file "$TMP/dp.jsonl" >"$TMP/dp.log" 2>&1 \
+    && r=$(first_record_close "$TMP/dp.jsonl" "$TMP/d1.jsonl" 1e-6) && r2=$(compare_jsonl "$TMP/dp.jsonl" "$TMP/d1.jsonl" 5e-3 2>&1) \
+    && ok "--bf16 at DP=2 with ZeRO-1 = one process: iteration 1 within 1e-6 ($r), six within 5e-3 ($r2)" \
+    || fail "--bf16 at DP=2: $(grep -m1 error "$TMP/dp.log") $r"
+fi
 finish
