@@ -41,7 +41,10 @@ __global__ void probe(float* x, int n) {
 }
 CU
 nv=$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")
-"$nv" -gencode arch=compute_90,code=sm_90 -c "$probe" -o "$TMP/probe.o" -Xptxas -v 2>&1 | grep -qE "[1-9][0-9]* bytes stack frame" \
+# (the whole output first: grep -q may close the pipe while ptxas still writes, and under pipefail
+# the SIGPIPE fails the pipeline)
+probe_out=$("$nv" -gencode arch=compute_90,code=sm_90 -c "$probe" -o "$TMP/probe.o" -Xptxas -v 2>&1)
+grep -qE "[1-9][0-9]* bytes stack frame" <<<"$probe_out" \
   && ok "negative control: a run-time-indexed register array shows a stack frame in ptxas's report" \
   || fail "negative control: ptxas reported no stack frame for a run-time-indexed array"
 finish
