@@ -10,6 +10,7 @@
 #   make test-extra the measurements make test leaves out (8-bit vs 32-bit Adam on Brown, 2 minutes)
 #   make bench      print ms/iteration, tokens/s and GFLOP/s for fixed configurations
 #   make ptxas-report  registers, stack, spills and shared memory of every CUDA kernel (sm_80, sm_90)
+#   make kernel-registers  rewrite test/cuda_emu/kernel_registers.h, the emulator's registers-per-thread table, from that report
 #   make fuzz       build the libFuzzer targets (test/fuzz) and fuzz each for FUZZ_SECONDS (default 60)
 #   make test-sanitize  the CPU trainer and unit tests under ASan + UBSan on a representative set (test/sanitize.sh)
 #   make test-crash     SIGKILL at KILLS random instants (default 200), every resume byte-identical
@@ -144,7 +145,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all help run test test-cuda test-emu-sanitize test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-extra test-mutants
+.PHONY: all help run test test-cuda test-emu-sanitize test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report kernel-registers fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-extra test-mutants
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -386,6 +387,10 @@ bench: train_gpt_cpu build/fma_peak
 # fails when any kernel has a stack frame or spills (test_ptxas runs it).
 ptxas-report:
 	@bash scripts/ptxas_report.sh $(or $(PTXAS_ARCH),80 90)
+# The same report, also written as the table the CUDA emulator checks each launch's registers ×
+# threads against (docs/emulator.md); test_ptxas fails when the checked-in table is not current.
+kernel-registers:
+	@bash scripts/ptxas_report.sh --registers test/cuda_emu/kernel_registers.h 80 90
 
 gpu-profile:
 	@bash scripts/gpu_profile.sh

@@ -6,12 +6,15 @@
 //   - host code touching device memory dies (SIGSEGV), copies in the wrong direction are refused;
 //   - KEEL_EMU_SCHEDULE reorders the blocks of a grid and the threads of a block;
 //   - KEEL_EMU_STREAMS=async runs two streams apart unless an event orders them;
-//   - bf16/fp16 conversions round to nearest even like the GPU, on known values.
+//   - bf16/fp16 conversions round to nearest even like the GPU, on known values;
+//   - a launch a GPU refuses for registers × threads or __launch_bounds__ is refused, a fitting one runs.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 
+#include "llmc/cuda/layernorm.cuh"
+#include "llmc/cuda/matmul.cuh"
 #include "test/cuda_test.h"
 
 using namespace keel_cuda;
@@ -125,6 +128,111 @@ static int child_status(void (*fn)()) {
     int st = 0;
     waitpid(pid, &st, 0);
     return st;
+}
+
+// A child's exit status, and what it wrote to stderr (a refusal's message).
+static int child_output(void (*fn)(), std::string* err) {
+    fflush(stdout);
+    FILE* f = tmpfile();
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fileno(f), 2);
+        fn();
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    err->clear();
+    rewind(f);
+    for (int c; (c = fgetc(f)) != EOF;) err->push_back((char)c);
+    fclose(f);
+    return st;
+}
+
+// Stands for kernels ptxas gave N registers: test_registers adds their rows to the table.
+namespace regs_test {
+template <int N> __global__ void regs_kernel(float* p) {
+    if (threadIdx.x == 0) p[0] = (float)N;
+}
+struct Op {};
+template <typename F, typename O, unsigned V, bool B> __global__ void typed_kernel(F* p) {}
+static __global__ void static_kernel(float* p) {}
+template <typename T> struct Box {};
+template <typename B> __global__ void nested_kernel(float* p) {}
+}  // namespace regs_test
+namespace keel_cuda {
+__global__ void unlisted_kernel(float* p) {}  // a keel kernel the table lacks (as one added since it was made)
+}
+static float* regs_buf() {
+    static float* p = dev_upload(std::vector<float>(1, 0.0f));
+    return p;
+}
+template <int N> static void launch_regs(unsigned threads) {
+    KEEL_LAUNCH(regs_test::regs_kernel<N>, 1, threads, 0, MAIN_STREAM)(regs_buf());
+    cudaDeviceSynchronize();
+}
+// Whether launch() is refused (exit 3) with a message that contains `want`.
+static bool refused_with(void (*launch)(), const char* want) {
+    std::string err;
+    int st = child_output(launch, &err);
+    bool ok = WIFEXITED(st) && WEXITSTATUS(st) == 3 && err.find(want) != std::string::npos;
+    if (!ok) printf("      (exit status %d, stderr: %s)\n", st, err.c_str());
+    return ok;
+}
+
+// registers × threads (registers.h): the keys name the instantiation as c++filt names ptxas's entry;
+// a block over the register file (counts rounded up to 8) or over __launch_bounds__ is refused
+static void test_registers() {
+    check_true("kernel_key: a template's arguments as c++filt prints them",
+               emu::kernel_key<regs_test::typed_kernel<__nv_bfloat16, regs_test::Op, 4u, true>>() ==
+                   "regs_test::typed_kernel<__nv_bfloat16, regs_test::Op, 4u, true>");
+    check_true("kernel_key: nested template arguments end in \">>\" (the table's spelling, whatever the demangler's)",
+               emu::kernel_key<regs_test::nested_kernel<regs_test::Box<float>>>() == "regs_test::nested_kernel<regs_test::Box<float>>");
+    check_true("kernel_key: a static kernel, a plain one", emu::kernel_key<regs_test::static_kernel>() == "regs_test::static_kernel" &&
+                                                               emu::kernel_key<regs_test::regs_kernel<7>>() == "regs_test::regs_kernel<7>");
+    // keel's kernels found in the table under the names g++'s side makes (nvcc mangled the table's)
+    bool found = true;
+    for (const std::string& k : {emu::kernel_key<keel_cuda::layernorm_backward_kernel<__nv_bfloat16>>(),
+                                 emu::kernel_key<keel_cuda::matmul_dbias_partial_kernel<float, 4>>(),
+                                 emu::kernel_key<keel_cuda::matmul_dbias_finish_kernel>()})
+        found = found && emu::register_rows().count(k) == 1;
+    check_true("keel kernels (a template, one with an int argument, a static one) are in kernel_registers.h by these names", found);
+    emu::kernel_registers_add("regs_test::regs_kernel<255>", 80, 255, 0);
+    emu::kernel_registers_add("regs_test::regs_kernel<255>", 90, 255, 0);
+    emu::kernel_registers_add("regs_test::regs_kernel<64>", 80, 64, 0);
+    emu::kernel_registers_add("regs_test::regs_kernel<64>", 90, 65, 0);  // sm_90 the stricter
+    emu::kernel_registers_add("regs_test::regs_kernel<81>", 80, 81, 0);
+    emu::kernel_registers_add("regs_test::regs_kernel<40>", 80, 40, 128);  // __launch_bounds__(128)
+    check_true("255 registers × 1024 threads refused, naming the kernel, the registers and the limit",
+               refused_with([] { launch_regs<255>(1024); },
+                            "kernel regs_test::regs_kernel<255>: 255 registers per thread on sm_80 (256 as allocated) × 1024 threads = "
+                            "262144 registers, over the 65536 of a block"));
+    launch_regs<255>(256);
+    check_true("255 registers × 256 threads (65536 as allocated) launches", dev_download(regs_buf(), 1)[0] == 255.0f);
+    check_true("64 registers on sm_80 but 65 on sm_90, × 1024 threads: refused for sm_90",
+               refused_with([] { launch_regs<64>(1024); }, "65 registers per thread on sm_90 (72 as allocated) × 1024 threads"));
+    launch_regs<64>(512);
+    check_true("the same kernel × 512 threads launches", dev_download(regs_buf(), 1)[0] == 64.0f);
+    check_true("81 registers × 768 threads refused: 62208 as counted, 67584 as allocated in 8s",
+               refused_with([] { launch_regs<81>(768); }, "81 registers per thread on sm_80 (88 as allocated) × 768 threads = 67584"));
+    check_true("__launch_bounds__(128) launched with 256 threads refused",
+               refused_with([] { launch_regs<40>(256); }, "kernel regs_test::regs_kernel<40>: 256 threads per block, over its __launch_bounds__(128)"));
+    launch_regs<40>(128);
+    check_true("__launch_bounds__(128) launched with 128 threads runs", dev_download(regs_buf(), 1)[0] == 40.0f);
+
+    // a keel kernel missing from the table: named once and run; refused under KEEL_EMU_REGISTERS=strict
+    std::string err;
+    int st = child_output([] {
+        emu::set_registers_mode(emu::REGISTERS_WARN);
+        for (int i = 0; i < 2; i++) KEEL_LAUNCH(keel_cuda::unlisted_kernel, 1, 32, 0, MAIN_STREAM)(regs_buf());
+    }, &err);
+    size_t first = err.find("kernel keel_cuda::unlisted_kernel is not in test/cuda_emu/kernel_registers.h: its registers are not checked");
+    check_true("a keel kernel missing from the table runs, named once on stderr",
+               WIFEXITED(st) && WEXITSTATUS(st) == 0 && first != std::string::npos && err.find("unlisted_kernel", first + 40) == std::string::npos);
+    check_true("... and is refused under KEEL_EMU_REGISTERS=strict", refused_with([] {
+        emu::set_registers_mode(emu::REGISTERS_STRICT);
+        KEEL_LAUNCH(keel_cuda::unlisted_kernel, 1, 32, 0, MAIN_STREAM)(regs_buf());
+    }, "kernel keel_cuda::unlisted_kernel is not in test/cuda_emu/kernel_registers.h (KEEL_EMU_REGISTERS=strict)"));
 }
 
 // KEEL_EMU_POISON: fresh device memory and each block's shared memory hold the pattern; the NaN check
@@ -291,6 +399,7 @@ int main() {
         dev_free(p);
     }
 
+    test_registers();
     test_poison();
 
     test_schedules();

@@ -11,7 +11,8 @@
 #      message naming it: a removed barrier, a removed __syncwarp, a read one past a shared array, an
 #      uninitialized shared read (by the checked build, and by poison), a removed __syncwarp again by
 #      the schedule alone (the output changes with it), a removed stream wait, a misaligned cuBLASLt
-#      bias, an oversized launch; and NCCL calls the ranks disagree on;
+#      bias, an oversized launch, a block over the register file (ptxas's registers × threads), a
+#      block over __launch_bounds__; and NCCL calls the ranks disagree on;
 #   5. (full) the emulated trainer at DP=2 (ZeRO-1, overlapping gradient buckets), TP=2 and PP=2:
 #      records and checkpoint bytes under streams run apart, a random schedule and poison equal the
 #      in-order synchronous run's; the bucket reduction's stream wait removed from llmc/comm.h is caught
@@ -21,6 +22,8 @@
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 unset KEEL_EMU_SCHEDULE KEEL_EMU_POISON KEEL_EMU_STREAMS KEEL_EMU_PROFILE KEEL_EMU_TRACE
+# every keel kernel the tests launch must be in the register table (a stale table is refused)
+export KEEL_EMU_REGISTERS=strict
 FULL=$([ "${KEEL_EMU_SANITIZE:-}" = full ] && echo 1 || echo 0)
 if [ $FULL = 1 ]; then
   KERNELS="emu elementwise matmul layers attention optimizer flash"
@@ -87,7 +90,7 @@ plant() {
 mkdir -p "$TMP/clean-plain" "$TMP/clean-checked"
 if build_driver "$TMP/clean-plain" plain && { [ $FULL = 0 ] || build_driver "$TMP/clean-checked" checked; }; then
   bad=""
-  for m in sumsq dbias flash matmul overlap; do "$TMP/clean-plain/pd" $m >/dev/null 2>&1 || bad="$bad plain:$m"; done
+  for m in sumsq dbias flash matmul overlap layernorm; do "$TMP/clean-plain/pd" $m >/dev/null 2>&1 || bad="$bad plain:$m"; done
   for s in reverse random:1; do
     cmp -s <("$TMP/clean-plain/pd" flash 2>&1) <(KEEL_EMU_SCHEDULE=$s "$TMP/clean-plain/pd" flash 2>&1) || bad="$bad flash:$s"
   done
@@ -120,6 +123,13 @@ plant_schedule removed-syncwarp-schedule llmc/cuda/flash_attention.cuh 's/\n    
 plant misaligned-cublaslt-bias llmc/cuda/matmul.cuh 's/bool epilogue = bias && aligned16\(bias\);/bool epilogue = bias;/' plain matmul "bias pointer is not 16-byte aligned"
 plant oversized-launch llmc/cuda/flash_attention.cuh 's/\n    flash_smem_optin\(flash_attention_forward_kernel<F, HS>, smem, &optin\);\n/\n/' plain flash \
   "over 48 KiB without cudaFuncSetAttribute"
+# registers × threads (test/cuda_emu/registers.h): the LayerNorm backward at 32 warps, 1024 threads of
+# its 66 registers (72 as allocated) need 73728 of the 65536; the flash forward at twice its threads
+# fits the register file (248 × 256) but not its __launch_bounds__(FLASH_THREADS)
+plant register-file llmc/ops.h 's/LN_BWD_WARPS = 16,/LN_BWD_WARPS = 32,/' plain layernorm \
+  "layernorm_backward_kernel<__nv_bfloat16>: 66 registers per thread on sm_80 \(72 as allocated\) × 1024 threads = 73728 registers, over the 65536"
+plant launch-bounds llmc/cuda/flash_attention.cuh 's/FLASH_BR\), B \* NH\), FLASH_THREADS,/FLASH_BR), B * NH), 2 * FLASH_THREADS,/' plain flash \
+  "flash_attention_forward_kernel<__nv_bfloat16, 128>: 256 threads per block, over its __launch_bounds__\(128\)"
 
 # NCCL calls the ranks disagree on (the emulated NCCL, test/emu_sanitize/nccl_checks.cpp)
 if command -v mpicxx >/dev/null && command -v mpirun >/dev/null; then

@@ -12,7 +12,9 @@
 // (test/cuda_emu; docs/gpu.md and docs/emulator.md), which defines KEEL_LAUNCH as a call of its
 // launcher before this file is read. A macro rather than a preprocessing step: the GPU build stays
 // plain CUDA, and what a reader sees is what both compilers compile. Kernel names passed to it have
-// at most one template argument (a comma would split the macro argument).
+// at most one template argument (a comma would split the macro argument). `kernel` is a kernel's
+// name, not a variable holding a function pointer: the emulation also takes it as a template
+// argument, to look up the instantiation's registers per thread (docs/emulator.md).
 // Dynamic shared memory: KEEL_DYNAMIC_SHARED(float, buf); declares `float* buf` over the launch's
 // smem bytes (nvcc: one extern __shared__ array; emulation: the launch's buffer).
 // Static shared memory: KEEL_SHARED(float, red, [32]); is `__shared__ float red[32];` (dimensions as

@@ -956,12 +956,18 @@ inline LaunchStats& stats() {
 // memory above the 48 KiB default only after cudaFuncSetAttribute(kernel,
 // cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) raised the kernel's limit, to at most 163 KiB:
 // the A100's (sm_80) limit, the smallest of the architectures keel builds for (an H100/H200, sm_90,
-// allows 227 KiB), so a kernel that passes here launches on both.
+// allows 227 KiB), so a kernel that passes here launches on both. And registers per thread ×
+// threads within the register file, threads within __launch_bounds__ (registers.h).
 inline std::map<const void*, size_t>& smem_optin() {  // kernel → its raised dynamic shared-memory limit
     static std::map<const void*, size_t> m;
     return m;
 }
 enum : size_t { DEFAULT_DYNAMIC_SMEM = 48 * 1024, MAX_DYNAMIC_SMEM = 163 * 1024 };
+
+// Registers per thread × threads per block, and __launch_bounds__: from ptxas's figures (registers.h).
+}  // namespace emu
+#include "registers.h"
+namespace emu {
 
 // Runs the grid's blocks, in linear order or the schedule's (KEEL_EMU_SCHEDULE).
 inline void run_grid(Block* b, dim3 grid, unsigned threads, bool keep_order) {
@@ -1049,6 +1055,7 @@ template <typename... P> struct Launch {
     size_t smem;
     const char* name;
     const void* stream;
+    const std::string* key;  // the kernel as registers.h looks it up (kernel_key)
     void check(unsigned threads) const {
         if (threads == 0 || threads > 1024) die("kernel %s: %s threads per block (1..1024)", name, threads == 0 ? "0" : "over 1024");
         if (block.z > 64) die("kernel %s: a block's z dimension over 64%s", name);
@@ -1062,6 +1069,7 @@ template <typename... P> struct Launch {
                 die("kernel %s: dynamic shared memory over 48 KiB without cudaFuncSetAttribute(MaxDynamicSharedMemorySize) "
                     "raising the kernel's limit that far first%s: on a GPU the launch fails", name);
         }
+        check_registers(*key, threads);
     }
     template <typename... A> void operator()(A&&... args) const {
         // converted as the GPU converts kernel arguments, and kept until the launch runs (KEEL_EMU_STREAMS)
@@ -1110,17 +1118,21 @@ template <typename X> inline X& shared_static(SharedStatic<X>* s, const char* na
 }
 
 
-template <typename... P> Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, const char* name, const void* stream) {
+// K is the kernel again, as a template argument: kernel_key<K> names the instantiation launched.
+template <auto K, typename... P>
+Launch<P...> make_launch(void (*k)(P...), dim3 g, dim3 b, size_t smem, const char* name, const void* stream) {
     profile_stream(stream);
-    return Launch<P...>{k, g, b, smem, name, stream};
+    return Launch<P...>{k, g, b, smem, name, stream, &kernel_key<K>()};
 }
 
 }  // namespace emu
 
 // The launch convention (llmc/cuda/common.cuh): KEEL_LAUNCH(kernel, grid, block, smem, stream)(args...)
 // is `kernel<<<grid, block, smem, stream>>>(args...)` under nvcc and a call of the emulator here.
+// `kernel` names a kernel (or an instantiation of one), not a variable holding a function pointer:
+// it is also a template argument, which tells the register check which instantiation runs.
 #define KEEL_LAUNCH(kernel, grid, block, smem, stream) \
-    ::emu::make_launch(kernel, dim3(grid), dim3(block), (size_t)(smem), #kernel, (const void*)(stream))
+    ::emu::make_launch<kernel>(kernel, dim3(grid), dim3(block), (size_t)(smem), #kernel, (const void*)(stream))
 #define KEEL_DYNAMIC_SHARED(T, name) T* name = (T*)::emu::tl_block.smem_base
 // KEEL_SHARED(T, name, dims) (llmc/cuda/common.cuh): a static shared array as a thread_local
 // (one copy per OS thread, i.e. per running block) that the first thread of each block to reach the

@@ -8,10 +8,12 @@
 //                         a hash of the output, which must not depend on KEEL_EMU_SCHEDULE
 //   plant_driver matmul   keel_cuda::matmul_forward with a bias slice at an odd offset (cuBLASLt)
 //   plant_driver overlap  a product on one stream, its input copied on another (a cross-stream wait)
+//   plant_driver layernorm keel_cuda::layernorm_backward, bf16: its bias gradient vs the host's sums
 #include <cstring>
 
 #include "llmc/cuda/adamw.cuh"
 #include "llmc/cuda/flash_attention.cuh"
+#include "llmc/cuda/layernorm.cuh"
 #include "llmc/cuda/matmul.cuh"
 #include "test/cuda_test.h"
 
@@ -78,6 +80,23 @@ static int run_overlap() {
     return check_true("the communication stream's copy of x = x (it waited for the compute stream)", x == copy) ? 0 : 1;
 }
 
+// dbias of the LayerNorm backward = Σ over rows of dout (a bf16 kernel of 66 registers per thread,
+// 512 threads: the block the register check watches)
+static int run_layernorm() {
+    int N = 64, C = 128;
+    std::vector<float> dout = lowp_widen(lowp_store<__nv_bfloat16>(randn((size_t)N * C, 9))), want(C, 0.0f);
+    __nv_bfloat16* d_dout = dev_upload(lowp_store<__nv_bfloat16>(dout));
+    __nv_bfloat16* d_inp = dev_upload(lowp_store<__nv_bfloat16>(randn((size_t)N * C, 10)));
+    __nv_bfloat16* d_w = dev_upload(lowp_store<__nv_bfloat16>(randn(C, 11)));
+    __nv_bfloat16* d_dinp = dev_upload(lowp_store<__nv_bfloat16>(std::vector<float>((size_t)N * C, 0.0f)));
+    float *d_dw = dev_upload(std::vector<float>(C, 0.0f)), *d_db = dev_upload(std::vector<float>(C, 0.0f));
+    float *d_mean = dev_upload(std::vector<float>(N, 0.0f)), *d_rstd = dev_upload(std::vector<float>(N, 1.0f));
+    keel_cuda::layernorm_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) want[c] += dout[(size_t)n * C + c];
+    return check_close("layernorm_backward dbias", dev_download(d_db, C), want, 1e-4, 1e-4) ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "sumsq")) return run_sumsq();
@@ -85,6 +104,7 @@ int main(int argc, char** argv) {
     if (!strcmp(mode, "flash")) return run_flash();
     if (!strcmp(mode, "matmul")) return run_matmul();
     if (!strcmp(mode, "overlap")) return run_overlap();
-    fprintf(stderr, "usage: plant_driver sumsq|dbias|flash|matmul|overlap\n");
+    if (!strcmp(mode, "layernorm")) return run_layernorm();
+    fprintf(stderr, "usage: plant_driver sumsq|dbias|flash|matmul|overlap|layernorm\n");
     return 2;
 }
