@@ -610,7 +610,7 @@ template <typename F> GPTDeviceBytes gpt_device_bytes(const GPTConfig* cfg, int 
     GPTDeviceBytes d;
     d.params = (master < 0 ? P : (size_t)master) * sizeof(acc_t<F>);
     d.grads = P * sizeof(acc_t<F>);
-    d.compute_copy = gpt_has_compute_copy<F>() ? P * sizeof(F) : 0;
+    d.compute_copy = gpt_has_compute_copy<F>() || cfg->round_bf16 ? P * sizeof(F) : 0;  // (CPU --bf16: the rounded copy)
     Activations<F> a;
     d.flash = gpt_attention_flash(cfg, sizeof(F), true);  // (--dry-run plans a GPU of compute capability ≥ 8.0)
     d.activations = (size_t)slots * gpt_alloc_activations(&a, cfg, B, T, d.flash, gpt_head_rows(cfg, B, T, sizeof(F), true), true);
