@@ -1166,6 +1166,7 @@ static void trainer_dry_run(Config* c, int launched) {
     StepOptions opt;
     opt.esize = c->fp32 ? 4 : 2;
     opt.overlap_dp = c->grad_bucket_mb > 0;
+    opt.stack = *step_stack_find(c->software_stack);  // (the flag's choices are the table's names)
     StepPlan sp = step_predict(&hw, &g, &l, &opt);
     int64_t iters = step_run_iterations(c->train_iters, c->train_samples, c->train_tokens, c->global_batch_size, l.seq);
     step_print(stdout, &sp, &hw, &l, iters);

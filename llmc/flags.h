@@ -126,6 +126,7 @@ struct Config {
     int64_t gpus_per_node = 8, num_gpus = 0;
     double inter_node_gbps = 0, intra_node_gbps = 0;  // 0: --gpu-type's
     bool search_layout = false;
+    std::string software_stack = "keel";  // whose implementation the step time is of (llmc/step_model.h STEP_STACKS)
     // Megatron-DeepSpeed's launcher-level flags (llmc/deepspeed.h): the DeepSpeed JSON, and flags keel
     // accepts with a start-up note (its computation does not change) or refuses with a reason
     bool deepspeed = false;
@@ -451,6 +452,11 @@ static const Flag FLAGS[] = {
               "200 Gb/s HDR)"),
     KEEL_FLAG(FG_PARALLEL, "intra-node-gbps", NO_MIN, NO_MAX, FT_FLOAT, intra_node_gbps, FK_RUN, nullptr,
               "--dry-run: GPU-to-GPU bandwidth inside a node, GB/s one way (0: --gpu-type's NVLink, or PCIe for h100-pcie)"),
+    // (the choices are llmc/step_model.h's STEP_STACKS names: test_gpu_spec compares them)
+    KEEL_FLAG(FG_PARALLEL, "software-stack", NO_MIN, NO_MAX, FT_STR, software_stack, FK_RUN, "keel|megatron-lm|megatron-deepspeed",
+              "--dry-run: whose implementation the step time is predicted for: keel's, or a published stack's at its measured "
+              "overhead over keel's model (megatron-deepspeed: DeepSpeed's pipeline engine, 2021-22) to check the model "
+              "against that stack's runs"),
     KEEL_FLAG(FG_PARALLEL, "dry-run-json", NO_MIN, NO_MAX, FT_STR, dry_run_json, FK_RUN, nullptr,
               "--dry-run: also write the plan's figures to this JSON file (an existing non-empty file is refused unless "
               "--start-over moves it aside)"),

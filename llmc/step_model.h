@@ -20,11 +20,13 @@
 //   - 1F1B: the slowest stage sets the pace of the M micro-batches; the warm-up and cool-down add
 //     every other stage's forward and backward once (uniform stages: (P−1)/M of the steady phase);
 //   - the optimizer pass is memory-bound over the rank's shard.
-// What is a model: each kernel's time is the larger of its FLOPs at a share of the dense peak and its
-// bytes at a share of the memory bandwidth (a roofline); a collective's is a ring's bytes at a share of
-// the link's bandwidth plus a per-step latency. The shares are the named constants below, each with
-// its source, set once for all layouts; docs/operations.md#the-step-time-how-long-an-iteration-takes-and-where-the-time-goes holds the predictions against
-// published runs.
+// What is a model: each kernel's time is the larger of its FLOPs at a share of the dense peak (less for
+// a GEMM dimension short of the GPU's alignment) and its bytes at a share of the memory bandwidth (a
+// roofline); a collective's is a ring's bytes at a share of the link's bandwidth plus a per-step
+// latency. The shares are the named constants below, each with its source, set once for all layouts;
+// another stack's run is planned at that stack's measured overhead (--software-stack, STEP_STACKS);
+// docs/operations.md#the-step-time-how-long-an-iteration-takes-and-where-the-time-goes holds the
+// predictions against published runs.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -52,7 +54,14 @@
 // gemm_eff: the share of the dense peak the best large cuBLAS GEMM sustains, measured with the
 // "maximum achievable matmul FLOPS" finder (stas00/ml-engineering, compute/accelerator): A100 SXM
 // 267.9 of 312 TFLOP/s (0.86), H100 SXM 792.1 of 989 (0.80), H100 PCIe 499.5 of 756 (0.66); the
-// H200 is an H100 SXM chip (0.80); V100 has no published figure: 0.80 assumed.
+// H200 is an H100 SXM chip (0.80); V100: 83 of 125 TFLOP/s (0.66), cuBLAS's mixed-precision GEMM
+// on a Tesla V100 (Markidis et al., "NVIDIA Tensor Core Programmability, Performance & Precision",
+// arXiv 1803.04014) — the finder has no V100 row.
+// align_bytes: a GEMM runs at that rate when each of its dimensions, in bytes, is a multiple of
+// this; below it the kernel moves its tiles in narrower pieces (step_gemm_align_factor). NVIDIA's
+// "Matrix Multiplication Background" guide (Tensor Core Requirements): 16 bytes on V100, 128 on
+// A100. H100/H200: 64, measured (stas00/ml-engineering training/performance, swiglu-maf-bench on
+// an H100: inner dimensions 64, 128, 256 and 512 bytes aligned all within 1% of each other).
 struct GpuSpec {
     const char* name;
     int cc;                 // compute capability x10: the attention path and GeLU fusion keel would pick
@@ -62,14 +71,15 @@ struct GpuSpec {
     double nvlink_bw;       // bytes/s one way, GPU to GPU inside a node
     double ib_bw;           // bytes/s one way, per GPU, between nodes
     double gemm_eff;        // share of peak16 a large GEMM sustains
+    int align_bytes;        // the alignment of a GEMM dimension that reaches gemm_eff
 };
 static const GpuSpec GPU_SPECS[] = {
-    {"v100-32gb", 70, 125e12, 15.7e12, 900e9, 32.0, 150e9, 6.25e9, 0.80},
-    {"a100-40gb", 80, 312e12, 19.5e12, 1555e9, 40.0, 300e9, 25e9, 0.86},
-    {"a100-80gb", 80, 312e12, 19.5e12, 2039e9, 80.0, 300e9, 25e9, 0.86},
-    {"h100-sxm", 90, 989e12, 67e12, 3.35e12, 79.65, 450e9, 50e9, 0.80},
-    {"h100-pcie", 90, 756e12, 51e12, 2.0e12, 79.65, 64e9, 50e9, 0.66},
-    {"h200", 90, 989e12, 67e12, 4.8e12, 140.4, 450e9, 50e9, 0.80},
+    {"v100-32gb", 70, 125e12, 15.7e12, 900e9, 32.0, 150e9, 6.25e9, 0.66, 16},
+    {"a100-40gb", 80, 312e12, 19.5e12, 1555e9, 40.0, 300e9, 25e9, 0.86, 128},
+    {"a100-80gb", 80, 312e12, 19.5e12, 2039e9, 80.0, 300e9, 25e9, 0.86, 128},
+    {"h100-sxm", 90, 989e12, 67e12, 3.35e12, 79.65, 450e9, 50e9, 0.80, 64},
+    {"h100-pcie", 90, 756e12, 51e12, 2.0e12, 79.65, 64e9, 50e9, 0.66, 64},
+    {"h200", 90, 989e12, 67e12, 4.8e12, 140.4, 450e9, 50e9, 0.80, 64},
 };
 static const int NUM_GPU_SPECS = (int)(sizeof GPU_SPECS / sizeof GPU_SPECS[0]);
 
@@ -103,9 +113,16 @@ static inline std::string gpu_spec_choices() {
 // shorter k loop: its share of the large-GEMM rate is d/(d + STEP_GEMM_HALF_DIM) (128: one
 // 128-wide cuBLAS tile; a 64-wide head-size product reaches a third, a 768-wide one 86%).
 static const double STEP_GEMM_HALF_DIM = 128;
-// keel's flash kernels (mma.sync, FlashAttention-2's scheme): 35% of the dense peak, gpt_attention_cost's
-// figure (docs/gpu.md: the forward measured at 231-252 TFLOP/s on an H200, 25% of its peak, at B=16).
-static const double STEP_FLASH_EFF = 0.35;
+// A dimension aligned to 4 bytes instead of 64 (four halvings) took 1.46x as long on an H100
+// (stas00/ml-engineering training/performance, swiglu-maf-bench: [4096, d]·[d, 4096] fp16 at
+// d = 10922, 272.7 TFLOP/s, against d = 10944, 398.4): 0.115 of the aligned time per halving.
+static const double STEP_GEMM_MISALIGN_COST = 0.115;
+// keel's flash kernels (mma.sync, FlashAttention-2's scheme) as measured, counted as this model
+// counts them (the causal half-products): the kernel lab on an H200 (docs/gpu.md, November 2026,
+// B=16 T=1024 NH=12 hs=64) ran the forward in 0.223 ms (2.58e10 FLOPs: 11.7% of the dense peak)
+// and the backward in 1.233 ms (6.44e10: 5.3%). The backward is no faster than the GEMM path's
+// yet; these are keel's kernels as they are, not what a flash kernel can reach.
+static const double STEP_FLASH_FWD_EFF = 0.117, STEP_FLASH_BWD_EFF = 0.053;
 // Memory-bound kernels (LayerNorm, residual, dropout, GeLU, softmax, the optimizer): 80% of HBM
 // bandwidth, what a streaming copy reaches (gpt_attention_cost's figure; STREAM-like copies on A100/H100).
 static const double STEP_MEM_EFF = 0.80;
@@ -123,6 +140,35 @@ static const double STEP_KERNEL_GAP_S = 2e-6;
 // gradient, master weight, m and v (16) and writes master, m, v and the 2-byte compute copy (14); the
 // gradient norm reads the gradient once more (4). 8-bit Adam: m and v are a byte each (16 - 6).
 static const double STEP_ADAM_BYTES_PER_PARAM = 34, STEP_ADAM8BIT_BYTES_PER_PARAM = 22;
+
+// ---- whose implementation ------------------------------------------------------------------------------
+// The model above is of keel's kernels and schedule. A published run of another stack checks it only
+// for what the two share, so --software-stack names the run's stack and the step carries that stack's
+// overhead over this model, measured once, away from the runs it is then checked on:
+//   - megatron-lm (2021): 1, none measured — its Table 1 (arXiv 2104.04473) is within 8% as it is;
+//   - megatron-deepspeed (2021-22: Megatron's layers under DeepSpeed's pipeline engine and ZeRO):
+//     1.28, the same model shape on the same machine under both stacks — MT-NLG 530B on 280 DGX
+//     A100 nodes of Selene (arXiv 2201.11990, section 2.4: 60.1 s per iteration at TP 8, PP 35, DP 8) took
+//     1.317x this model's step, Megatron-LM's 529.6B on Selene (Table 1: 163 TFLOP/s at TP 8, PP 35,
+//     DP 9) 1.031x, so DeepSpeed's stack took 1.277x Megatron-LM's (test_step_model recomputes it
+//     from those two rows). What the factor holds is not broken down: it is the measured remainder.
+struct StackSpec {
+    const char* name;
+    double overhead;  // the stack's step over this model's
+};
+static const StackSpec STEP_STACKS[] = {{"keel", 1.0}, {"megatron-lm", 1.0}, {"megatron-deepspeed", 1.28}};
+
+static inline const StackSpec* step_stack_find(const std::string& name) {
+    for (const StackSpec& s : STEP_STACKS)
+        if (name == s.name) return &s;
+    return nullptr;
+}
+// The --software-stack choices ("keel|megatron-lm|..."): test_gpu_spec compares the flag's string with it.
+static inline std::string step_stack_choices() {
+    std::string s;
+    for (const StackSpec& x : STEP_STACKS) s += (s.empty() ? "" : "|") + std::string(x.name);
+    return s;
+}
 
 // ---- the machine a plan runs on ------------------------------------------------------------------------
 struct StepHw {
@@ -160,13 +206,29 @@ static inline double step_gather_s(const StepLink* l, int n, double bytes) {
 
 // ---- kernels -------------------------------------------------------------------------------------------
 static inline double step_mem_s(const StepHw* hw, double bytes) { return bytes / (hw->gpu.hbm_bw * STEP_MEM_EFF); }
+// The largest power of two (at most `cap`) dividing a dimension of `elems` elements of `esize` bytes.
+static inline int step_align_bytes(double elems, double esize, int cap) {
+    long long b = (long long)std::llround(elems * esize);
+    int a = 1;
+    while (a < cap && b % (2 * a) == 0) a *= 2;
+    return a;
+}
+// How much longer a GEMM takes when its least aligned dimension falls short of the GPU's
+// align_bytes: each halving below it costs STEP_GEMM_MISALIGN_COST of the aligned time. The
+// requirement is the tensor cores': --fp32's products run on the CUDA cores, not modelled here.
+static inline double step_gemm_align_factor(const StepHw* hw, double m, double n, double k, double esize) {
+    if (esize > 2) return 1;
+    int cap = hw->gpu.align_bytes;
+    int a = std::min(step_align_bytes(m, esize, cap), std::min(step_align_bytes(n, esize, cap), step_align_bytes(k, esize, cap)));
+    return 1 + STEP_GEMM_MISALIGN_COST * std::log2((double)cap / a);
+}
 // A (batch of) m×k by k×n product, 2-byte operands (4 under --fp32) and output: the roofline of its
-// FLOPs at the shape's share of the GEMM rate and its bytes.
+// FLOPs at the shape's share of the GEMM rate (less for a misaligned shape) and its bytes.
 static inline double step_gemm_s(const StepHw* hw, double m, double n, double k, double batch, double esize) {
     double d = std::min(m, std::min(n, k));
     double eff = hw->gpu.gemm_eff * d / (d + STEP_GEMM_HALF_DIM);
     double flops = 2 * m * n * k * batch, bytes = esize * (m * k + k * n + m * n) * batch;
-    return std::max(flops / (hw->peak * eff), step_mem_s(hw, bytes)) + STEP_KERNEL_GAP_S;
+    return std::max(flops / (hw->peak * eff) * step_gemm_align_factor(hw, m, n, k, esize), step_mem_s(hw, bytes)) + STEP_KERNEL_GAP_S;
 }
 
 // One micro-batch through one layer on one TP rank: seconds of forward and backward (the recomputed
@@ -184,9 +246,9 @@ static inline void step_attention(const StepHw* hw, const GPTConfig* g, double b
     if (flash) {  // 2 causal half-products forward, 5 backward (S again, dP, dV, dK, dQ)
         double half = 2 * bh * (s * s / 2) * hs;
         o->flops_fwd += 2 * half, o->flops_bwd += 5 * half;
-        o->fwd += std::max(2 * half / (hw->peak * STEP_FLASH_EFF), step_mem_s(hw, 4 * io + 4 * bh * s)) + STEP_KERNEL_GAP_S;
+        o->fwd += std::max(2 * half / (hw->peak * STEP_FLASH_FWD_EFF), step_mem_s(hw, 4 * io + 4 * bh * s)) + STEP_KERNEL_GAP_S;
         double dq_chain = 8.0 * b * s * (g->channels / (double)tp) * (s / 128.0);  // the ordered dQ's fp32 partial sums
-        o->bwd += std::max(5 * half / (hw->peak * STEP_FLASH_EFF), step_mem_s(hw, 8 * io + 8 * bh * s + dq_chain)) + 2 * STEP_KERNEL_GAP_S;
+        o->bwd += std::max(5 * half / (hw->peak * STEP_FLASH_BWD_EFF), step_mem_s(hw, 8 * io + 8 * bh * s + dq_chain)) + 2 * STEP_KERNEL_GAP_S;
         return;
     }
     // GEMM path: Q·Kᵀ and P·V forward; dout·Vᵀ, Pᵀ·dout, dS·K, dSᵀ·Q backward, batched over B·NH/T
@@ -230,6 +292,7 @@ static inline StepLayer step_layer(const StepHw* hw, const GPTConfig* g, double 
 // ---- a stage, a step -----------------------------------------------------------------------------------
 struct StepBreakdown {
     double compute = 0, recompute = 0, tp_comm = 0, pp_comm = 0, dp_comm = 0, bubble = 0, optimizer = 0;  // seconds
+    double stack = 0;  // --software-stack's measured overhead over the parts above (0 for keel)
 };
 struct StepPlan {
     double step_s = 0, tokens_per_s = 0, samples_per_s = 0;
@@ -239,6 +302,7 @@ struct StepPlan {
     int world = 1, slowest = 0, slowest_layers = 0;
     double stage_mb_s = 0;  // the slowest stage's seconds per micro-batch (forward + backward + its exposed communication)
     bool flash = false;
+    StackSpec stack = STEP_STACKS[0];
 };
 
 // What the planner needs beyond the model and the layout.
@@ -246,6 +310,7 @@ struct StepOptions {
     double esize = 2;          // bytes of an activation or compute weight: 2 (bf16/fp16), 4 (--fp32)
     bool overlap_dp = true;    // --grad-bucket-mb > 0: the reduce-scatter runs behind the last backward
     bool dropout = false;
+    StackSpec stack = STEP_STACKS[0];  // --software-stack
 };
 
 // One stage's seconds per micro-batch, split as the breakdown is, and its FLOPs per micro-batch (one TP rank).
@@ -330,7 +395,10 @@ static inline StepPlan step_predict(const StepHw* hw, const GPTConfig* g, const 
     p.br.dp_comm = dp_worst;
     p.br.optimizer = opt_worst;
     const StepBreakdown& b = p.br;
-    p.step_s = b.compute + b.recompute + b.tp_comm + b.pp_comm + b.dp_comm + b.bubble + b.optimizer;
+    double modelled = b.compute + b.recompute + b.tp_comm + b.pp_comm + b.dp_comm + b.bubble + b.optimizer;
+    p.stack = opt->stack;
+    p.br.stack = modelled * (opt->stack.overhead - 1);
+    p.step_s = modelled + b.stack;
     double gbs = M * l->micro_batch * l->dp;
     p.samples_per_s = gbs / p.step_s;
     p.tokens_per_s = p.samples_per_s * l->seq;
@@ -366,16 +434,18 @@ static inline int64_t step_run_iterations(int64_t train_iters, int64_t train_sam
 static inline void step_print_breakdown(FILE* out, const StepBreakdown* b, double step, const char* indent) {
     auto pc = [&](double x) { return 100.0 * x / step; };
     fprintf(out, "%scompute %.3g s (%.1f%%) | recompute %.3g s (%.1f%%) | exposed TP communication %.3g s (%.1f%%) | PP "
-            "communication %.3g s (%.1f%%) | DP communication %.3g s (%.1f%%) | pipeline bubble %.3g s (%.1f%%) | optimizer %.3g s (%.1f%%)\n",
+            "communication %.3g s (%.1f%%) | DP communication %.3g s (%.1f%%) | pipeline bubble %.3g s (%.1f%%) | optimizer %.3g s (%.1f%%)",
             indent, b->compute, pc(b->compute), b->recompute, pc(b->recompute), b->tp_comm, pc(b->tp_comm), b->pp_comm, pc(b->pp_comm),
             b->dp_comm, pc(b->dp_comm), b->bubble, pc(b->bubble), b->optimizer, pc(b->optimizer));
+    if (b->stack != 0) fprintf(out, " | the stack's measured overhead %.3g s (%.1f%%)", b->stack, pc(b->stack));
+    fprintf(out, "\n");
 }
 
 static inline void step_print(FILE* out, const StepPlan* p, const StepHw* hw, const PlanLayout* l, int64_t iterations) {
     int nodes = (p->world + hw->gpus_per_node - 1) / hw->gpus_per_node;
     fprintf(out, "step time (a model: docs/operations.md#the-step-time-how-long-an-iteration-takes-and-where-the-time-goes): %d x %s on %d node%s of %d (one way: intra-node %.0f GB/s, "
-            "inter-node %.1f GB/s per GPU), %s attention\n", p->world, hw->gpu.name, nodes, nodes == 1 ? "" : "s", hw->gpus_per_node,
-            hw->gpu.nvlink_bw / 1e9, hw->gpu.ib_bw / 1e9, p->flash ? "flash" : "gemm");
+            "inter-node %.1f GB/s per GPU), %s attention, %s's implementation (x%.2f)\n", p->world, hw->gpu.name, nodes, nodes == 1 ? "" : "s",
+            hw->gpus_per_node, hw->gpu.nvlink_bw / 1e9, hw->gpu.ib_bw / 1e9, p->flash ? "flash" : "gemm", p->stack.name, p->stack.overhead);
     fprintf(out, "  %.4g s/iteration | %.0f tokens/s | %.4g samples/s | %.1f TFLOP/s per GPU (Megatron's formula, as the log line) "
             "| %.1f TFLOP/s per GPU (keel's exact count) | MFU %.1f%% of %.0f TFLOP/s\n", p->step_s, p->tokens_per_s, p->samples_per_s,
             p->tflops_megatron, p->tflops_exact, 100 * p->mfu, hw->peak / 1e12);
@@ -396,16 +466,18 @@ static inline std::string step_json(const StepPlan* p, const StepHw* hw, const P
              "{\"step_seconds\": %s, \"tokens_per_second\": %s, \"samples_per_second\": %s, \"tflops_per_gpu\": %s, "
              "\"tflops_per_gpu_exact\": %s, \"mfu\": %s, \"memory_bytes_per_gpu\": %.0f, \"memory_limit_bytes\": %.0f, \"fits\": %s, "
              "\"gpu_type\": \"%s\", \"gpus_per_node\": %d, \"world_size\": %d, \"attention\": \"%s\", "
+             "\"software_stack\": \"%s\", \"stack_overhead\": %s, "
              "\"layout\": {\"tensor_model_parallel_size\": %d, \"pipeline_model_parallel_size\": %d, \"data_parallel_size\": %d, "
              "\"zero_stage\": %d, \"micro_batch_size\": %lld, \"micro_batches\": %lld, \"checkpoint_activations\": %s}, "
              "\"breakdown\": {\"compute\": %s, \"recompute\": %s, \"tp_comm\": %s, \"pp_comm\": %s, \"dp_comm\": %s, \"bubble\": %s, "
-             "\"optimizer\": %s}, \"slowest_stage\": %d, \"train_iterations\": %lld, \"train_seconds\": %s}\n",
+             "\"optimizer\": %s, \"stack\": %s}, \"slowest_stage\": %d, \"train_iterations\": %lld, \"train_seconds\": %s}\n",
              json_num(p->step_s).c_str(), json_num(p->tokens_per_s).c_str(), json_num(p->samples_per_s).c_str(),
              json_num(p->tflops_megatron).c_str(), json_num(p->tflops_exact).c_str(), json_num(p->mfu).c_str(), memory, limit,
-             fits ? "true" : "false", hw->gpu.name, hw->gpus_per_node, p->world, p->flash ? "flash" : "gemm", l->tp, l->pp, l->dp,
+             fits ? "true" : "false", hw->gpu.name, hw->gpus_per_node, p->world, p->flash ? "flash" : "gemm", p->stack.name,
+             json_num(p->stack.overhead).c_str(), l->tp, l->pp, l->dp,
              l->zero_stage, (long long)l->micro_batch, (long long)l->micro_batches, l->checkpoint_activations ? "true" : "false",
              json_num(b.compute).c_str(), json_num(b.recompute).c_str(), json_num(b.tp_comm).c_str(), json_num(b.pp_comm).c_str(),
-             json_num(b.dp_comm).c_str(), json_num(b.bubble).c_str(), json_num(b.optimizer).c_str(), p->slowest, (long long)iterations,
+             json_num(b.dp_comm).c_str(), json_num(b.bubble).c_str(), json_num(b.optimizer).c_str(), json_num(b.stack).c_str(), p->slowest, (long long)iterations,
              iterations > 0 ? json_num(iterations * p->step_s).c_str() : "null");
     return buf;
 }
@@ -459,7 +531,8 @@ static inline void step_search_explain(FILE* out, const StepCandidate* best, con
     const StepBreakdown &a = best->p.br, &b = given->p.br;
     struct { const char* name; double d; } parts[] = {{"compute", b.compute - a.compute}, {"recompute", b.recompute - a.recompute},
         {"TP communication", b.tp_comm - a.tp_comm}, {"PP communication", b.pp_comm - a.pp_comm},
-        {"DP communication", b.dp_comm - a.dp_comm}, {"bubble", b.bubble - a.bubble}, {"optimizer", b.optimizer - a.optimizer}};
+        {"DP communication", b.dp_comm - a.dp_comm}, {"bubble", b.bubble - a.bubble}, {"optimizer", b.optimizer - a.optimizer},
+        {"the stack's overhead", b.stack - a.stack}};
     std::string saves, costs;
     char buf[96];
     for (auto& x : parts) {

@@ -11,11 +11,18 @@ int main() {
         if (std::string(FLAGS[i].name) == "gpu-type") f = &FLAGS[i];
     CHECK(f && f->choices && gpu_spec_choices() == f->choices, "--gpu-type choices '%s' vs the table's '%s'", f && f->choices ? f->choices : "",
           gpu_spec_choices().c_str());
+    const Flag* st = nullptr;
+    for (int i = 0; i < NUM_FLAGS; i++)
+        if (std::string(FLAGS[i].name) == "software-stack") st = &FLAGS[i];
+    CHECK(st && st->choices && step_stack_choices() == st->choices, "--software-stack choices '%s' vs the table's '%s'",
+          st && st->choices ? st->choices : "", step_stack_choices().c_str());
+    for (const StackSpec& x : STEP_STACKS) CHECK(x.overhead >= 1 && x.overhead < 2, "%s: overhead %g", x.name, x.overhead);
     for (const GpuSpec& g : GPU_SPECS) {
         // tensor cores at 8-16x the fp32 rate; HBM 0.9-5 TB/s; the link inside a node faster than the NIC
         CHECK(g.peak16 >= 7.9 * g.peak32 && g.peak16 <= 16 * g.peak32, "%s: fp16/bf16 vs fp32 peak", g.name);
         CHECK(g.hbm_bw >= 0.9e12 && g.hbm_bw <= 5e12 && g.mem_gib >= 32 && g.nvlink_bw > g.ib_bw, "%s: bandwidths", g.name);
         CHECK(g.gemm_eff > 0.5 && g.gemm_eff < 0.95, "%s: GEMM share of peak %g", g.name, g.gemm_eff);
+        CHECK(g.align_bytes >= 16 && g.align_bytes <= 128 && (g.align_bytes & (g.align_bytes - 1)) == 0, "%s: alignment %d", g.name, g.align_bytes);
         CHECK(gpu_spec_find(g.name) == &g, "%s: found by its name", g.name);
     }
     struct { const char* device; double gib; const char* want; } cases[] = {
