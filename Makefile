@@ -237,7 +237,7 @@ build/train_gpt_emu: train_gpt.cu $(HEADERS) $(EMU_HEADERS)
 	$(CXX) -O2 $(KEEL_CXXFLAGS) $(EMU_FLAGS) -DKEEL_CUDA $(CPU_MPI_FLAGS) -x c++ $< -o $@ $(MPI_LIBS) $(LDLIBS)
 # (the checked build of the three quick kernel tests for test_emu_sanitize's fast subset; make
 # test-emu-sanitize builds the rest)
-tests: $(TEST_BINS) build/train_gpt_emu build/asan/train_gpt_cpu $(if $(FUZZ_OK),fuzz-build) \
+tests: $(TEST_BINS) build/train_gpt_emu build/asan/train_gpt_cpu build/gpu_spec $(if $(FUZZ_OK),fuzz-build) \
        build/racecheck/test_cuda_emu build/racecheck/test_cuda_elementwise build/racecheck/test_cuda_matmul
 
 # ---- hardening (docs/operations.md#hardening) ---------------------------------------------------------------
@@ -351,7 +351,7 @@ test-gpu:
 LAB_SRCS := $(wildcard dev/cuda/*.cu)
 LAB_BINS := $(patsubst dev/cuda/%.cu,build/lab/%,$(LAB_SRCS))
 LAB_EMU_BINS := $(patsubst dev/cuda/%.cu,build/lab_emu/%,$(LAB_SRCS))
-LAB_EMU_ARGS ?= -B 2 -T 37 -C 48 -NH 4 -V 500 -Vp 512 -r 1
+LAB_EMU_ARGS ?= -B 2 -T 37 -C 48 -NH 4 -V 500 -Vp 512 -r 1 -S 64
 build/lab/%: dev/cuda/%.cu dev/cuda/lab.h $(HEADERS) $(GPU_ARCH_STAMP)
 	@mkdir -p build/lab
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -I. $< -o $@ -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno \
@@ -377,6 +377,11 @@ run: setup
 build/fma_peak: dev/fma_peak.cpp
 	@mkdir -p build
 	$(CXX) -O2 -fopenmp $< -o $@
+
+# One row of the step model's GPU table as `key value` lines (scripts/step_curves.sh reads its peaks).
+build/gpu_spec: dev/gpu_spec.cpp $(HEADERS)
+	@mkdir -p build
+	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)
 
 bench: train_gpt_cpu build/fma_peak
 	@bash scripts/bench.sh

@@ -1094,6 +1094,12 @@ static StepHw trainer_dry_run_hw(const Config* c) {
     if (c->intra_node_gbps > 0) hw.gpu.nvlink_bw = c->intra_node_gbps * 1e9;
     if (found && gpu_spec_match(device, device_mem)) hw.gpu.mem_gib = device_mem / (1024.0 * 1024 * 1024);
     hw.peak = c->fp32 ? spec->peak32 : spec->peak16;
+    if (!c->step_curves.empty()) {
+        std::string said, err;
+        if (!step_curves_load(c->step_curves, &hw, &said, &err))
+            keel_flag_error("fix the file, or leave --step-curves out to plan with the model's own efficiencies", "--step-curves %s", err.c_str());
+        printf("%s\n", said.c_str());
+    }
     return hw;
 }
 

@@ -127,6 +127,7 @@ struct Config {
     double inter_node_gbps = 0, intra_node_gbps = 0;  // 0: --gpu-type's
     bool search_layout = false;
     std::string software_stack = "keel";  // whose implementation the step time is of (llmc/step_model.h STEP_STACKS)
+    std::string step_curves;              // a file of measured efficiencies replacing the step model's ("": none)
     // Megatron-DeepSpeed's launcher-level flags (llmc/deepspeed.h): the DeepSpeed JSON, and flags keel
     // accepts with a start-up note (its computation does not change) or refuses with a reason
     bool deepspeed = false;
@@ -457,6 +458,9 @@ static const Flag FLAGS[] = {
               "--dry-run: whose implementation the step time is predicted for: keel's, or a published stack's at its measured "
               "overhead over keel's model (megatron-deepspeed: DeepSpeed's pipeline engine, 2021-22) to check the model "
               "against that stack's runs"),
+    KEEL_FLAG(FG_PARALLEL, "step-curves", NO_MIN, NO_MAX, FT_STR, step_curves, FK_RUN, nullptr,
+              "--dry-run: a file of efficiencies measured on a GPU (`key value` lines: gemm_eff, flash_fwd_eff, flash_bwd_eff, "
+              "mem_eff, nvlink_eff, ib_eff, kernel_gap_s; scripts/gpu_check.sh writes one) that replace the step model's"),
     KEEL_FLAG(FG_PARALLEL, "dry-run-json", NO_MIN, NO_MAX, FT_STR, dry_run_json, FK_RUN, nullptr,
               "--dry-run: also write the plan's figures to this JSON file (an existing non-empty file is refused unless "
               "--start-over moves it aside)"),
@@ -1132,8 +1136,8 @@ static inline void config_validate(Config* c, int world) {
     if (c->data_parallel_size != 0 && c->data_parallel_size != dp_size)
         keel_usage_error("--data-parallel-size %lld: training uses the launched ranks (%d); the flag is for --dry-run",
                          (long long)c->data_parallel_size, dp_size);
-    if (c->search_layout || !c->dry_run_json.empty() || c->num_gpus > 0)
-        keel_usage_error("--search-layout, --dry-run-json and --num-gpus plan a run: give them with --dry-run");
+    if (c->search_layout || !c->dry_run_json.empty() || c->num_gpus > 0 || !c->step_curves.empty())
+        keel_usage_error("--search-layout, --dry-run-json, --num-gpus and --step-curves plan a run: give them with --dry-run");
     config_validate_data(c);
     int64_t gas = c->global_batch_size / (c->micro_batch_size * dp_size);
     // under a batch ramp-up Megatron-DeepSpeed resets DeepSpeed's batch as it grows (set_train_batch_size),

@@ -23,12 +23,15 @@
 // What is a model: each kernel's time is the larger of its FLOPs at a share of the dense peak (less for
 // a GEMM dimension short of the GPU's alignment) and its bytes at a share of the memory bandwidth (a
 // roofline); a collective's is a ring's bytes at a share of the link's bandwidth plus a per-step
-// latency. The shares are the named constants below, each with its source, set once for all layouts;
+// latency. The shares are the named constants below, each with its source, set once for all layouts
+// (--step-curves FILE replaces them with those measured on a GPU: step_curves_load);
 // another stack's run is planned at that stack's measured overhead (--software-stack, STEP_STACKS);
 // docs/operations.md#the-step-time-how-long-an-iteration-takes-and-where-the-time-goes holds the
 // predictions against published runs.
 #pragma once
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -171,11 +174,143 @@ static inline std::string step_stack_choices() {
 }
 
 // ---- the machine a plan runs on ------------------------------------------------------------------------
+// The shares a prediction runs at: the named constants above unless --step-curves replaced some with
+// figures measured on a GPU (step_curves_load); the GEMM share is the GPU row's gemm_eff.
+struct StepCurves {
+    double flash_fwd_eff = STEP_FLASH_FWD_EFF, flash_bwd_eff = STEP_FLASH_BWD_EFF;
+    double mem_eff = STEP_MEM_EFF, nvlink_eff = STEP_NVLINK_EFF, ib_eff = STEP_IB_EFF;
+    double kernel_gap_s = STEP_KERNEL_GAP_S;
+};
 struct StepHw {
     GpuSpec gpu;
     int gpus_per_node = 8;
     double peak = 0;  // the dense peak of the run's precision
+    StepCurves curves;
 };
+
+// ---- --step-curves FILE: the efficiencies measured on a GPU ---------------------------------------------
+// A curves file is `key value` lines, `#` to the end of a line a comment (scripts/gpu_check.sh writes
+// one from the kernel lab: docs/operations.md#calibrating-to-a-gpu---step-curves-file). The keys are the
+// model's shares; `gpu_type` (optional) names the GPU they were measured on, and a file that names one
+// applies to plans of that GPU only: another GPU's kernels reach other shares.
+struct StepCurveKey {
+    const char* name;
+    bool seconds;  // a time (0 <= s <= 1 ms), not a share of a peak (0 < share <= 1)
+    double* (*field)(StepHw*);
+};
+static const StepCurveKey STEP_CURVE_KEYS[] = {
+    {"gemm_eff", false, [](StepHw* h) { return &h->gpu.gemm_eff; }},
+    {"flash_fwd_eff", false, [](StepHw* h) { return &h->curves.flash_fwd_eff; }},
+    {"flash_bwd_eff", false, [](StepHw* h) { return &h->curves.flash_bwd_eff; }},
+    {"mem_eff", false, [](StepHw* h) { return &h->curves.mem_eff; }},
+    {"nvlink_eff", false, [](StepHw* h) { return &h->curves.nvlink_eff; }},
+    {"ib_eff", false, [](StepHw* h) { return &h->curves.ib_eff; }},
+    {"kernel_gap_s", true, [](StepHw* h) { return &h->curves.kernel_gap_s; }},
+};
+static const int NUM_STEP_CURVE_KEYS = (int)(sizeof STEP_CURVE_KEYS / sizeof STEP_CURVE_KEYS[0]);
+
+static inline std::string step_curve_key_names() {
+    std::string s = "gpu_type";
+    for (const StepCurveKey& k : STEP_CURVE_KEYS) s += std::string(", ") + k.name;
+    return s;
+}
+
+// One line's words, the comment dropped.
+static inline std::vector<std::string> step_curves_words(const std::string& line) {
+    std::vector<std::string> w;
+    std::string body = line.substr(0, line.find('#')), cur;
+    for (char ch : body) {
+        if (std::isspace((unsigned char)ch)) {
+            if (!cur.empty()) w.push_back(cur), cur.clear();
+        } else cur += ch;
+    }
+    if (!cur.empty()) w.push_back(cur);
+    return w;
+}
+
+// One line of any length, without its newline; false at the end of the file.
+static inline bool step_curves_getline(FILE* f, std::string* line) {
+    line->clear();
+    int ch;
+    while ((ch = fgetc(f)) != EOF && ch != '\n') *line += (char)ch;
+    return ch != EOF || !line->empty();
+}
+
+// A key's value from its words: "" when good, else the problem. A share outside (0, 1] or a gap
+// outside [0, 1 ms] is a mistake in the file (a percentage, a value in µs), not a measurement.
+static inline std::string step_curves_value(const std::vector<std::string>& w, const StepCurveKey* k, double* v) {
+    if (w.size() < 2) return std::string(k->name) + " has no value";
+    if (w.size() > 2) return std::string(k->name) + " takes one value, found " + std::to_string(w.size() - 1);
+    char* end = nullptr;
+    errno = 0;
+    *v = strtod(w[1].c_str(), &end);
+    if (errno || end == w[1].c_str() || *end || !std::isfinite(*v)) return std::string(k->name) + ": '" + w[1] + "' is not a number";
+    bool in = k->seconds ? *v >= 0 && *v <= 1e-3 : *v > 0 && *v <= 1;
+    if (!in) return std::string(k->name) + " " + w[1] + " is out of range (" + (k->seconds ? "0 <= seconds <= 0.001" : "a share: 0 < value <= 1") + ")";
+    return "";
+}
+
+// Reads FILE into `vals` (per key, NaN where absent) and `gpu_type`; false with "FILE:LINE: problem".
+static inline bool step_curves_read(const std::string& path, double* vals, std::string* gpu_type, int* gpu_line, std::string* err) {
+    FILE* f = fopen(path.c_str(), "r");
+    if (!f) {
+        *err = path + ": cannot read it: " + strerror(errno);
+        return false;
+    }
+    std::vector<int> seen(NUM_STEP_CURVE_KEYS, 0);
+    std::string line, problem;
+    int n = 0;
+    for (int i = 0; i < NUM_STEP_CURVE_KEYS; i++) vals[i] = NAN;
+    while (problem.empty() && step_curves_getline(f, &line)) {
+        n++;
+        std::vector<std::string> w = step_curves_words(line);
+        if (w.empty()) continue;
+        if (w[0] == "gpu_type") {
+            if (w.size() != 2) problem = w.size() < 2 ? "gpu_type has no value" : "gpu_type takes one value, found " + std::to_string(w.size() - 1);
+            else if (*gpu_line) problem = "gpu_type given again (first on line " + std::to_string(*gpu_line) + ")";
+            else if (!gpu_spec_find(w[1])) problem = "gpu_type '" + w[1] + "' is not in the GPU table (" + gpu_spec_choices().substr(5) + ")";
+            else *gpu_type = w[1], *gpu_line = n;
+            continue;
+        }
+        int k = 0;
+        while (k < NUM_STEP_CURVE_KEYS && w[0] != STEP_CURVE_KEYS[k].name) k++;
+        if (k == NUM_STEP_CURVE_KEYS) problem = "unknown key '" + w[0] + "' (the keys: " + step_curve_key_names() + ")";
+        else if (seen[k]) problem = w[0] + " given again (first on line " + std::to_string(seen[k]) + ")";
+        else problem = step_curves_value(w, &STEP_CURVE_KEYS[k], &vals[k]), seen[k] = n;
+    }
+    fclose(f);
+    if (!problem.empty()) *err = path + ":" + std::to_string(n) + ": " + problem;
+    return problem.empty();
+}
+
+// --step-curves FILE onto the plan's hardware: false with "FILE:LINE: problem"; `said` names the file,
+// each figure it changed (from, to) and each it left as it was.
+static inline bool step_curves_load(const std::string& path, StepHw* hw, std::string* said, std::string* err) {
+    double vals[NUM_STEP_CURVE_KEYS];
+    std::string gpu_type;
+    int gpu_line = 0;
+    if (!step_curves_read(path, vals, &gpu_type, &gpu_line, err)) return false;
+    if (!gpu_type.empty() && gpu_type != hw->gpu.name) {
+        *err = path + ":" + std::to_string(gpu_line) + ": measured on " + gpu_type + ", but the plan is for " + hw->gpu.name +
+               " (--gpu-type): another GPU's kernels reach other shares";
+        return false;
+    }
+    std::string changed, kept;
+    char buf[160];
+    for (int k = 0; k < NUM_STEP_CURVE_KEYS; k++) {
+        double* f = STEP_CURVE_KEYS[k].field(hw);
+        if (!std::isnan(vals[k]) && vals[k] != *f) {
+            snprintf(buf, sizeof buf, "%s%s %g -> %g", changed.empty() ? "" : ", ", STEP_CURVE_KEYS[k].name, *f, vals[k]);
+            changed += buf, *f = vals[k];
+        } else {
+            snprintf(buf, sizeof buf, "%s%s %g", kept.empty() ? "" : ", ", STEP_CURVE_KEYS[k].name, *f);
+            kept += buf;
+        }
+    }
+    *said = "--step-curves " + path + (gpu_type.empty() ? "" : " (measured on " + gpu_type + ")") + ": " +
+            (changed.empty() ? "changed nothing" : changed) + (kept.empty() ? "" : "; unchanged: " + kept);
+    return true;
+}
 
 // What one link moves, ring collectives and sends: bandwidth (bytes/s, after the efficiency) and the
 // per-step latency of a group of `members` ranks of which `per_node` share a node.
@@ -186,12 +321,12 @@ struct StepLink {
 static inline StepLink step_link(const StepHw* hw, int members, int per_node) {
     StepLink l;
     if (members <= per_node) {
-        l.bw = hw->gpu.nvlink_bw * STEP_NVLINK_EFF, l.latency = STEP_NVLINK_LATENCY_S;
+        l.bw = hw->gpu.nvlink_bw * hw->curves.nvlink_eff, l.latency = STEP_NVLINK_LATENCY_S;
         return l;
     }
     // a ring that leaves the node crosses it through the NICs of the group's members on that node
     l.inter_node = true;
-    l.bw = std::min(hw->gpu.nvlink_bw * STEP_NVLINK_EFF, per_node * hw->gpu.ib_bw * STEP_IB_EFF);
+    l.bw = std::min(hw->gpu.nvlink_bw * hw->curves.nvlink_eff, per_node * hw->gpu.ib_bw * hw->curves.ib_eff);
     l.latency = STEP_IB_LATENCY_S;
     return l;
 }
@@ -205,7 +340,7 @@ static inline double step_gather_s(const StepLink* l, int n, double bytes) {
 }
 
 // ---- kernels -------------------------------------------------------------------------------------------
-static inline double step_mem_s(const StepHw* hw, double bytes) { return bytes / (hw->gpu.hbm_bw * STEP_MEM_EFF); }
+static inline double step_mem_s(const StepHw* hw, double bytes) { return bytes / (hw->gpu.hbm_bw * hw->curves.mem_eff); }
 // The largest power of two (at most `cap`) dividing a dimension of `elems` elements of `esize` bytes.
 static inline int step_align_bytes(double elems, double esize, int cap) {
     long long b = (long long)std::llround(elems * esize);
@@ -228,7 +363,7 @@ static inline double step_gemm_s(const StepHw* hw, double m, double n, double k,
     double d = std::min(m, std::min(n, k));
     double eff = hw->gpu.gemm_eff * d / (d + STEP_GEMM_HALF_DIM);
     double flops = 2 * m * n * k * batch, bytes = esize * (m * k + k * n + m * n) * batch;
-    return std::max(flops / (hw->peak * eff) * step_gemm_align_factor(hw, m, n, k, esize), step_mem_s(hw, bytes)) + STEP_KERNEL_GAP_S;
+    return std::max(flops / (hw->peak * eff) * step_gemm_align_factor(hw, m, n, k, esize), step_mem_s(hw, bytes)) + hw->curves.kernel_gap_s;
 }
 
 // One micro-batch through one layer on one TP rank: seconds of forward and backward (the recomputed
@@ -246,9 +381,9 @@ static inline void step_attention(const StepHw* hw, const GPTConfig* g, double b
     if (flash) {  // 2 causal half-products forward, 5 backward (S again, dP, dV, dK, dQ)
         double half = 2 * bh * (s * s / 2) * hs;
         o->flops_fwd += 2 * half, o->flops_bwd += 5 * half;
-        o->fwd += std::max(2 * half / (hw->peak * STEP_FLASH_FWD_EFF), step_mem_s(hw, 4 * io + 4 * bh * s)) + STEP_KERNEL_GAP_S;
+        o->fwd += std::max(2 * half / (hw->peak * hw->curves.flash_fwd_eff), step_mem_s(hw, 4 * io + 4 * bh * s)) + hw->curves.kernel_gap_s;
         double dq_chain = 8.0 * b * s * (g->channels / (double)tp) * (s / 128.0);  // the ordered dQ's fp32 partial sums
-        o->bwd += std::max(5 * half / (hw->peak * STEP_FLASH_BWD_EFF), step_mem_s(hw, 8 * io + 8 * bh * s + dq_chain)) + 2 * STEP_KERNEL_GAP_S;
+        o->bwd += std::max(5 * half / (hw->peak * hw->curves.flash_bwd_eff), step_mem_s(hw, 8 * io + 8 * bh * s + dq_chain)) + 2 * hw->curves.kernel_gap_s;
         return;
     }
     // GEMM path: Q·Kᵀ and P·V forward; dout·Vᵀ, Pᵀ·dout, dS·K, dSᵀ·Q backward, batched over B·NH/T
@@ -258,8 +393,8 @@ static inline void step_attention(const StepHw* hw, const GPTConfig* g, double b
     double full = 2 * bh * s * s * hs;
     o->flops_fwd += 2 * full, o->flops_bwd += 4 * full;
     double qk = step_gemm_s(hw, s, s, hs, bh, es), pv = step_gemm_s(hw, s, hs, s, bh, es);
-    o->fwd += qk + pv + step_mem_s(hw, 12 * bh * s * s + 6 * io) + 2 * STEP_KERNEL_GAP_S;
-    o->bwd += 2 * qk + 2 * pv + step_mem_s(hw, 14 * bh * s * s + 6 * io) + 2 * STEP_KERNEL_GAP_S;
+    o->fwd += qk + pv + step_mem_s(hw, 12 * bh * s * s + 6 * io) + 2 * hw->curves.kernel_gap_s;
+    o->bwd += 2 * qk + 2 * pv + step_mem_s(hw, 14 * bh * s * s + 6 * io) + 2 * hw->curves.kernel_gap_s;
 }
 
 // One layer (llmc/model.h gpt_layer_forward/backward): LN1, QKV (column-parallel), attention, the
@@ -274,7 +409,7 @@ static inline StepLayer step_layer(const StepHw* hw, const GPTConfig* g, double 
     for (auto& w : lin) {
         o.fwd += step_gemm_s(hw, N, w.n, w.k, 1, es);
         o.bwd += step_gemm_s(hw, N, w.k, w.n, 1, es) + step_gemm_s(hw, w.n, w.k, N, 1, es);  // dinp, dweight
-        o.bwd += step_mem_s(hw, N * w.n * es) + STEP_KERNEL_GAP_S;                         // the bias gradient's column sums
+        o.bwd += step_mem_s(hw, N * w.n * es) + hw->curves.kernel_gap_s;                   // the bias gradient's column sums
         o.flops_fwd += 2 * N * w.n * w.k, o.flops_bwd += 4 * N * w.n * w.k;
     }
     step_attention(hw, g, b, s, tp, flash, es, &o);
@@ -282,8 +417,8 @@ static inline StepLayer step_layer(const StepHw* hw, const GPTConfig* g, double 
     // LN1 (read, write), LN2 with the residual (read 2, write 2), the last residual (read 2, write 1),
     // GeLU (read, write; in the FC's epilogue when fused: its pre-activation written beside), dropouts
     double fwd_bytes = 2 * E + 4 * E + 3 * E + (fused_gelu ? Ef : 2 * Ef) + (dropout ? 4 * E : 0);
-    o.fwd += step_mem_s(hw, fwd_bytes) + (dropout ? 6 : 4) * STEP_KERNEL_GAP_S;
-    o.bwd += step_mem_s(hw, 2 * fwd_bytes + E) + (dropout ? 8 : 6) * STEP_KERNEL_GAP_S;  // every pass reads dout too
+    o.fwd += step_mem_s(hw, fwd_bytes) + (dropout ? 6 : 4) * hw->curves.kernel_gap_s;
+    o.bwd += step_mem_s(hw, 2 * fwd_bytes + E) + (dropout ? 8 : 6) * hw->curves.kernel_gap_s;  // every pass reads dout too
     o.tp_fwd = 2 * step_allreduce_s(tpl, tp, N * h * es);
     o.tp_bwd = 2 * step_allreduce_s(tpl, tp, N * h * es);
     return o;
@@ -330,7 +465,7 @@ static inline StepStage step_stage(const StepHw* hw, const GPTConfig* g, const P
     o.tp = layers * (ly->tp_fwd + ly->tp_bwd + (ckpt ? ly->tp_fwd : 0));
     o.flops = layers * (ly->flops_fwd * (ckpt ? 2 : 1) + ly->flops_bwd);
     if (first) {  // lookup (+ embedding LayerNorm), positions, dropout; the word-embedding gradient's scatter
-        o.comp += step_mem_s(hw, 4 * E + 6 * E + 2 * N * h * 4) + 6 * STEP_KERNEL_GAP_S;
+        o.comp += step_mem_s(hw, 4 * E + 6 * E + 2 * N * h * 4) + 6 * hw->curves.kernel_gap_s;
         o.tp += step_allreduce_s(tpl, l->tp, E);  // the vocabulary-parallel lookup's sum
     }
     if (last) {  // final LayerNorm, logits (column-parallel over the vocabulary), the fused classifier, dinp, dW
@@ -338,7 +473,7 @@ static inline StepStage step_stage(const StepHw* hw, const GPTConfig* g, const P
         rank.tp_size = l->tp;
         double Vl = (double)gpt_vocab_rows(&rank) / l->tp;
         o.comp += step_gemm_s(hw, N, Vl, h, 1, es) + step_gemm_s(hw, N, h, Vl, 1, es) + step_gemm_s(hw, Vl, h, N, 1, es);
-        o.comp += step_mem_s(hw, 3 * N * Vl * es + 5 * E) + 4 * STEP_KERNEL_GAP_S;
+        o.comp += step_mem_s(hw, 3 * N * Vl * es + 5 * E) + 4 * hw->curves.kernel_gap_s;
         o.flops += 6 * N * Vl * h;
         o.tp += step_allreduce_s(tpl, l->tp, E) + 3 * step_allreduce_s(tpl, l->tp, N * 4);  // d(lnf); the loss's max, sum, target
     }

@@ -10,10 +10,14 @@
 #   3. test-gpu     make test-gpu: the kernel tests on the GPU, train_gpt against train_gpt_cpu
 #   4. memcheck     compute-sanitizer --tool memcheck on each build/gpu/test_cuda_* (skipped, and
 #   5. racecheck    compute-sanitizer --tool racecheck  said so, when compute-sanitizer is absent)
-#   6. bench        make bench: the CPU figures, then train_gpt at GPT-2 124M and 350M (ms/iteration,
+#   6. bench        make bench: the CPU figures, then train_gpt at GPT-2 124M, 350M and 1.5B (ms/iteration,
 #                   tokens/s, MFU, peak memory; scripts/bench.sh)
-#   7. kernel lab   make cuda-lab, then each build/lab/* at its default (GPT-2 124M) shapes
-# --quick skips 4, 5 and 7.
+#   7. kernel lab   make cuda-lab, then each build/lab/* at its default (GPT-2 124M) shapes, and
+#                   flash attention at the trainer's B=16 and at T=2048
+#   8. step-curves  the step model's efficiencies from the lab's figures (scripts/step_curves.sh derive)
+#                   into <report>.logs/step_curves.txt, then --dry-run at 124M and 1.5B with the model's
+#                   own efficiencies and with that file, beside the steps make bench measured
+# --quick skips 4, 5, 7 and 8.
 # Writes ONE markdown report (default gpu_report_<date>.md; -o chooses) with a section per step:
 # the command, PASS/FAIL/SKIP, the time, and the step's key output lines; the full output of each
 # step is kept beside it in <report>.logs/. Exit status: 0 when every step passed (or was skipped),
@@ -98,7 +102,7 @@ for src in test/test_cuda_*.cpp; do
   [ "$src" = test/test_cuda_emu.cpp ] && continue  # the emulator's own test: no GPU build
   t=${src#test/}; gpu_tests+=("build/gpu/${t%.cpp}")
 done
-run_step build '^✓|^✗|error|Error' make --no-print-directory train_gpt_cpu train_gpt "${gpu_tests[@]}"
+run_step build '^✓|^✗|error|Error' make --no-print-directory train_gpt_cpu train_gpt build/gpu_spec "${gpu_tests[@]}"
 
 # 3. the tests on the GPU
 run_step test-gpu '^(PASS|FAIL)|passed, .* failed|GPU arch' make --no-print-directory test-gpu
@@ -138,8 +142,11 @@ run_lab() {
     echo "== $b"
     "$b" || bad=1
   done
-  # flash against the GEMM attention at the sequence lengths of GPT-2 and BLOOM
+  # flash against the GEMM attention at the trainer's micro-batch (the shape the step model's flash
+  # shares were first measured at) and at BLOOM's sequence length
   if [ -x build/lab/flash_attention ]; then
+    echo "== build/lab/flash_attention -B 16"
+    build/lab/flash_attention -B 16 || bad=1
     echo "== build/lab/flash_attention -T 2048"
     build/lab/flash_attention -T 2048 || bad=1
   fi
@@ -149,6 +156,27 @@ if [ $quick -eq 1 ]; then
   skip_step kernel-lab "--quick"
 else
   run_step kernel-lab '^== |^device|^[a-z_]+.*(B=|N=|n=)|^  [0-9] |FAIL|FAILED|agree' run_lab
+fi
+
+# 8. the step model's efficiencies as this GPU reaches them, and the model with them against make bench
+# shellcheck disable=SC2317  # (called through run_step)
+step_curves() {  # GPU_TYPE
+  bash scripts/step_curves.sh derive "$logs/kernel-lab.log" "$1" >"$logs/step_curves.txt" || return 1
+  echo "-- $logs/step_curves.txt"
+  cat "$logs/step_curves.txt"
+  echo
+  bash scripts/step_curves.sh compare "$logs/step_curves.txt" "$logs/bench.log" "$1"
+}
+gpu_line=$(head -n 1 <<<"$gpus")
+gpu_name=$(cut -d, -f2 <<<"$gpu_line" | sed 's/^ *//; s/ *$//')
+gpu_mib=$(cut -d, -f4 <<<"$gpu_line" | grep -o '[0-9]*' | head -n 1)
+gpu_type=$(build/gpu_spec --match "$gpu_name" "${gpu_mib:-0}" 2>/dev/null | awk '$1 == "gpu_type" { print $2 }')
+if [ $quick -eq 1 ]; then
+  skip_step step-curves "--quick (no kernel lab figures)"
+elif [ -z "$gpu_type" ]; then
+  skip_step step-curves "$gpu_name is not in the step model's GPU table (llmc/step_model.h GPU_SPECS), or build/gpu_spec did not build"
+else
+  run_step step-curves '^-- |^gpu_type|^[a-z_]+ [0-9.e+-]+$|^step time|^config|^(124M|1\.5B) |error' step_curves "$gpu_type"
 fi
 
 # ---- the report: header, summary table, then the sections --------------------------------------

@@ -16,6 +16,21 @@ int main() {
         if (std::string(FLAGS[i].name) == "software-stack") st = &FLAGS[i];
     CHECK(st && st->choices && step_stack_choices() == st->choices, "--software-stack choices '%s' vs the table's '%s'",
           st && st->choices ? st->choices : "", step_stack_choices().c_str());
+    // --step-curves: the shares start as the named constants; each key names one field of its own, and
+    // the flag's help lists every key (the table is the one source)
+    StepHw hw;
+    CHECK(hw.curves.flash_fwd_eff == STEP_FLASH_FWD_EFF && hw.curves.flash_bwd_eff == STEP_FLASH_BWD_EFF && hw.curves.mem_eff == STEP_MEM_EFF &&
+              hw.curves.nvlink_eff == STEP_NVLINK_EFF && hw.curves.ib_eff == STEP_IB_EFF && hw.curves.kernel_gap_s == STEP_KERNEL_GAP_S,
+          "StepCurves' defaults are not the named constants");
+    const Flag* sc = nullptr;
+    for (int i = 0; i < NUM_FLAGS; i++)
+        if (std::string(FLAGS[i].name) == "step-curves") sc = &FLAGS[i];
+    for (int i = 0; i < NUM_STEP_CURVE_KEYS; i++) {
+        CHECK(sc && std::string(sc->help).find(STEP_CURVE_KEYS[i].name) != std::string::npos, "--step-curves' help lacks %s", STEP_CURVE_KEYS[i].name);
+        for (int j = 0; j < i; j++)
+            CHECK(strcmp(STEP_CURVE_KEYS[i].name, STEP_CURVE_KEYS[j].name) != 0 && STEP_CURVE_KEYS[i].field(&hw) != STEP_CURVE_KEYS[j].field(&hw),
+                  "curve keys %s and %s: the same name or field", STEP_CURVE_KEYS[i].name, STEP_CURVE_KEYS[j].name);
+    }
     for (const StackSpec& x : STEP_STACKS) CHECK(x.overhead >= 1 && x.overhead < 2, "%s: overhead %g", x.name, x.overhead);
     for (const GpuSpec& g : GPU_SPECS) {
         // tensor cores at 8-16x the fp32 rate; HBM 0.9-5 TB/s; the link inside a node faster than the NIC

@@ -36,12 +36,14 @@ struct LabArgs {
     int B = 8, T = 1024, C = 768, NH = 12, V = 50257, Vp = 50304;
     int warmup = 3, repeats = 20;  // timed calls: the median of `repeats` after `warmup` untimed ones
     int variant = -1;              // -1: every variant
+    int square = 8192;             // the side of matmul.cu's large square products (and half of it)
 };
 
 static const char* LAB_USAGE =
     "  -B N  batch [8]     -T N  time [1024]     -C N  channels [768]     -NH N  heads [12]\n"
     "  -V N  vocabulary [50257]     -Vp N  padded vocabulary [50304]\n"
-    "  -w N  warm-up calls [3]     -r N  timed calls, median reported [20]     -v N  only variant N\n";
+    "  -w N  warm-up calls [3]     -r N  timed calls, median reported [20]     -v N  only variant N\n"
+    "  -S N  matmul: the side of the large square products [8192]\n";
 
 // Strict integer: the whole word, in range (a typo is an error, never a 0).
 static int lab_parse_int(const char* flag, const char* s, int lo) {
@@ -56,7 +58,7 @@ static LabArgs lab_parse(int argc, char** argv, const char* what) {
     LabArgs a;
     struct Flag { const char* name; int* dst; int lo; } flags[] = {
         {"-B", &a.B, 1}, {"-T", &a.T, 1}, {"-C", &a.C, 1}, {"-NH", &a.NH, 1}, {"-V", &a.V, 1}, {"-Vp", &a.Vp, 1},
-        {"-w", &a.warmup, 0}, {"-r", &a.repeats, 1}, {"-v", &a.variant, 0}};
+        {"-w", &a.warmup, 0}, {"-r", &a.repeats, 1}, {"-v", &a.variant, 0}, {"-S", &a.square, 2}};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
             printf("usage: %s [flags]   — %s\n%s", argv[0], what, LAB_USAGE);
