@@ -88,7 +88,6 @@ expect_fail 2 "hidden-dropout" $KEEL "${TINY[@]}" --train-iters 3 --hidden-dropo
 expect_fail 2 "attention-dropout" $KEEL "${TINY[@]}" --train-iters 3 --attention-dropout -0.1
 expect_fail 2 "--fp16, --bf16 and --fp32 are mutually exclusive" $KEEL "${TINY[@]}" --train-iters 3 --fp16 --bf16
 expect_fail 2 "mutually exclusive" $KEEL "${TINY[@]}" --train-iters 3 --bf16 --fp32
-expect_fail 2 "the CPU trainer computes in fp32" $KEEL "${TINY[@]}" --train-iters 3 --bf16
 expect_fail 2 "min-loss-scale" $KEEL "${TINY[@]}" --train-iters 3 --fp16 --initial-loss-scale 1 --min-loss-scale 2
 expect_fail 2 "finetune needs --load" $KEEL "${TINY[@]}" --train-iters 3 --finetune
 expect_fail 2 "export-llmc.*normformer" $KEEL "${TINY[@]}" --train-iters 3 --normformer --export-llmc "$TMP/x.bin"
