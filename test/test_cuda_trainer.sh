@@ -51,7 +51,7 @@ parity knobs 2e-5 --fp32 "${KNOBS[@]}"
 # side, which moves its parameter by a quantization step; 1e-4 covers that, not a wrong update
 parity adam8bit 1e-4 --fp32 --optimizer adam8bit --adam8bit-min-size 1024 --adam8bit-block-size 256 --adam8bit-percentile-clipping 5
 
-# 2. mixed precision (the CPU trainer computes in fp32: it runs without --bf16)
+# 2. mixed precision against the CPU trainer in fp32 (test_cpu_bf16 compares the CPU's own --bf16)
 parity_mixed() {  # name tol flags...: the CUDA run in bf16 (--bf16 among the flags, or the default), the CPU in fp32
   local name=$1 tol=$2; shift 2
   local cpu=(); for a in "$@"; do [ "$a" = --bf16 ] || cpu+=("$a"); done
