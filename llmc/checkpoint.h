@@ -17,8 +17,8 @@
 // rename, then DIR fsync'd again; DIR itself, when a save creates it, is fsync'd into its parent. A
 // crash or a power loss at any instant leaves `latest` naming a complete checkpoint; a save that fails
 // (a full disk: keel_die, exit 1) removes its iter_N.tmp/ on the way out. The test hook
-// KEEL_FAULT_SAVE (model | rename | swap | latest; llmc/test_hooks.h) kills the process at that point
-// of a save, for the crash tests.
+// KEEL_FAULT_SAVE (start | model | optimizer | rename | swap | latest, on one rank or all;
+// llmc/test_hooks.h) kills or stops the process at that point of a save, for the crash tests.
 //
 // Start-up (ckpt_latest, ckpt_check_save_dir): only a missing --load directory or a missing `latest`
 // means "no checkpoint yet, start fresh"; a `latest` that exists but cannot be read or parsed, or a
@@ -43,6 +43,7 @@
 #include "llmc/model.h"
 #include "llmc/optimizer.h"
 #include "llmc/schedule.h"
+#include "llmc/test_hooks.h"
 
 enum { CKPT_FORMAT_VERSION = 1, CKPT_KIND_MODEL = 1, CKPT_KIND_OPTIMIZER = 2 };
 
@@ -111,13 +112,21 @@ static inline uint64_t checksum64(const void* data, size_t n) {
     return checksum64_end(&c);
 }
 
-// fault: the KEEL_FAULT_SAVE test hook's stage (null or "": none); kills the process if it is `stage`.
-static inline void ckpt_fault(const char* fault, const char* stage) {
-    if (fault && strcmp(fault, stage) == 0) {
-        fprintf(stderr, "KEEL_FAULT_SAVE=%s: killing the process mid-save\n", stage);
-        fflush(stderr);
-        raise(SIGKILL);
-    }
+// fault: the KEEL_FAULT_SAVE test hook (llmc/test_hooks.h: STAGE[@RANK][:stop]; null or "": none).
+// At `stage` on world rank `rank`: if the hook names that stage (and that rank, if it names one),
+// the process is killed (SIGKILL: a crash) or stopped (SIGSTOP: a rank that hangs mid-save). A
+// stopped one stays hung when continued: OpenMPI's teardown sends SIGCONT before SIGTERM, and a rank
+// that then finished its save would not be the hang the test plants.
+static inline void ckpt_fault(const char* fault, const char* stage, int rank) {
+    SaveFault f;
+    std::string why;
+    if (!fault || !*fault || !save_fault_parse(fault, &f, &why)) return;  // (a malformed one is refused at start-up)
+    if (f.stage != stage || (f.rank >= 0 && f.rank != rank)) return;
+    fprintf(stderr, "KEEL_FAULT_SAVE=%s: %s rank %d mid-save\n", fault, f.stop ? "stopping" : "killing", rank);
+    fflush(stderr);
+    if (!f.stop) raise(SIGKILL);
+    raise(SIGSTOP);
+    for (;;) pause();
 }
 
 // mkdir -p whose new directories survive a power loss: a directory's entry is durable only once
@@ -388,19 +397,19 @@ static inline void ckpt_publish(const std::string& dir, const std::string& final
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", (tmp + "/state.txt").c_str());
     FILE_CHECK(fclose(guard.release()) == 0, "fclose", (tmp + "/state.txt").c_str());
     fsync_path(tmp.c_str());
-    ckpt_fault(fault, "rename");
+    ckpt_fault(fault, "rename", 0);
     struct stat st;
     if (stat(final_dir.c_str(), &st) == 0) {  // re-saving an iteration: keep the old one until the swap
         rmtree(old);
         FILE_CHECK(rename(final_dir.c_str(), old.c_str()) == 0, "rename", final_dir.c_str());
         p->swapped = true;
-        ckpt_fault(fault, "swap");
+        ckpt_fault(fault, "swap", 0);
     }
     FILE_CHECK(rename(tmp.c_str(), final_dir.c_str()) == 0, "rename", tmp.c_str());
     p->renamed = true;
     ckpt_set_pending("");  // published below: iter_N/ stays whatever follows
     fsync_path(dir.c_str());
-    ckpt_fault(fault, "latest");
+    ckpt_fault(fault, "latest", 0);
     std::string latest = dir + "/latest_checkpointed_iteration.txt", latest_tmp = latest + ".tmp";
     ckpt_set_pending(latest_tmp);
     f = fopen_check(latest_tmp.c_str(), "wb");
@@ -430,6 +439,7 @@ static inline SaveResult ckpt_save(const std::string& dir, const Comm* comm, con
     std::string final_dir = ckpt_iter_dir(dir, s->iteration), tmp = final_dir + ".tmp", old = final_dir + ".old";
     bool root = comm->rank == 0;
     SaveProgress progress;
+    ckpt_fault(fault, "start", comm->rank);
     SaveResult r = ckpt_phase(comm, [&] {
         if (!root) return;
         std::string part;
@@ -438,10 +448,13 @@ static inline SaveResult ckpt_save(const std::string& dir, const Comm* comm, con
         FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());
         ckpt_set_pending(tmp);
         ckpt_write_file(tmp + "/model.bin", params, (size_t)n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)n);
-        ckpt_fault(fault, "model");
+        ckpt_fault(fault, "model", 0);
         ckpt_coop_create(tmp + "/optimizer.bin", opt_bytes);
     });
-    if (r.ok) r = ckpt_phase(comm, [&] { ckpt_coop_write(tmp + "/optimizer.bin", opt_spans); });
+    if (r.ok) r = ckpt_phase(comm, [&] {
+        ckpt_coop_write(tmp + "/optimizer.bin", opt_spans);
+        ckpt_fault(fault, "optimizer", comm->rank);
+    });
     if (r.ok) r = ckpt_phase(comm, [&] {
         if (root) ckpt_publish(dir, final_dir, tmp, old, ckpt_state_text(s, g, c, n, opt_layout), opt_bytes, n, s->iteration, fault, &progress);
     });
@@ -487,7 +500,7 @@ static inline void ckpt_async_writer(AsyncSave* a, bool root, const char* fault)
         KeelDieThrows scope;
         if (root) {
             ckpt_write_file(a->tmp + "/model.bin", a->params.data(), (size_t)a->n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)a->n);
-            ckpt_fault(fault, "async");  // a crash while the writes run behind training
+            ckpt_fault(fault, "async", 0);  // a crash while the writes run behind training
         }
         ckpt_coop_write(a->tmp + "/optimizer.bin", a->spans, true);
     } catch (const KeelError& e) {
