@@ -473,14 +473,16 @@ static inline SaveResult ckpt_save(const std::string& dir, const Comm* comm, con
 // checksum, state.txt, the rename and `latest`: ckpt_publish). Until then the previous checkpoint
 // stays `latest`, so a crash in between loses only what a crash during a synchronous save would.
 // The writer thread touches neither the device nor a communicator, and a failure there is one more
-// I/O error the agreement reports (ckpt_phase).
+// I/O error the agreement reports (ckpt_phase). The host copies go into buffers allocated and
+// faulted in at start-up and kept (ckpt_save_async_reserve): the step then waits for the copies
+// alone, not for the kernel to find and zero fresh pages.
 struct AsyncSave {
     bool pending = false;
     std::thread writer;
     std::atomic<bool> done{false};
     std::string error;                   // this rank's writer's failure ("": none)
     std::string dir, final_dir, tmp, old, state;
-    std::vector<float> params;           // rank 0: the whole model's canonical parameters
+    std::vector<float> params;           // rank 0: the whole model's canonical parameters (kept between saves)
     std::vector<uint8_t> opt_copy;       // this rank's optimizer spans, back to back
     std::vector<StateSpan> spans;        // pointing into opt_copy
     size_t opt_bytes = 0;
@@ -507,6 +509,18 @@ static inline void ckpt_async_writer(AsyncSave* a, bool root, const char* fault)
         a->error = e.message.empty() ? "an error" : e.message;
     }
     a->done.store(true, std::memory_order_release);
+}
+
+// At start-up: the host copies' buffers of every later save allocated and touched now (params_n: rank
+// 0's whole model, 0 elsewhere; every rank its optimizer spans), and kept from save to save. A copy
+// into fresh memory pays a page fault and the kernel's zeroing per 4 KiB page: for a 45M-parameter
+// model (540 MB of copies) that was 0.3 s of a 0.5 s wait here, against 0.03 s for the copies
+// themselves.
+static inline void ckpt_save_async_reserve(AsyncSave* a, size_t params_n, const std::vector<StateSpan>& opt_spans) {
+    size_t total = 0;
+    for (const StateSpan& sp : opt_spans) total += sp.bytes;
+    a->params.resize(params_n);  // (resize writes every element: the pages are faulted in here)
+    a->opt_copy.resize(total);
 }
 
 // Starts an asynchronous save of iteration s->iteration (params: rank 0's gathered parameters, moved
@@ -601,8 +615,7 @@ static inline bool ckpt_save_async_poll(AsyncSave* a, const Comm* comm, bool wai
     if (!a->publishing || (!wait && !a->publish_done.load(std::memory_order_acquire))) return false;
     a->publisher.join();
     a->publishing = false;
-    std::vector<float>().swap(a->params);  // (opt_copy keeps its pages: the next save's copy then faults in nothing)
-    *r = a->published;
+    *r = a->published;  // (params and opt_copy keep their pages for the next save: ckpt_save_async_reserve)
     return true;
 }
 
