@@ -15,6 +15,7 @@
 #   make test-sanitize  the CPU trainer and unit tests under ASan + UBSan on a representative set (test/sanitize.sh)
 #   make test-crash     SIGKILL at KILLS random instants (default 200), every resume byte-identical
 #   make test-crash-mpi SIGSTOP/SIGKILL of a random rank of 4 at KILLS instants (default 50): the job ends, resumes byte-identical
+#   make test-save-faults  SIGKILL/SIGSTOP of one rank of 4 at every stage of a cooperative save: the job ends, latest holds, resumes byte-identical
 #   make test-mutants   plant each defect of test/mutants/*.patch in a scratch copy: the tests it names must fail
 #   make clean      remove the binaries and build/
 # Overrides: make NO_CUDA=1 (skip the CUDA trainer), make NO_MPI=1 (build without MPI).
@@ -145,7 +146,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all help run test test-cuda test-emu-sanitize test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report kernel-registers fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-extra test-mutants
+.PHONY: all help run test test-cuda test-emu-sanitize test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report kernel-registers fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-save-faults test-extra test-mutants
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -293,6 +294,13 @@ test-crash-mpi: setup
 	@$(MAKE) --no-print-directory KEEL_BANNER=1 train_gpt_cpu
 	@$(MAKE) --no-print-directory data
 	@KILLS=$$(( ($(if $(filter command line,$(origin KILLS)),$(KILLS),50) + 1) / 2 )) bash test/test_rank_faults.sh
+
+# One rank of a DP 2 x PP 2 ZeRO-1 run killed or stopped at every stage of a save (test/test_save_faults.sh:
+# 14 cases; make test runs 4).
+test-save-faults: setup
+	@$(MAKE) --no-print-directory KEEL_BANNER=1 train_gpt_cpu
+	@$(MAKE) --no-print-directory data
+	@SAVE_FAULTS=all bash test/test_save_faults.sh
 
 # The suite's own test: each planted defect (test/mutants/*.patch, applied one at a time to a copy of
 # the committed tree) must fail the tests the patch names; prints the mutation score

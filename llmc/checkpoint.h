@@ -17,8 +17,8 @@
 // rename, then DIR fsync'd again; DIR itself, when a save creates it, is fsync'd into its parent. A
 // crash or a power loss at any instant leaves `latest` naming a complete checkpoint; a save that fails
 // (a full disk: keel_die, exit 1) removes its iter_N.tmp/ on the way out. The test hook
-// KEEL_FAULT_SAVE (model | rename | swap | latest; llmc/test_hooks.h) kills the process at that point
-// of a save, for the crash tests.
+// KEEL_FAULT_SAVE (start | model | optimizer | rename | swap | latest, on one rank or all;
+// llmc/test_hooks.h) kills or stops the process at that point of a save, for the crash tests.
 //
 // Start-up (ckpt_latest, ckpt_check_save_dir): only a missing --load directory or a missing `latest`
 // means "no checkpoint yet, start fresh"; a `latest` that exists but cannot be read or parsed, or a
@@ -43,6 +43,7 @@
 #include "llmc/model.h"
 #include "llmc/optimizer.h"
 #include "llmc/schedule.h"
+#include "llmc/test_hooks.h"
 
 enum { CKPT_FORMAT_VERSION = 1, CKPT_KIND_MODEL = 1, CKPT_KIND_OPTIMIZER = 2 };
 
@@ -111,13 +112,21 @@ static inline uint64_t checksum64(const void* data, size_t n) {
     return checksum64_end(&c);
 }
 
-// fault: the KEEL_FAULT_SAVE test hook's stage (null or "": none); kills the process if it is `stage`.
-static inline void ckpt_fault(const char* fault, const char* stage) {
-    if (fault && strcmp(fault, stage) == 0) {
-        fprintf(stderr, "KEEL_FAULT_SAVE=%s: killing the process mid-save\n", stage);
-        fflush(stderr);
-        raise(SIGKILL);
-    }
+// fault: the KEEL_FAULT_SAVE test hook (llmc/test_hooks.h: STAGE[@RANK][:stop]; null or "": none).
+// At `stage` on world rank `rank`: if the hook names that stage (and that rank, if it names one),
+// the process is killed (SIGKILL: a crash) or stopped (SIGSTOP: a rank that hangs mid-save). A
+// stopped one stays hung when continued: OpenMPI's teardown sends SIGCONT before SIGTERM, and a rank
+// that then finished its save would not be the hang the test plants.
+static inline void ckpt_fault(const char* fault, const char* stage, int rank) {
+    SaveFault f;
+    std::string why;
+    if (!fault || !*fault || !save_fault_parse(fault, &f, &why)) return;  // (a malformed one is refused at start-up)
+    if (f.stage != stage || (f.rank >= 0 && f.rank != rank)) return;
+    fprintf(stderr, "KEEL_FAULT_SAVE=%s: %s rank %d mid-save\n", fault, f.stop ? "stopping" : "killing", rank);
+    fflush(stderr);
+    if (!f.stop) raise(SIGKILL);
+    raise(SIGSTOP);
+    for (;;) pause();
 }
 
 // mkdir -p whose new directories survive a power loss: a directory's entry is durable only once
@@ -388,19 +397,19 @@ static inline void ckpt_publish(const std::string& dir, const std::string& final
     FILE_CHECK(fflush(f) == 0 && fsync(fileno(f)) == 0, "fsync", (tmp + "/state.txt").c_str());
     FILE_CHECK(fclose(guard.release()) == 0, "fclose", (tmp + "/state.txt").c_str());
     fsync_path(tmp.c_str());
-    ckpt_fault(fault, "rename");
+    ckpt_fault(fault, "rename", 0);
     struct stat st;
     if (stat(final_dir.c_str(), &st) == 0) {  // re-saving an iteration: keep the old one until the swap
         rmtree(old);
         FILE_CHECK(rename(final_dir.c_str(), old.c_str()) == 0, "rename", final_dir.c_str());
         p->swapped = true;
-        ckpt_fault(fault, "swap");
+        ckpt_fault(fault, "swap", 0);
     }
     FILE_CHECK(rename(tmp.c_str(), final_dir.c_str()) == 0, "rename", tmp.c_str());
     p->renamed = true;
     ckpt_set_pending("");  // published below: iter_N/ stays whatever follows
     fsync_path(dir.c_str());
-    ckpt_fault(fault, "latest");
+    ckpt_fault(fault, "latest", 0);
     std::string latest = dir + "/latest_checkpointed_iteration.txt", latest_tmp = latest + ".tmp";
     ckpt_set_pending(latest_tmp);
     f = fopen_check(latest_tmp.c_str(), "wb");
@@ -430,6 +439,7 @@ static inline SaveResult ckpt_save(const std::string& dir, const Comm* comm, con
     std::string final_dir = ckpt_iter_dir(dir, s->iteration), tmp = final_dir + ".tmp", old = final_dir + ".old";
     bool root = comm->rank == 0;
     SaveProgress progress;
+    ckpt_fault(fault, "start", comm->rank);
     SaveResult r = ckpt_phase(comm, [&] {
         if (!root) return;
         std::string part;
@@ -438,10 +448,13 @@ static inline SaveResult ckpt_save(const std::string& dir, const Comm* comm, con
         FILE_CHECK(mkdir(tmp.c_str(), 0755) == 0, "mkdir", tmp.c_str());
         ckpt_set_pending(tmp);
         ckpt_write_file(tmp + "/model.bin", params, (size_t)n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)n);
-        ckpt_fault(fault, "model");
+        ckpt_fault(fault, "model", 0);
         ckpt_coop_create(tmp + "/optimizer.bin", opt_bytes);
     });
-    if (r.ok) r = ckpt_phase(comm, [&] { ckpt_coop_write(tmp + "/optimizer.bin", opt_spans); });
+    if (r.ok) r = ckpt_phase(comm, [&] {
+        ckpt_coop_write(tmp + "/optimizer.bin", opt_spans);
+        ckpt_fault(fault, "optimizer", comm->rank);
+    });
     if (r.ok) r = ckpt_phase(comm, [&] {
         if (root) ckpt_publish(dir, final_dir, tmp, old, ckpt_state_text(s, g, c, n, opt_layout), opt_bytes, n, s->iteration, fault, &progress);
     });
@@ -460,14 +473,16 @@ static inline SaveResult ckpt_save(const std::string& dir, const Comm* comm, con
 // checksum, state.txt, the rename and `latest`: ckpt_publish). Until then the previous checkpoint
 // stays `latest`, so a crash in between loses only what a crash during a synchronous save would.
 // The writer thread touches neither the device nor a communicator, and a failure there is one more
-// I/O error the agreement reports (ckpt_phase).
+// I/O error the agreement reports (ckpt_phase). The host copies go into buffers allocated and
+// faulted in at start-up and kept (ckpt_save_async_reserve): the step then waits for the copies
+// alone, not for the kernel to find and zero fresh pages.
 struct AsyncSave {
     bool pending = false;
     std::thread writer;
     std::atomic<bool> done{false};
     std::string error;                   // this rank's writer's failure ("": none)
     std::string dir, final_dir, tmp, old, state;
-    std::vector<float> params;           // rank 0: the whole model's canonical parameters
+    std::vector<float> params;           // rank 0: the whole model's canonical parameters (kept between saves)
     std::vector<uint8_t> opt_copy;       // this rank's optimizer spans, back to back
     std::vector<StateSpan> spans;        // pointing into opt_copy
     size_t opt_bytes = 0;
@@ -487,13 +502,25 @@ static inline void ckpt_async_writer(AsyncSave* a, bool root, const char* fault)
         KeelDieThrows scope;
         if (root) {
             ckpt_write_file(a->tmp + "/model.bin", a->params.data(), (size_t)a->n * sizeof(float), CKPT_KIND_MODEL, (uint64_t)a->n);
-            ckpt_fault(fault, "async");  // a crash while the writes run behind training
+            ckpt_fault(fault, "async", 0);  // a crash while the writes run behind training
         }
         ckpt_coop_write(a->tmp + "/optimizer.bin", a->spans, true);
     } catch (const KeelError& e) {
         a->error = e.message.empty() ? "an error" : e.message;
     }
     a->done.store(true, std::memory_order_release);
+}
+
+// At start-up: the host copies' buffers of every later save allocated and touched now (params_n: rank
+// 0's whole model, 0 elsewhere; every rank its optimizer spans), and kept from save to save. A copy
+// into fresh memory pays a page fault and the kernel's zeroing per 4 KiB page: for a 45M-parameter
+// model (540 MB of copies) that was 0.3 s of a 0.5 s wait here, against 0.03 s for the copies
+// themselves.
+static inline void ckpt_save_async_reserve(AsyncSave* a, size_t params_n, const std::vector<StateSpan>& opt_spans) {
+    size_t total = 0;
+    for (const StateSpan& sp : opt_spans) total += sp.bytes;
+    a->params.resize(params_n);  // (resize writes every element: the pages are faulted in here)
+    a->opt_copy.resize(total);
 }
 
 // Starts an asynchronous save of iteration s->iteration (params: rank 0's gathered parameters, moved
@@ -588,8 +615,7 @@ static inline bool ckpt_save_async_poll(AsyncSave* a, const Comm* comm, bool wai
     if (!a->publishing || (!wait && !a->publish_done.load(std::memory_order_acquire))) return false;
     a->publisher.join();
     a->publishing = false;
-    std::vector<float>().swap(a->params);  // (opt_copy keeps its pages: the next save's copy then faults in nothing)
-    *r = a->published;
+    *r = a->published;  // (params and opt_copy keep their pages for the next save: ckpt_save_async_reserve)
     return true;
 }
 

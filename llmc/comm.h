@@ -35,7 +35,9 @@
 //
 // Hangs: every blocking MPI call here runs inside a WatchedWait (llmc/watchdog.h) naming the call and
 // the group's label, so a peer that stops answering ends the job after --distributed-timeout-minutes
-// with a line naming this rank, the call, the group and the iteration.
+// with a line naming this rank, the call, the group and the iteration. Under NCCL the communicators
+// are registered with the watchdog: an asynchronous NCCL error ends the job at the host's next poll
+// (naming the group and the error), and every end of the job aborts them (ncclCommAbort).
 #pragma once
 #include <algorithm>
 #include <climits>
@@ -43,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -94,6 +97,7 @@ struct Comm {
 static inline void comm_nccl_init(Comm* c);
 static inline void comm_nccl_create(Comm* c);
 static inline void comm_nccl_free(Comm* c);
+static inline void nccl_registry_relabel(ncclComm_t nccl, const char* label);
 static inline void nccl_reduce_scatter_sum_f32(const Comm* c, float* buf, const std::vector<int64_t>& lo);
 template <typename T> static inline void nccl_allgather_shards(const Comm* c, T* buf, const std::vector<int64_t>& lo);
 static inline void nccl_reduce_ranges_f32(const Comm* c, float* buf, const std::vector<std::pair<int64_t, int64_t>>& ranges,
@@ -265,6 +269,9 @@ static inline void comm_name(Comm* c, const char* role) {
     std::string l = c->label;
     if (l.rfind("the group", 0) == 0) l = std::string("the ") + role + l.substr(3);
     snprintf(c->label, sizeof c->label, "%s", l.c_str());
+#ifdef KEEL_NCCL
+    if (c->nccl) nccl_registry_relabel(c->nccl, c->label);  // NCCL's errors name the group by its role too
+#endif
 }
 
 // What ends every rank of the job at once, for the watchdog (llmc/watchdog.h): MPI_Abort over the
@@ -571,7 +578,9 @@ static inline void comm_allreduce_sum_f32_buf(const Comm* c, float* buf, size_t 
 // (comm_reduce_scatter_ranges) and the pipeline's point-to-point run on the communication stream,
 // ordered by stream waits (see those). The host does not wait for any of them: the step's
 // only host waits are the reads of values (losses, norms, flags, checksums). An error NCCL raises
-// on the GPU surfaces at the next of those waits, not at its call.
+// on the GPU surfaces at the next of those waits, not at its call: they poll every communicator's
+// asynchronous error while they wait (llmc/cuda/common.cuh, llmc/watchdog.h), and the job's end by
+// the watchdog or by such an error aborts every communicator first (nccl_abort_all).
 // Reduce-scatter of unequal shards is a group of ncclReduce calls, one per owner (NCCL's own
 // ReduceScatter needs equal counts). NCCL chooses its reduction order (ring/tree) from the group's
 // topology: fixed for a fixed layout and machine, so runs repeat bit for bit, and every rank ends
@@ -583,6 +592,65 @@ static inline void comm_allreduce_sum_f32_buf(const Comm* c, float* buf, size_t 
         if (nccl_status_ != ncclSuccess)                                                              \
             keel_die("NCCL call %s failed at %s:%d: %s", #call, __FILE__, __LINE__, ncclGetErrorString(nccl_status_)); \
     } while (0)
+
+// ---- NCCL's asynchronous errors and abort (llmc/watchdog.h) ----
+// Every NCCL communicator of the process, with its group's label, for the two hooks the watchdog
+// and the host's waits on the GPU call: which communicators report an asynchronous error, and the
+// abort of all of them before the job ends. A mutex, because the watchdog thread reads the list
+// while the training thread may still build or free groups; ncclCommGetAsyncError and
+// ncclCommAbort may be called from any thread (NCCL's documentation: the abort is how another
+// thread ends a communicator whose operations hang).
+struct NcclRegistered {
+    ncclComm_t nccl;
+    char label[96];
+};
+static inline std::mutex& nccl_registry_mutex() {
+    static std::mutex m;
+    return m;
+}
+static inline std::vector<NcclRegistered>& nccl_registry() {
+    static std::vector<NcclRegistered> r;
+    return r;
+}
+static inline void nccl_registry_add(ncclComm_t nccl, const char* label) {
+    std::lock_guard<std::mutex> lock(nccl_registry_mutex());
+    nccl_registry().push_back(NcclRegistered{nccl, {0}});
+    snprintf(nccl_registry().back().label, sizeof nccl_registry().back().label, "%s", label);
+}
+static inline void nccl_registry_relabel(ncclComm_t nccl, const char* label) {
+    std::lock_guard<std::mutex> lock(nccl_registry_mutex());
+    for (NcclRegistered& e : nccl_registry())
+        if (e.nccl == nccl) snprintf(e.label, sizeof e.label, "%s", label);
+}
+static inline void nccl_registry_remove(ncclComm_t nccl) {
+    std::lock_guard<std::mutex> lock(nccl_registry_mutex());
+    std::vector<NcclRegistered>& r = nccl_registry();
+    for (size_t i = 0; i < r.size(); i++)
+        if (r[i].nccl == nccl) r.erase(r.begin() + (long)i--);
+}
+// The watchdog's comm_errors hook: one text naming every communicator whose asynchronous error is
+// set (its group and ncclGetErrorString), and their number (0: none; ncclInProgress is not an error).
+static inline int nccl_async_errors(char* out, size_t n) {
+    std::lock_guard<std::mutex> lock(nccl_registry_mutex());
+    std::string text;
+    int count = 0;
+    for (const NcclRegistered& e : nccl_registry()) {
+        ncclResult_t state = ncclSuccess, rc = ncclCommGetAsyncError(e.nccl, &state);
+        if (rc != ncclSuccess) state = rc;  // the query itself failed: the communicator is not usable
+        if (state == ncclSuccess || state == ncclInProgress) continue;
+        text += count++ ? "; and on " : "NCCL reported an asynchronous error on ";
+        text += std::string(e.label) + ": " + ncclGetErrorString(state);
+    }
+    snprintf(out, n, "%s", text.c_str());
+    return count;
+}
+// The watchdog's comm_abort hook: every communicator aborted (its kernels stopped, its resources
+// freed) and forgotten, so nothing calls NCCL on it again.
+static inline void nccl_abort_all() {
+    std::lock_guard<std::mutex> lock(nccl_registry_mutex());
+    for (const NcclRegistered& e : nccl_registry()) ncclCommAbort(e.nccl);
+    nccl_registry().clear();
+}
 
 static inline void comm_nccl_init(Comm* c) {
     c->local_rank = 0;
@@ -600,6 +668,7 @@ static inline void comm_nccl_init(Comm* c) {
                       "rank %d is process %d on its node, which has %d GPU(s)", c->rank, c->local_rank, devices);
     if (cudaSetDevice(c->local_rank) != cudaSuccess) keel_die("rank %d: cudaSetDevice(%d) failed", c->rank, c->local_rank);
     comm_nccl_create(c);
+    watchdog_set_comms(c->rank, comm_abort_world, nccl_async_errors, nccl_abort_all);  // from the first NCCL call on
 }
 
 // The NCCL communicator of c (the world or a group), collective over c; the device is already set.
@@ -616,10 +685,14 @@ static inline void comm_nccl_create(Comm* c) {
 #else
     NCCL_CHECK(ncclCommInitRank(&c->nccl, c->size, id, c->rank));
 #endif
+    nccl_registry_add(c->nccl, c->label);
 }
 
 static inline void comm_nccl_free(Comm* c) {
-    if (c->nccl) ncclCommDestroy(c->nccl);
+    if (c->nccl) {
+        nccl_registry_remove(c->nccl);
+        ncclCommDestroy(c->nccl);
+    }
     c->nccl = nullptr;
 }
 

@@ -516,7 +516,7 @@ static inline void hf_export(const std::string& dir_flag, const float* params, c
         printf(" > note: --export-hf: the vocabulary (%d) is not GPT-2's (%d): no tokenizer files written\n", g->vocab_size, (int)HF_GPT2_VOCAB);
     }
     fsync_path(tmp.c_str());
-    ckpt_fault(fault, "hf");  // test hook (KEEL_FAULT_SAVE=hf): killed with the new export complete but unpublished
+    ckpt_fault(fault, "hf", 0);  // test hook (KEEL_FAULT_SAVE=hf): killed with the new export complete but unpublished
     hf_publish(tmp, dir);
 }
 

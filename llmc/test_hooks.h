@@ -4,10 +4,16 @@
 // them all unset. test_hooks_read() reads the environment once (main's start-up; a malformed value
 // is refused there); the trainer keeps the struct and passes what a hook needs to where it acts, so
 // nothing reads the environment inside the iteration loop or a library function.
-//   KEEL_FAULT_SAVE=STAGE        kill the process (SIGKILL) at that point of a save: model, rename,
-//                                swap or latest (llmc/checkpoint.h ckpt_save), async (rank 0's writer
-//                                thread of --async-save, after model.bin), hf (an --export-hf
-//                                complete but not yet published): test_checkpoint_crash, test_hf_bad_input
+//   KEEL_FAULT_SAVE=STAGE[@RANK][:stop]
+//                                kill the process (SIGKILL; with :stop, SIGSTOP: a rank that hangs) at
+//                                that point of a save (llmc/checkpoint.h ckpt_save), on every rank that
+//                                reaches it or only on world rank RANK. On any rank: start (entering the
+//                                save, the parameters gathered), optimizer (this rank's part of
+//                                optimizer.bin written and fsync'd, before the ranks agree on it). On
+//                                rank 0 only: model (model.bin written), rename, swap, latest (the
+//                                publication), async (the writer thread of --async-save, after
+//                                model.bin), hf (an --export-hf complete but not yet published):
+//                                test_checkpoint_crash, test_save_faults, test_async_save, test_hf_bad_input
 //   KEEL_INJECT_INF=3,7          plant an inf in the gradients of those iterations, before the loss
 //                                scaler and the non-finite check: test_knobs_train, test_data_parallel
 //   KEEL_TEST_PERTURB_REPLICATED=TENSOR:LAYER:ITERATION
@@ -37,8 +43,42 @@
 
 #include "llmc/common.h"
 
+// KEEL_FAULT_SAVE's value, parsed: the stage, the world rank (-1: any) and the signal.
+struct SaveFault {
+    std::string stage;
+    int rank = -1;
+    bool stop = false;  // SIGSTOP instead of SIGKILL
+};
+// Parses STAGE[@RANK][:stop] into *f; on a malformed value returns false with the reason in *why.
+static inline bool save_fault_parse(const char* s, SaveFault* f, std::string* why) {
+    static const char* any_rank[] = {"start", "optimizer"};
+    static const char* rank0[] = {"model", "rename", "swap", "latest", "async", "hf"};
+    std::string v = s;
+    *f = SaveFault{};
+    if (v.size() > 5 && v.compare(v.size() - 5, 5, ":stop") == 0) {
+        f->stop = true;
+        v.resize(v.size() - 5);
+    }
+    size_t at = v.find('@');
+    f->stage = v.substr(0, at);
+    if (at != std::string::npos) {
+        char* end;
+        long r = strtol(v.c_str() + at + 1, &end, 10);
+        if (at + 1 == v.size() || *end || r < 0) return *why = "expected STAGE[@RANK][:stop] with RANK a world rank", false;
+        f->rank = (int)r;
+    }
+    for (const char* st : any_rank)
+        if (f->stage == st) return true;
+    for (const char* st : rank0)
+        if (f->stage == st) {
+            if (f->rank > 0) return *why = "stage " + f->stage + " happens on rank 0 only", false;
+            return true;
+        }
+    return *why = "unknown stage '" + f->stage + "' (start, optimizer, model, rename, swap, latest, async, hf)", false;
+}
+
 struct TestHooks {
-    std::string fault_save;               // KEEL_FAULT_SAVE ("": off)
+    std::string fault_save;               // KEEL_FAULT_SAVE ("": off), checked by save_fault_parse
     std::vector<int64_t> inject_inf;      // KEEL_INJECT_INF's iterations
     std::string perturb_tensor;           // KEEL_TEST_PERTURB_REPLICATED ("": off) ...
     int64_t perturb_layer = 0, perturb_iteration = 0;  // ... its layer and iteration
@@ -52,7 +92,12 @@ struct TestHooks {
 
 static inline TestHooks test_hooks_read() {
     TestHooks h;
-    if (const char* s = getenv("KEEL_FAULT_SAVE")) h.fault_save = s;
+    if (const char* s = getenv("KEEL_FAULT_SAVE")) {
+        SaveFault f;
+        std::string why;
+        if (*s && !save_fault_parse(s, &f, &why)) keel_die("KEEL_FAULT_SAVE=%s: %s", s, why.c_str());
+        h.fault_save = s;
+    }
     if (const char* s = getenv("KEEL_INJECT_INF")) {  // numbers separated by commas; reading stops at anything else
         for (const char* p = s; *p;) {
             char* end;

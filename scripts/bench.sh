@@ -2,12 +2,52 @@
 # `make bench`: ms/iteration, tokens/s and achieved GFLOP/s of the CPU trainer on fixed configs
 # (GPT-2 vocabulary, padded 50304). FLOPs per token = 6·N + 6·L·C·T (N = parameters including
 # the padded vocabulary, which the classifier multiplies). Iteration 1 is warm-up and not counted;
-# the figures are the mean of the timed iterations. Timing is printed, never asserted.
+# the figures are the mean of the timed iterations. Timing is printed, never asserted. Then the
+# step's wait at a checkpoint save, synchronous and --async-save (BENCH_ONLY=save: that alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${BENCH_ITERS:-4}
 [ -f data/brown/brown_train.bin ] || make --no-print-directory data
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+# ---- checkpoint saves: how long the step waits, synchronous and --async-save ----------------------
+# GPT-2 at L6 C512 (44.7M parameters: a 512 MiB checkpoint of fp32 weights and Adam's m and v), 12
+# iterations saving every 4, into a directory on the disk of `mktemp -d`, once synchronously and once
+# with --async-save. The step's wait at each save is what the trainer prints ("the step waited X s":
+# from the save's start, a wait for an earlier background save included, until training goes on);
+# printed: each save's wait, the means, and the background mean as a share of the synchronous one.
+# The iterations' mean time in each run is printed too (the background writer shares the cores).
+bench_save() {
+  local mode
+  for mode in sync async; do
+    ./train_gpt_cpu --num-layers 6 --hidden-size 512 --num-attention-heads 8 --seq-length 64 --micro-batch-size 4 \
+      --train-iters 12 --save-interval 4 --lr 1e-4 --train-data-path data/brown/brown_train.bin --log-interval 1 --eval-interval 0 \
+      --hidden-dropout 0 --attention-dropout 0 --save "$tmp/save_$mode" --metrics-file "$tmp/save_$mode.jsonl" \
+      $([ $mode = async ] && echo --async-save) >"$tmp/save_$mode.log" 2>&1 || { echo "save ($mode): run failed"; tail -3 "$tmp/save_$mode.log"; return; }
+  done
+  awk -v sync_log="$tmp/save_sync.log" -v async_log="$tmp/save_async.log" -v sj="$tmp/save_sync.jsonl" -v aj="$tmp/save_async.jsonl" '
+    function waits(file, pat,   line, n, out, w) {
+      n = 0; out = ""; total = 0
+      while ((getline line < file) > 0)
+        if (line ~ pat && match(line, /the step waited [0-9.]+ s/)) { w = substr(line, RSTART + 16, RLENGTH - 18); out = out " " w; total += w; n++ }
+      close(file); count = n; return out
+    }
+    function iter_ms(file,   line, n, sum) {
+      n = 0; sum = 0
+      while ((getline line < file) > 0) if (match(line, /"elapsed_ms": [0-9.e+-]+/)) { sum += substr(line, RSTART + 14, RLENGTH - 14); n++ }
+      close(file); return n ? sum / n : 0
+    }
+    BEGIN {
+      sw = waits(sync_log, "a synchronous save"); sn = count; st = total
+      aw = waits(async_log, "in the background"); an = count; at = total
+      if (!sn || !an) { print "save: no waits found in the logs"; exit }
+      printf "checkpoint save, L6 C512 (44.7M parameters, 512 MiB), every 4 of 12 iterations:\n"
+      printf "  synchronous:   the step waited%s s (mean %.3f s); iterations %.0f ms on average\n", sw, st / sn, iter_ms(sj)
+      printf "  --async-save:  the step waited%s s (mean %.3f s); iterations %.0f ms on average\n", aw, at / an, iter_ms(aj)
+      printf "  background wait / synchronous wait: %.1f%%\n", 100 * (at / an) / (st / sn)
+    }'
+}
+if [ "${BENCH_ONLY:-}" = save ]; then bench_save; exit 0; fi
+
 peak_probe() { ./build/fma_peak | awk '$2 != "threads" { if ($3 > best) { best = $3; isa = $2 } } END { printf "%s %s\n", best + 0, isa }'; }
 read -r PEAK PEAK_ISA < <(peak_probe)
 printf '%-10s %-22s %12s %10s %10s %8s\n' config shape ms/iter tok/s GFLOP/s "% peak"
@@ -24,6 +64,8 @@ bench() { # name L C NH T B [more flags]
           pct = PEAK > 0 ? sprintf("%.1f%%", 100 * fl / PEAK) : "-"
           printf "%-10s %-22s %12.1f %10.1f %10.2f %8s\n", name, sprintf("L%d C%d T%d B%d", L, C, T, B), avg, tps, fl, pct }' "$tmp/$name.jsonl"
 }
+
+
 bench tiny  4  128 4  64  4
 bench small 6  256 8  128 4
 bench 124M  12 768 12 64  4
@@ -32,6 +74,7 @@ read -r PEAK2 _ < <(peak_probe)
 echo "fp32 FMA peak, measured: $PEAK GFLOP/s ($PEAK_ISA) before the runs, $PEAK2 after (% peak: against the one before)"
 ./build/fma_peak | awk '$2 != "threads" && $2 != "'"$PEAK_ISA"'" { printf "  (%s: %s GFLOP/s)\n", $2, $3 }'
 echo "threads: ${OMP_NUM_THREADS:-$(nproc)} | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') | $(grep -m1 -o 'backend: [^|]*' "$tmp/tiny.log" || true)"
+bench_save
 
 # ---- GPU: train_gpt at GPT-2 124M, 350M and 1.5B (B=16, T=1024, bf16) ---------------------------------
 # ms/iteration: the median of the iterations after the first (start-up, allocation, cuBLASLt's

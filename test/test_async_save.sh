@@ -12,6 +12,8 @@
 #      the run resumed from 4 reaches 8 byte-identical to the synchronous run;
 #   3. a failed background write (rank 1 under a file-size limit) is reported when the ranks agree,
 #      one line, and the run stops with exit 1 (--save-failure stop) keeping the previous checkpoint.
+#   4. at DP 2 x PP 2 (4 ranks: rank 0 gathers the other stage's parameters into the buffers kept from
+#      save to save), every background checkpoint equals the synchronous run's.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1 OMPI_MCA_rmaps_base_oversubscribe=1
 RUN=("${TINY[@]}" --global-batch-size 4 --micro-batch-size 1 --train-iters 8 --save-interval 2 --eval-interval 0 --zero-stage 1)
@@ -49,4 +51,10 @@ err=$(grep "^error:" "$TMP/f2.log")
 [ $rc = 1 ] && [ "$(grep -c . <<<"$err")" = 1 ] && grep -qE "^error: saving iteration 4 failed on rank 1: .*File too large.*; nothing of it was kept and iteration 2 stays the latest checkpoint$" <<<"$err" \
   && [ "$(cat "$TMP/f/latest_checkpointed_iteration.txt")" = 2 ] && [ ! -e "$TMP/f/iter_0000004" ] && [ ! -e "$TMP/f/iter_0000004.tmp" ] \
   && ok "failed background write: exit 1, one line, latest stays 2, nothing of 4 left" || fail "failed background write: exit $rc: $err; $(ls "$TMP/f" | tr '\n' ' ')"
+
+# ---- 4. pipeline parallel
+PP=(--global-batch-size 8 --pipeline-model-parallel-size 2)
+timeout -k 5 120 mpirun -np 4 $KEEL "${RUN[@]}" "${PP[@]}" --save "$TMP/pp_sync" >"$TMP/pp_sync.log" 2>&1 || fail "PP 2: synchronous run: $(grep -m1 error "$TMP/pp_sync.log")"
+timeout -k 5 120 mpirun -np 4 $KEEL "${RUN[@]}" "${PP[@]}" --save "$TMP/pp_async" --async-save >"$TMP/pp_async.log" 2>&1 || fail "PP 2: async run: $(grep -m1 error "$TMP/pp_async.log")"
+for it in 2 4 6 8; do same "DP 2 x PP 2 async" "$TMP/pp_sync" "$TMP/pp_async" $it; done
 finish

@@ -26,9 +26,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "llmc/common.h"
 #include "llmc/cuda/stream.h"
@@ -75,11 +77,35 @@ static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d -
 // the stream (the values are needed now). To the device: the host source may change right after the
 // call only when it is pageable memory (the runtime stages it at the call); a pinned source must stay
 // unchanged until the stream has passed the copy (backend_upload keeps a ring of pinned slots for that).
+// The host's waits on the GPU, where a wedged kernel or an NCCL call stuck on a dead peer shows: each
+// is bounded by the watchdog (WatchedWait), and in a process with NCCL communicators it polls until
+// the work is done, checking NCCL's asynchronous errors between polls (llmc/watchdog.h): a peer
+// that died ends the job at once, named, instead of leaving this rank blocked until the timeout. The
+// synchronize after the poll returns at once (the work is done) and reports a failed kernel as
+// before. A few yields first (the wait is usually short), then sleeps of 50 µs: a spinning host
+// thread would take a core from the data loader and the writer threads.
+template <typename Query> static inline void gpu_poll_until_done(Query query, const char* what) {
+    for (unsigned polls = 0;; polls++) {
+        if (query() != cudaErrorNotReady) return;  // done, or failed (the synchronize after reports it)
+        watchdog_check_comm_errors(what);
+        if (polls < 64) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+}
+static inline void gpu_wait_event(cudaEvent_t e, const char* what) {
+    if (watchdog_polls_comm_errors()) gpu_poll_until_done([e] { return cudaEventQuery(e); }, what);
+    CUDA_CHECK(cudaEventSynchronize(e));
+}
+
+// A copy into pageable host memory returns only once it has run, i.e. after everything queued
+// before it: with NCCL communicators the stream is waited for first, polling, so that a hang on a
+// dead peer is met in the poll rather than inside cudaMemcpyAsync.
 static inline void device_to_host(void* dst, const void* src, size_t bytes) {
     if (!bytes) return;
+    const char* what = "waiting for the GPU (a copy to the host after the queued kernels and NCCL calls)";
+    WatchedWait w(what, "");
+    if (watchdog_polls_comm_errors()) gpu_poll_until_done([] { return cudaStreamQuery(MAIN_STREAM); }, what);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, MAIN_STREAM));
-    // the host's wait on the GPU: where a wedged kernel or an NCCL call stuck on a dead peer shows
-    WatchedWait w("waiting for the GPU (a copy to the host after the queued kernels and NCCL calls)", "");
     CUDA_CHECK(cudaStreamSynchronize(MAIN_STREAM));
 }
 static inline void host_to_device(void* dst, const void* src, size_t bytes) {
@@ -128,8 +154,9 @@ static inline void host_upload(void* dst, const void* src, size_t bytes) {
     unsigned k = r->next++ % UPLOAD_SLOTS;
     cudaError_t ready = cudaEventQuery(r->done[k]);  // the slot's last copy has run (or it never had one)
     if (ready == cudaErrorNotReady) {
-        WatchedWait w("waiting for the GPU (an upload slot's earlier copy)", "");
-        CUDA_CHECK(cudaEventSynchronize(r->done[k]));
+        const char* what = "waiting for the GPU (an upload slot's earlier copy)";
+        WatchedWait w(what, "");
+        gpu_wait_event(r->done[k], what);
     } else {
         CUDA_CHECK(ready);
     }

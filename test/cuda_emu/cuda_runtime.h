@@ -149,7 +149,9 @@ inline cudaError_t emu_memcpy(void* dst, const void* src, size_t bytes, cudaMemc
     if (!blocking && !emu::is_device_ptr(src) && !emu::host_pinned(src))
         staged = std::make_shared<std::vector<char>>((const char*)src, (const char*)src + bytes);
     uint64_t id = emu::stream_submit(stream, [=] { memmove(dst, staged ? staged->data() : src, bytes); });
-    if (blocking || (!emu::is_device_ptr(dst) && !emu::host_pinned(dst))) emu::stream_sync_op(id);
+    bool waits = blocking || (!emu::is_device_ptr(dst) && !emu::host_pinned(dst));
+    if (waits && (emu::stream_wedged(stream) || (!stream && !emu::streams().wedged.empty()))) emu::hang_forever();
+    if (waits) emu::stream_sync_op(id);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
@@ -185,15 +187,32 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     emu::profile_sync();
+    if (emu::stream_wedged(s)) emu::hang_forever();
     emu::stream_sync(s);
     return cudaSuccess;
 }
+// Not a wait: whether the stream's (or the event's) work is done. A query that finds work left says
+// so and then runs one piece of queued work (emu_core.h stream_run_one), as a GPU goes on while the
+// host asks, so a host that polls sees it finish; a wedged stream's never does.
+inline cudaError_t emu_query(bool (*pending)(const void*), const void* what) {
+    if (!pending(what)) return cudaSuccess;
+    if (!emu::stream_run_one()) emu::die("streams: queued work waits for an event that nothing will ever record%s%s");
+    return cudaErrorNotReady;
+}
+inline cudaError_t cudaStreamQuery(cudaStream_t s) {
+    if (emu::stream_wedged(s)) return cudaErrorNotReady;
+    return emu_query([](const void* h) {
+        auto it = emu::streams().queues.find(h);
+        return it != emu::streams().queues.end() && !it->second.ops.empty();
+    }, s);
+}
 // An event is the point of its stream where it was last recorded (an op id; 0: already passed). A
-// null event is one that has always passed.
-struct emu_event { uint64_t op; };
+// null event is one that has always passed; `never`: recorded on a wedged stream, it never passes.
+struct emu_event { uint64_t op; bool never = false; };
 inline uint64_t emu_event_op(cudaEvent_t e) { return e ? e->op : 0; }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
     emu::profile_trace("wait");
+    if (e && e->never) emu::stream_wedge(s);
     if (emu::stream_pending(emu_event_op(e))) emu::stream_submit(s, [] {}, {e->op});
     return cudaSuccess;
 }
@@ -202,15 +221,20 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return c
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     if (!e) return emu_last_error = cudaErrorInvalidValue;
+    e->never = emu::stream_wedged(s);
     e->op = emu::stream_submit(s, [] {});
     return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     emu::profile_sync();
+    if (e && e->never) emu::hang_forever();
     emu::stream_sync_op(emu_event_op(e));
     return cudaSuccess;
 }
-inline cudaError_t cudaEventQuery(cudaEvent_t e) { return emu::stream_pending(emu_event_op(e)) ? cudaErrorNotReady : cudaSuccess; }
+inline cudaError_t cudaEventQuery(cudaEvent_t e) {
+    if (e && e->never) return cudaErrorNotReady;
+    return emu_query([](const void* ev) { return emu::stream_pending(emu_event_op((cudaEvent_t)ev)); }, e);
+}
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
 
 #include "cuda_bf16.h"

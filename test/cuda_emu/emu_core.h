@@ -764,6 +764,7 @@ struct Streams {
     std::map<const void*, StreamQueue> queues;  // by handle; nullptr is the legacy default stream
     std::unordered_set<uint64_t> pending;       // issued, not yet run
     std::vector<std::pair<const char*, size_t>> pinned;  // cudaMallocHost ranges
+    std::unordered_set<const void*> wedged;     // streams whose work never finishes (stream_wedge)
 };
 inline Streams& streams() {
     static Streams* s = [] {
@@ -848,7 +849,21 @@ inline void stream_sync_op(uint64_t id) {
             if (op.id == id) target = &kv.second;
     stream_drain([id] { return !stream_pending(id); }, target);
 }
-inline void device_sync() { stream_drain([] { return streams().pending.empty(); }); }
+// A wedged stream: its work never finishes, as a GPU's stream behind a kernel that waits forever
+// for a peer (the NCCL emulation's injected fault, nccl.h). A host wait on it never returns; an
+// event recorded on it never passes, and a stream that waits for that event is wedged too
+// (cuda_runtime.h); the legacy stream and a device-wide wait wait for it.
+inline void stream_wedge(const void* handle) { streams().wedged.insert(handle); }
+inline bool stream_wedged(const void* handle) { return streams().wedged.count(handle) != 0; }
+// What the host sees when a wait on the GPU never returns: its other threads (the watchdog) go on,
+// and a signal (the launcher's, after an MPI_Abort) ends it.
+[[noreturn]] inline void hang_forever() {
+    for (;;) sleep(1);
+}
+inline void device_sync() {
+    if (!streams().wedged.empty()) hang_forever();
+    stream_drain([] { return streams().pending.empty(); });
+}
 inline bool host_pinned(const void* p) {
     for (auto& r : streams().pinned)
         if ((const char*)p >= r.first && (const char*)p < r.first + r.second) return true;

@@ -29,6 +29,18 @@
 // A collective issued while sends/receives are queued is refused (keel never mixes them in a group,
 // and running it first would reorder it).
 //
+// Failures (KEEL_EMU_NCCL_FAULT=RANK@CALL[:hang]). Real NCCL reports a dead peer or a broken link
+// asynchronously: the call returned long ago, its kernel waits for data that never comes, and
+// NCCL's own threads set the communicator's asynchronous error (ncclCommGetAsyncError). The switch
+// plants that: on world rank RANK, the CALL-th NCCL operation of the process (ncclReduce,
+// ncclBroadcast, ncclAllReduce, ncclSend and ncclRecv, counted from 1) moves nothing, its stream
+// never finishes (a wedged stream, emu_core.h: host waits on it never return) and its communicator's
+// asynchronous error becomes ncclRemoteError; every later operation on that communicator does the
+// same. `:hang` plants the hang without the error (a peer stopped without closing a link: NCCL
+// notices nothing). The peers' matching operations wait in MPI for the rank, as on a GPU they wait
+// for a peer that is gone. ncclCommAbort prints one line naming the world rank, so a test sees that
+// keel aborted its communicators before ending the job.
+//
 // Step profile (emu_core.h, KEEL_EMU_PROFILE): every call that passes its checks is counted under
 // its collective with this rank's buffer size (count × type size); the world rank and size are
 // recorded when a communicator is built, so a multi-rank run's ranks write FILE.r.
@@ -46,7 +58,8 @@
 #include "cuda_bf16.h"
 #include "cuda_runtime.h"
 
-typedef enum { ncclSuccess = 0, ncclSystemError = 2, ncclInvalidArgument = 4, ncclInvalidUsage = 5 } ncclResult_t;
+typedef enum { ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3, ncclInvalidArgument = 4,
+               ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7 } ncclResult_t;  // NCCL's values
 typedef enum { ncclUint8 = 1, ncclFloat16 = 6, ncclHalf = 6, ncclFloat32 = 7, ncclFloat = 7, ncclFloat64 = 8, ncclDouble = 8,
                ncclBfloat16 = 9 } ncclDataType_t;  // NCCL's values
 typedef enum { ncclSum = 0, ncclMax = 2 } ncclRedOp_t;
@@ -55,11 +68,24 @@ struct emu_nccl_comm {
     int rank, size;
     MPI_Comm mpi;        // a duplicate of the group's MPI communicator: this communicator's own context
     uint64_t calls = 0;  // collectives issued on it (the agreement check below)
+    int world_rank = -1;                      // this process in MPI_COMM_WORLD (the fault's lines)
+    bool failed = false;                      // KEEL_EMU_NCCL_FAULT hit it: its operations never finish
+    ncclResult_t async_error = ncclSuccess;   // what ncclCommGetAsyncError reports
 };
 typedef emu_nccl_comm* ncclComm_t;
 #define NCCL_VERSION_CODE 0
 
-inline const char* ncclGetErrorString(ncclResult_t r) { return r == ncclSuccess ? "no error" : "emulated NCCL error (see the line above)"; }
+// NCCL's own strings for the errors it reports asynchronously; the emulation's synchronous refusals
+// print their reason on the line before.
+inline const char* ncclGetErrorString(ncclResult_t r) {
+    switch (r) {
+        case ncclSuccess: return "no error";
+        case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+        case ncclRemoteError: return "remote process exited or there was a network error";
+        case ncclInProgress: return "NCCL operation in progress";
+        default: return "emulated NCCL error (see the line above)";
+    }
+}
 inline ncclResult_t ncclGetVersion(int* v) { *v = 0; return ncclSuccess; }
 
 inline ncclResult_t emu_nccl_fail(ncclResult_t r, const char* msg) {
@@ -97,6 +123,7 @@ inline ncclResult_t emu_nccl_comm_init_rank(ncclComm_t* c, int nranks, ncclUniqu
                                                "(the id was not broadcast over exactly this group)");
     }
     *c = new emu_nccl_comm{rank, nranks, dup, 0};
+    (*c)->world_rank = world_rank;
     return ncclSuccess;
 }
 inline ncclResult_t ncclCommInitRank(ncclComm_t* c, int, ncclUniqueId, int) {
@@ -107,6 +134,66 @@ inline ncclResult_t ncclCommInitRank(ncclComm_t* c, int, ncclUniqueId, int) {
 inline ncclResult_t ncclCommDestroy(ncclComm_t c) {
     if (c) MPI_Comm_free(&c->mpi);
     delete c;
+    return ncclSuccess;
+}
+
+// ---- the planted failure (KEEL_EMU_NCCL_FAULT; see the contract) ------------------------------------
+struct emu_nccl_fault_spec {
+    int rank = -1;                 // the world rank it hits (-1: none)
+    unsigned long long call = 0;   // the process's NCCL operation it hits, from 1
+    bool hang = false;             // no asynchronous error, only the hang
+};
+inline const emu_nccl_fault_spec& emu_nccl_fault() {
+    static const emu_nccl_fault_spec spec = [] {
+        emu_nccl_fault_spec f;
+        const char* e = getenv("KEEL_EMU_NCCL_FAULT");
+        if (!e || !*e) return f;
+        int used = 0;
+        if (sscanf(e, "%d@%llu%n", &f.rank, &f.call, &used) != 2 || f.rank < 0 || f.call < 1 ||
+            (e[used] && strcmp(e + used, ":hang") != 0 && strcmp(e + used, ":error") != 0))
+            emu::die("KEEL_EMU_NCCL_FAULT=%s: expected RANK@CALL[:hang|:error] (a world rank, an operation from 1)", e);
+        f.hang = strcmp(e + used, ":hang") == 0;
+        return f;
+    }();
+    return spec;
+}
+// Whether this collective is the planted failure: the process's CALL-th collective, on RANK.
+inline bool emu_nccl_fault_here(ncclComm_t c) {
+    static unsigned long long collectives = 0;  // the process's collectives so far
+    const emu_nccl_fault_spec& f = emu_nccl_fault();
+    return f.rank == c->world_rank && ++collectives == f.call;
+}
+// Called first by every operation: a communicator hit by the failure does nothing any more, and the
+// operation's stream never finishes.
+inline bool emu_nccl_failed(ncclComm_t c, cudaStream_t stream) {
+    if (c->failed) emu::stream_wedge(stream);
+    return c->failed;
+}
+// The failure lands (emu_nccl_agree tells every member at once, so none waits for it in MPI):
+// every member's communicator is failed and the operation's stream wedged; the planted rank's
+// communicator reports the asynchronous error (not under :hang; the others' NCCL has noticed
+// nothing, their kernels only wait).
+inline void emu_nccl_fail_here(ncclComm_t c, cudaStream_t stream, bool planted, const char* op) {
+    c->failed = true;
+    emu::stream_wedge(stream);
+    if (!planted) return;
+    bool hang = emu_nccl_fault().hang;
+    if (!hang) c->async_error = ncclRemoteError;
+    fprintf(stderr, "NCCL emulation: KEEL_EMU_NCCL_FAULT: world rank %d's collective %llu (%s) never finishes%s%s\n", c->world_rank,
+            emu_nccl_fault().call, op, hang ? " (no error reported)" : "; its communicator's asynchronous error: ",
+            hang ? "" : ncclGetErrorString(c->async_error));
+}
+inline ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t* error) {
+    if (!c || !error) return ncclInvalidArgument;
+    *error = c->async_error;
+    return ncclSuccess;
+}
+// The abort another thread may call while this communicator's operations hang: it says so and frees
+// nothing (the job ends next; a thread may still be inside MPI on the communicator).
+inline ncclResult_t ncclCommAbort(ncclComm_t c) {
+    if (!c) return ncclSuccess;
+    fprintf(stderr, "NCCL emulation: ncclCommAbort: world rank %d aborts its communicator of %d ranks%s\n", c->world_rank, c->size,
+            c->failed ? " (the failed one)" : "");
     return ncclSuccess;
 }
 
@@ -132,13 +219,17 @@ inline bool emu_nccl_count(size_t count) {
 struct emu_nccl_sig {
     uint64_t seq, count;
     int32_t kind, type, op, root;
+    int32_t fault, pad;  // the planted failure hits this collective on that member (not compared)
 };
 inline void emu_nccl_describe(char* out, size_t n, const emu_nccl_sig& g) {
     snprintf(out, n, "%s of %llu elements of NCCL type %d (op %d, root %d)", emu::profile_collective_names[g.kind], (unsigned long long)g.count,
              g.type, g.op, g.root);
 }
-inline ncclResult_t emu_nccl_agree(ncclComm_t c, emu::ProfileCollective kind, size_t count, ncclDataType_t t, int op, int root) {
-    emu_nccl_sig me = {c->calls++, count, kind, t, op, root};
+// Also where the planted failure lands on every member (emu_nccl_fail_here): then c->failed is set
+// and the caller moves nothing.
+inline ncclResult_t emu_nccl_agree(ncclComm_t c, emu::ProfileCollective kind, size_t count, ncclDataType_t t, int op, int root,
+                                   cudaStream_t stream) {
+    emu_nccl_sig me = {c->calls++, count, kind, t, op, root, emu_nccl_fault_here(c) ? 1 : 0, 0};
     std::vector<emu_nccl_sig> all(c->size);
     if (MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, all.data(), (int)sizeof me, MPI_BYTE, c->mpi) != MPI_SUCCESS) return ncclSystemError;
     for (int r = 0; r < c->size; r++) {
@@ -151,6 +242,9 @@ inline ncclResult_t emu_nccl_agree(ncclComm_t c, emu::ProfileCollective kind, si
                 (unsigned long long)me.seq, c->rank, mine, r, theirs);
         return ncclInvalidUsage;
     }
+    bool any = false;
+    for (int r = 0; r < c->size; r++) any = any || all[r].fault;
+    if (any) emu_nccl_fail_here(c, stream, me.fault != 0, emu::profile_collective_names[kind]);
     return ncclSuccess;
 }
 
@@ -251,19 +345,23 @@ inline ncclResult_t emu_nccl_p2p_post(bool send, const void* buf, size_t count, 
 }
 inline ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
+    if (emu_nccl_failed(c, stream)) return ncclSuccess;
     return emu_nccl_p2p_post(true, send, count, t, peer, c, stream);
 }
 inline ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
+    if (emu_nccl_failed(c, stream)) return ncclSuccess;
     return emu_nccl_p2p_post(false, recv, count, t, peer, c, stream);
 }
 
 // ---- collectives -----------------------------------------------------------------------------------
 inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, int root, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
+    if (emu_nccl_failed(c, stream)) return ncclSuccess;
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;  // keel reduces in place
     if (!emu_nccl_count(count) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
-    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_REDUCE, count, t, 0, root)) return agreed;
+    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_REDUCE, count, t, 0, root, stream)) return agreed;
+    if (c->failed) return ncclSuccess;  // the planted failure (emu_nccl_agree)
     emu::profile_nccl(emu::NCCL_REDUCE, count * emu_nccl_size(t));
     auto staged = emu_nccl_stage(recv, count * emu_nccl_size(t), stream);
     int rc = c->rank == root ? MPI_Reduce(MPI_IN_PLACE, staged->data(), (int)count, emu_nccl_type(t), MPI_SUM, root, c->mpi)
@@ -273,9 +371,11 @@ inline ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclD
 }
 inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
+    if (emu_nccl_failed(c, stream)) return ncclSuccess;
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count * emu_nccl_size(t)) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
-    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_BROADCAST, count, t, 0, root)) return agreed;
+    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_BROADCAST, count, t, 0, root, stream)) return agreed;
+    if (c->failed) return ncclSuccess;  // the planted failure (emu_nccl_agree)
     emu::profile_nccl(emu::NCCL_BROADCAST, count * emu_nccl_size(t));
     auto staged = emu_nccl_stage(recv, count * emu_nccl_size(t), stream);
     if (MPI_Bcast(staged->data(), emu_nccl_mpi_count(count, t), emu_nccl_type(t), root, c->mpi) != MPI_SUCCESS) return ncclSystemError;
@@ -307,9 +407,11 @@ inline size_t emu_nccl_size(ncclDataType_t t) {
 }
 inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c, cudaStream_t stream) {
     emu::profile_stream(stream);
+    if (emu_nccl_failed(c, stream)) return ncclSuccess;
     if (!emu_nccl_device(send) || !emu_nccl_device(recv) || send != recv) return ncclInvalidArgument;
     if (!emu_nccl_count(count * emu_nccl_size(t) * c->size) || !emu_nccl_collective_ok()) return ncclInvalidArgument;
-    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_ALLREDUCE, count, t, op, 0)) return agreed;
+    if (ncclResult_t agreed = emu_nccl_agree(c, emu::NCCL_ALLREDUCE, count, t, op, 0, stream)) return agreed;
+    if (c->failed) return ncclSuccess;  // the planted failure (emu_nccl_agree)
     emu::profile_nccl(emu::NCCL_ALLREDUCE, count * emu_nccl_size(t));
     size_t bytes = count * emu_nccl_size(t);
     auto staged = emu_nccl_stage(recv, bytes, stream);
