@@ -32,6 +32,11 @@ for p in "${patches[@]}"; do
   what=$(sed -n '1s/^# //p' "$p")
   tests=$(sed -n 's/^# must fail: //p' "$p")
   extra=$(sed -n '3s/^# build: //p' "$p")
+  if [ -z "$tests" ]; then  # without it the loop below would run nothing and count the defect caught
+    echo "NOTESTS  $name: no '# must fail:' line names the tests that must fail"
+    broken=$((broken+1))
+    continue
+  fi
   if ! (cd "$scratch/tree" && git apply "$repo/$p") 2>"$logs/$name.apply"; then
     echo "STALE    $name: the patch no longer applies ($(head -1 "$logs/$name.apply"))"
     broken=$((broken+1))
