@@ -817,6 +817,55 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
 // --checkpoint-activations the one slice every layer shares (residual3 always has all layers).
 template <typename F> static inline size_t gpt_act_layer(const GPT<F>* m, int l) { return m->config.checkpoint_activations ? 0 : (size_t)l; }
 
+// A tensor-parallel sum of a buffer the GPU holds in bf16: each rank's part as the GPU stored it,
+// and the sum as it stores it (gpt_stored; a plain sum otherwise).
+template <typename F> static inline void gpt_tp_sum_stored(const GPT<F>* m, F* x, size_t n) {
+    gpt_stored(m, x, n);
+    gpt_tp_sum(m, x, n);
+    gpt_stored(m, x, n);
+}
+
+// The attention's core for layer l (activation slice k): atty from qkv, through the flash kernels
+// or the materialized softmax (whose probabilities att are kept), with the stores the GPU makes.
+template <typename F> static void gpt_attention_core_forward(GPT<F>* m, int l, size_t k, int B, int T) {
+    TPDims td = gpt_tp_dims(&m->config);
+    int NH = td.NH, Ca = td.C;
+    Activations<F>* a = &m->acts;
+    size_t la = k * (size_t)m->B * m->T * Ca;
+    F* qkv = a->qkv + 3 * la;
+    F* atty = a->atty + la;
+    AttentionOpts ao = gpt_attention_opts(m, m->config.stage_layer_first + l);
+    if (m->flash) {
+        flash_attention_forward(atty, a->lse + k * m->B * NH * m->T, qkv, B, T, Ca, NH, &ao);
+    } else {
+        F* att = a->att + k * m->B * NH * m->T * m->T;
+        attention_forward(atty, att, qkv, B, T, Ca, NH, &ao);
+        gpt_stored(m, att, (size_t)B * NH * T * T);
+    }
+    gpt_stored(m, atty, (size_t)B * T * Ca);
+}
+
+// residual2 = residual + branch, then the MLP branch's ln2 = LayerNorm(residual2) (layer-local
+// offsets lc of the (B,T,C) slices, lr of the statistics): one pass on the GPU, whose LayerNorm
+// reads the residual it stored, so under the CPU's --bf16 the two ops run apart with the sum rounded.
+template <typename F> static void gpt_residual_ln2_forward(GPT<F>* m, int l, size_t lc, size_t lr, const F* residual, const F* branch,
+                                                           size_t BT) {
+    int C = m->config.channels;
+    Activations<F>* a = &m->acts;
+    F* residual2 = a->residual2 + lc;
+    F* ln2 = a->ln2 + lc;
+    const F* w = m->p[P_LN2W] + l * C;
+    const F* b = m->p[P_LN2B] + l * C;
+    if (m->config.round_bf16) {
+        residual_forward(residual2, residual, branch, BT * C);
+        gpt_stored(m, residual2, BT * C);
+        layernorm_forward(ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual2, w, b, (int)BT, C);
+    } else {
+        residual_layernorm_forward(residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, w, b, (int)BT, C);
+    }
+    gpt_stored(m, ln2, BT * C);
+}
+
 // Layer l of the stage, forward: reads the residual stream entering it, writes its activations and
 // the stream leaving it (residual3 of layer l).
 template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int T) {
@@ -842,15 +891,7 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     gpt_stored(m, ln1, BTC);
     matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CCa, p[P_QKVB] + l * 3 * Ca, (int)BT, C, 3 * Ca);  // column-parallel
     gpt_stored(m, qkv, BT * 3 * Ca);
-    AttentionOpts ao = gpt_attention_opts(m, L0 + l);
-    if (m->flash) {
-        flash_attention_forward(atty, a->lse + k * m->B * NH * m->T, qkv, B, T, Ca, NH, &ao);
-    } else {
-        F* att = a->att + k * m->B * NH * m->T * m->T;
-        attention_forward(atty, att, qkv, B, T, Ca, NH, &ao);
-        gpt_stored(m, att, (size_t)B * NH * T * T);
-    }
-    gpt_stored(m, atty, BT * Ca);
+    gpt_attention_core_forward(m, l, k, B, T);
     F* attin = atty;
     if (nf) {
         attin = a->atty_hs + la;
@@ -858,9 +899,7 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
         gpt_stored(m, attin, BT * Ca);
     }
     matmul_forward(attproj, attin, p[P_ATTPROJW] + l * CCa, bias_here ? p[P_ATTPROJB] + l * C : nullptr, (int)BT, Ca, C);  // row-parallel
-    gpt_stored(m, attproj, BTC);
-    gpt_tp_sum(m, attproj, BTC);
-    gpt_stored(m, attproj, BTC);
+    gpt_tp_sum_stored(m, attproj, BTC);
     F* branch = attproj;
     if (nf) {
         branch = a->lna + lc;
@@ -870,17 +909,7 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
     if (d.p > 0) dropout_forward(branch, branch, B, (size_t)T * C, &d);
     gpt_stored(m, branch, BTC);
-    // residual2 = residual + branch, then the MLP branch's ln2 = LayerNorm(residual2): one pass on the GPU,
-    // whose LayerNorm reads the residual it stored (so under the CPU's --bf16, the rounded sum)
-    if (cfg->round_bf16) {
-        residual_forward(residual2, residual, branch, BTC);
-        gpt_stored(m, residual2, BTC);
-        layernorm_forward(ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual2, p[P_LN2W] + l * C, p[P_LN2B] + l * C, (int)BT, C);
-    } else {
-        residual_layernorm_forward(residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, p[P_LN2W] + l * C,
-                                   p[P_LN2B] + l * C, (int)BT, C);
-    }
-    gpt_stored(m, ln2, BTC);
+    gpt_residual_ln2_forward(m, l, lc, lr, residual, branch, BT);  // residual2, ln2
     // MLP branch
     // column-parallel; GeLU: one op, on the GPU one GEMM whose epilogue also keeps fch for the backward
     if (cfg->activation == ACT_GELU) {  // (the GPU's GeLU reads the fp32 product when fused, the bf16 one when not)
@@ -1114,6 +1143,24 @@ template <typename F> static void gpt_head_backward(GPT<F>* m, int B, int T, dou
     gpt_stored(m, d->residual, BT * C);
 }
 
+// Backward of the attention's core for layer l (activation slice k): the gradient of qkv, all of
+// d->qkv, from the gradient of atty in d->atty.
+template <typename F> static void gpt_attention_core_backward(GPT<F>* m, int l, size_t k, int B, int T) {
+    TPDims td = gpt_tp_dims(&m->config);
+    int NH = td.NH, Ca = td.C;
+    Activations<F>* a = &m->acts;
+    GradScratch<F>* d = &m->dacts;
+    size_t la = k * (size_t)m->B * m->T * Ca, BT = (size_t)B * T;
+    AttentionOpts ao = gpt_attention_opts(m, m->config.stage_layer_first + l);
+    if (m->flash) {  // (writes all of d->qkv)
+        flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao, true);
+    } else {
+        backend_memset_zero(d->qkv, BT * 3 * Ca * sizeof(F));
+        attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
+    }
+    gpt_stored(m, d->qkv, BT * 3 * Ca);
+}
+
 // Backward of layer l of the stage: d->residual holds the gradient of its output and receives the
 // gradient of its input; parameter gradients are added into m->grads.
 template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, int T) {
@@ -1159,9 +1206,7 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     }
     gpt_stored(m, d->fch, BT * H);
     matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H, true);
-    gpt_stored(m, d->ln, BT * C);
-    gpt_tp_sum(m, d->ln, BT * C);  // column-parallel: the input gradient is the sum of the ranks' parts
-    gpt_stored(m, d->ln, BT * C);
+    gpt_tp_sum_stored(m, d->ln, BT * C);  // column-parallel: the input gradient is the sum of the ranks' parts
     layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
                        p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C);
     gpt_stored(m, d->residual, BT * C);
@@ -1185,19 +1230,10 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
         headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + la, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
         gpt_stored(m, d->atty, BT * Ca);
     }
-    AttentionOpts ao = gpt_attention_opts(m, L0 + l);
-    if (m->flash) {  // (writes all of d->qkv)
-        flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao, true);
-    } else {
-        zero(d->qkv, BT * 3 * Ca);
-        attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
-    }
-    gpt_stored(m, d->qkv, BT * 3 * Ca);
+    gpt_attention_core_backward(m, l, k, B, T);  // d->atty → d->qkv
     matmul_backward(d->ln, g[P_QKVW] + l * 3 * CCa, g[P_QKVB] + l * 3 * Ca, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CCa,
                     (int)BT, C, 3 * Ca, true);
-    gpt_stored(m, d->ln, BT * C);
-    gpt_tp_sum(m, d->ln, BT * C);
-    gpt_stored(m, d->ln, BT * C);
+    gpt_tp_sum_stored(m, d->ln, BT * C);
     layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
                        a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C);
     gpt_stored(m, d->residual, BT * C);
