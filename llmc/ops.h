@@ -220,6 +220,9 @@ KEEL_HD static inline uint8_t adam8bit_quantize_v(const Adam8bitMaps* q, float v
 struct AdamHyper {
     float lr, beta1, beta2, eps, wd;  // wd: 0 for tensors outside the decay group
     float c1, c2;                     // 1 - β1^t and sqrt(1 - β2^t)
+    float clip = 1.0f;                // this step's global-norm clipping factor (1: not clipped): g·clip,
+                                      // rounded, is the gradient the step sees (before a unit's percentile
+                                      // factor), exactly the value a separate g *= clip pass would leave
 };
 
 enum { ADAM8BIT_MAX_BLOCK = 2048 };

@@ -16,6 +16,7 @@
 //          --skip-update-window applied updates (--skip-update-loss-zscore / --skip-update-norm-zscore)
 //      each prints one line saying why; all count as "number of skipped iterations"
 //   4. clip: if --clip-grad > 0 and coeff = clip/(norm + 1e-6) < 1, every gradient is scaled by coeff
+//      (inside step 5's update kernels, which read g·coeff: not a pass of its own)
 //   5. t += 1; the Adam step of the chosen optimizer for every unit, weight decay only on tensors the
 //      table marks decay: one update call per kind of state (fp32 m, v; 8-bit codes) over all of
 //      the rank's pieces (optimizer_update), which on the GPU is one launch each and also writes the
@@ -843,7 +844,7 @@ static inline std::string update_guard_check(const UpdateGuard* g, const Config*
 // percentile factor of each unit was computed beforehand (per unit, on every rank: the history is
 // replicated). p_c: the compute copy to write in the same pass, or null.
 template <typename F>
-static inline void optimizer_update(Optimizer* o, GPT<F>* model, F* p_c, const Config* c, double lr) {
+static inline void optimizer_update(Optimizer* o, GPT<F>* model, F* p_c, const Config* c, double lr, float clip) {
     float* p = model->params;
     const float* g = model->grads;
     float wd = (float)c->weight_decay;  // on the pieces the table marks decay (the update tables know which)
@@ -851,10 +852,10 @@ static inline void optimizer_update(Optimizer* o, GPT<F>* model, F* p_c, const C
     double bc1 = 1.0 - std::pow(c->adam_beta1, (double)o->step), bc2 = 1.0 - std::pow(c->adam_beta2, (double)o->step);
     if (o->type == OPTIMIZER_ADAM) {
         adamw_update_pieces(p, p_c, g, o->m32, o->v32, &o->update32, (float)lr, (float)c->adam_beta1, (float)c->adam_beta2,
-                            (float)c->adam_eps, wd, (float)bc1, (float)bc2);
+                            (float)c->adam_eps, wd, (float)bc1, (float)bc2, clip);
         return;
     }
-    AdamHyper h = {(float)lr, (float)c->adam_beta1, (float)c->adam_beta2, (float)c->adam_eps, wd, (float)bc1, (float)std::sqrt(bc2)};
+    AdamHyper h = {(float)lr, (float)c->adam_beta1, (float)c->adam_beta2, (float)c->adam_eps, wd, (float)bc1, (float)std::sqrt(bc2), clip};
     for (size_t k = 0; k < o->update32_units.size(); k++) o->update32_scale[k] = o->pclip_scale[o->update32_units[k]];
     for (size_t k = 0; k < o->update8_units.size(); k++) o->update8_scale[k] = o->pclip_scale[o->update8_units[k]];
     adam32_update_pieces(p, p_c, g, o->m32, o->v32, &o->update32, h, o->update32_scale.data());
@@ -921,11 +922,11 @@ static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, const Co
     rolling_push(&guard->loss, loss);
     rolling_push(&guard->norm, r.grad_norm);
     spike_push(spike, loss, r.grad_norm);
+    // Clipping is folded into the update: each update kernel reads g and uses g·coeff, rounded, which is
+    // what a separate g *= coeff pass would have left (one read and one write of the gradients fewer;
+    // nothing reads the gradients after the update: the next iteration zeroes them).
     double coeff = 1.0;
-    if (c->clip_grad > 0 && c->clip_grad / (r.grad_norm + 1e-6) < 1.0) {
-        coeff = (float)(c->clip_grad / (r.grad_norm + 1e-6));
-        grad_scale(model->grads + o->range_lo, o->range_hi - o->range_lo, (float)coeff);
-    }
+    if (c->clip_grad > 0 && c->clip_grad / (r.grad_norm + 1e-6) < 1.0) coeff = (float)(c->clip_grad / (r.grad_norm + 1e-6));
     o->step++;
     // percentile statistics describe the gradient the optimizer sees (after clipping, as in
     // Megatron + bitsandbytes): ‖coeff·g‖² = coeff²·Σ g²
@@ -942,6 +943,6 @@ static inline StepResult optimizer_step(Optimizer* o, const Comm* comm, const Co
         backend_copy_to_device(o->pclip_hist, hist.data(), hist.size() * sizeof(float));
     }
     r.compute_copy_written = optimizer_writes_compute_copy<F>(o);
-    optimizer_update(o, model, r.compute_copy_written ? model->params_c : (F*)nullptr, c, lr);
+    optimizer_update(o, model, r.compute_copy_written ? model->params_c : (F*)nullptr, c, lr, (float)coeff);
     return r;
 }

@@ -350,23 +350,29 @@ template <typename F> static void test_update_pieces_f32(bool adamw, const char*
         float* d_g = dev_upload(g);
         AdamHyper h = adam_hyper(step, wd);
         h.lr = 1e-3f * (float)step;  // changes per step: a kernel argument
+        // Step 2 is clipped: the updates read g and use g·clip; the reference scales g in a pass of
+        // its own first (grad_scale, as the optimizer once did) and updates with clip 1.
+        h.clip = step == 2 ? 0.3712f : 1.0f;
+        std::vector<float> g_ref = g;
+        if (h.clip != 1.0f) grad_scale(g_ref.data(), PIECES_N, h.clip);
         float bc1 = h.c1, bc2 = h.c2 * h.c2;
         for (int k = 0; k < NPIECES; k++) {  // the reference: the per-range CPU op, piece by piece
             int64_t e = t.offset_param[k], s = t.offset_state[k], n = t.numel[k];
             float wk = t.decay[k] ? wd : 0.0f;
             if (adamw) {
-                adamw_update(&p[e], &g[e], &m[s], &v[s], n, h.lr, h.beta1, h.beta2, h.eps, wk, bc1, bc2);
+                adamw_update(&p[e], &g_ref[e], &m[s], &v[s], n, h.lr, h.beta1, h.beta2, h.eps, wk, bc1, bc2);
             } else {
                 AdamHyper hk = h;
                 hk.wd = wk;
-                adam32_update(&p[e], &g[e], &m[s], &v[s], n, hk, scale[k]);
+                hk.clip = 1.0f;
+                adam32_update(&p[e], &g_ref[e], &m[s], &v[s], n, hk, scale[k]);
             }
         }
         uint64_t launches = emu_launches(), copies = emu_h2d_copies();
         if (adamw) {
-            keel_cuda::adamw_update_pieces(d_p, d_c, d_g, d_m, d_v, &dt, h.lr, h.beta1, h.beta2, h.eps, wd, bc1, bc2);
+            keel_cuda::adamw_update_pieces(d_p, d_c, d_g, d_m, d_v, &dt, h.lr, h.beta1, h.beta2, h.eps, wd, bc1, bc2, h.clip);
             adamw_update_pieces(p_twin.data(), c_twin.data(), g.data(), m_twin.data(), v_twin.data(), &ht, h.lr, h.beta1, h.beta2,
-                                h.eps, wd, bc1, bc2);
+                                h.eps, wd, bc1, bc2, h.clip);
         } else {
             keel_cuda::adam32_update_pieces(d_p, d_c, d_g, d_m, d_v, &dt, h, scale.data());
             adam32_update_pieces(p_twin.data(), c_twin.data(), g.data(), m_twin.data(), v_twin.data(), &ht, h, scale.data());
@@ -441,11 +447,15 @@ template <typename F> static void test_adam8bit_pieces(int bs, const char* type,
         std::vector<float> g = randn(PIECES_N, 240 + step, 0.01), scale = piece_scales(step);
         float* d_g = dev_upload(g);
         AdamHyper h = adam_hyper(step, wd);
+        h.clip = step == 2 ? 0.3712f : 1.0f;  // a clipped step: the reference scales g in a pass of its own
+        std::vector<float> g_ref = g;
+        if (h.clip != 1.0f) grad_scale(g_ref.data(), PIECES_N, h.clip);
         for (int k = 0; k < NPIECES; k++) {
             int64_t e = t.offset_param[k], st = t.offset_state[k], b = t.offset_block[k];
             AdamHyper hk = h;
             hk.wd = t.decay[k] ? wd : 0.0f;
-            adam8bit_update(&s.p[e], &g[e], &s.cm[st], &s.cv[st], &s.am[b], &s.av[b], t.numel[k], bs, q, hk, scale[k]);
+            hk.clip = 1.0f;
+            adam8bit_update(&s.p[e], &g_ref[e], &s.cm[st], &s.cv[st], &s.am[b], &s.av[b], t.numel[k], bs, q, hk, scale[k]);
         }
         uint64_t launches = emu_launches();
         keel_cuda::adam8bit_update_pieces(d.p, d_c, d_g, d.cm, d.cv, d.am, d.av, &dt, q, h, scale.data());
@@ -517,6 +527,7 @@ template <typename F> static void test_adam8bit_split(int bs, const char* type, 
         for (int k = 0; k < np; k++) scale[k] = step == 2 && k % 2 ? 0.5f : 1.0f;
         float* d_g = dev_upload(g);
         AdamHyper h = adam_hyper(step, 0.1f);
+        h.clip = step == 3 ? 0.61f : 1.0f;  // a clipped step, on top of the percentile factors
         float *bm = scratch.data(), *bv = bm + nblocks;
         adam8bit_split_maxima(g.data(), s.cm.data(), s.cv.data(), s.am.data(), s.av.data(), bm, bv, nblocks, bv + nblocks, &ht, q, h,
                               scale.data());

@@ -10,7 +10,12 @@
 #      so under ZeRO-1 a block can span two data-parallel shards and its scale is the max over both.
 #      TP=2 × DP=2 with ZeRO-1 against ZeRO-0 (every rank holds whole blocks): optimizer.bin and
 #      model.bin byte-identical after 2 iterations; and against one process: every block scale within
-#      1e-4 relative after the first iteration (learning rate 0: the same weights in both).
+#      1e-4 relative after the first iteration (learning rate 0: the same weights in both);
+#   3. global-norm clipping, which the update kernels apply as they read g (no pass of its own): with
+#      --clip-grad 0.01 (far below the norm, so every element is scaled), one process and DP=2 ZeRO-1,
+#      optimizer.bin's m is coeff·m of the unclipped run, coeff = 0.01/(norm + 1e-6) from the logged
+#      norm, every element within 1e-6 relative (1e-5 + 1e-6 of the largest at DP=2); an element its
+#      rank's update did not clip is off by a factor of 1/coeff.
 source "$(dirname "$0")/lib.sh"
 export TMP
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
@@ -80,4 +85,31 @@ for i in bad[:5]:
 print(f"{len(bad)} of {2 * nb} scales off", file=out)
 sys.exit(1 if bad else 0)
 PY
+# 3. clipping: m after one step = (1 - β1)·coeff·g, against the unclipped run's (1 - β1)·g
+for np_ in 1 2; do
+  name=clip$np_
+  run $name $np_ "${A[@]}" --clip-grad 0.01 --zero-stage 1 --metrics-file "$TMP/$name.jsonl" || continue
+  rel=$([ $np_ = 1 ] && echo 1e-6 || echo 1e-5)
+  python3 - "$TMP/one/iter_0000001/optimizer.bin" "$TMP/$name/iter_0000001/optimizer.bin" "$TMP/$name.jsonl" $rel <<'PY' \
+    && ok "--clip-grad 0.01 at DP=$np_: m = coeff·m of the unclipped run, element by element ($(tail -1 "$TMP/cmp.out"))" \
+    || fail "--clip-grad 0.01 at DP=$np_: m is not coeff·m of the unclipped run: $(cat "$TMP/cmp.out")"
+import array, json, os, struct, sys
+out = open(os.environ["TMP"] + "/cmp.out", "w")
+def moments(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[24:32])[0]
+    return array.array("f", raw[64:64 + 4 * n])
+a, b = moments(sys.argv[1]), moments(sys.argv[2])
+norm = json.loads(open(sys.argv[3]).readline())["grad_norm"]
+coeff = 0.01 / (norm + 1e-6)
+rel = float(sys.argv[4])
+assert coeff < 0.5, f"the norm {norm} does not make 0.01 clip"
+top = max(abs(x) for x in a) * coeff
+bad = [i for i in range(len(a)) if abs(b[i] - coeff * a[i]) > rel * abs(coeff * a[i]) + (0 if rel < 1e-5 else 1e-6 * top)]
+for i in bad[:5]:
+    print(f"element {i}: m {b[i]!r}, coeff·m unclipped {coeff * a[i]!r}", file=out)
+print(f"coeff {coeff:.4g}; {len(bad)} of {len(a)} elements off", file=out)
+sys.exit(1 if bad else 0)
+PY
+done
 finish

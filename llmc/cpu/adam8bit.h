@@ -61,7 +61,7 @@ static inline void adam8bit_update(float* p, const float* g, uint8_t* code_m, ui
         // Four passes, each a loop the compiler vectorizes except the last: dequantize and step
         // the moments, their block maxima, the parameter, then the codes.
         for (int64_t j = 0; j < len; j++) {
-            float gj = g[lo + j] * gnorm_scale;
+            float gj = g[lo + j] * h.clip * gnorm_scale;
             m[j] = q->map_m[code_m[lo + j]] * am * h.beta1 + (1.0f - h.beta1) * gj;
             v[j] = q->map_v[code_v[lo + j]] * av * h.beta2 + (1.0f - h.beta2) * gj * gj;
         }
@@ -83,7 +83,7 @@ static inline void adam32_update(float* p, const float* g, float* m, float* v, i
     float step_size = -h.lr * h.c2 / h.c1, eps = h.c2 * h.eps, decay = 1.0f - h.lr * h.wd;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
-        float gi = g[i] * gnorm_scale;
+        float gi = g[i] * h.clip * gnorm_scale;
         float mi = m[i] * h.beta1 + (1.0f - h.beta1) * gi;
         float vi = v[i] * h.beta2 + (1.0f - h.beta2) * gi * gi;
         m[i] = mi;
@@ -117,7 +117,7 @@ static inline int64_t adam8bit_segment_moments(float* m, float* v, const AdamPie
     int64_t e = t->offset_param[k], s = t->offset_state[k], b = t->offset_block[k], n = t->numel[k];
     float am = absmax_m[b], av = absmax_v[b];
     for (int64_t j = 0; j < n; j++) {
-        float gj = g[e + j] * gnorm_scale[k];
+        float gj = g[e + j] * h.clip * gnorm_scale[k];
         m[j] = q->map_m[code_m[s + j]] * am * h.beta1 + (1.0f - h.beta1) * gj;
         v[j] = q->map_v[code_v[s + j]] * av * h.beta2 + (1.0f - h.beta2) * gj * gj;
     }

@@ -1,6 +1,8 @@
 // cpu/adamw.h — the optimizer's elementwise kernels: AdamW update and gradient scale.
 // Legend: n elements of one flat range; npieces rows of an update table.
-//   adamw_update: m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²
+//   adamw_update: g = g·clip (this step's clipping factor, 1 when not clipping: the gradient buffer
+//                 itself is left as it is);
+//                 m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²
 //                 p -= lr·( (m/bc1) / (sqrt(v/bc2) + eps) + wd·p )      (APEX FusedAdam, adam_w_mode)
 //                 bc1 = 1-β1^t, bc2 = 1-β2^t are passed in (computed once per step).
 //   adamw_update_pieces: adamw_update on every piece of an update table (AdamPieces, below), with wd
@@ -10,7 +12,7 @@
 //                 CUDA twin runs every piece in one launch and writes the bf16/fp16 copy the forward
 //                 reads in the same pass over the parameters (cuda/adamw.cuh says why). Here it is
 //                 adamw_update piece by piece, exactly the calls a per-piece loop would make.
-//   grad_scale:   g *= s (clipping, the pre-divide factor).
+//   grad_scale:   g *= s (the pre-divide factor; clipping is folded into the update).
 //   sumsq_f64, count_zeros: the gradient norm's per-chunk partials.
 //   param_checksum: llmc/ops.h's order-free checksum of n fp32 values (8 bytes to compare across ranks).
 #pragma once
@@ -24,10 +26,10 @@
 #include "llmc/ops.h"
 
 static inline void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                                float beta2, float eps, float wd, float bc1, float bc2) {
+                                float beta2, float eps, float wd, float bc1, float bc2, float clip = 1.0f) {
 #pragma omp parallel for
     for (int64_t i = 0; i < n; i++) {
-        float gi = g[i];
+        float gi = g[i] * clip;  // (clip = 1: g itself, exactly)
         float mi = beta1 * m[i] + (1.0f - beta1) * gi;
         float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
         m[i] = mi;
@@ -64,11 +66,11 @@ static inline void adam_pieces_free(AdamPieces* t) { *t = AdamPieces(); }
 
 template <typename F>
 static inline void adamw_update_pieces(float* p, F* p_c, const float* g, float* m, float* v, const AdamPieces* t, float lr,
-                                       float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
+                                       float beta1, float beta2, float eps, float wd, float bc1, float bc2, float clip = 1.0f) {
     if (t->block_size != 0) keel_die("adamw_update_pieces: the table was set up for 8-bit Adam (block %d)", t->block_size);
     for (size_t k = 0; k < t->numel.size(); k++) {
         int64_t e = t->offset_param[k], s = t->offset_state[k], n = t->numel[k];
-        adamw_update(p + e, g + e, m + s, v + s, n, lr, beta1, beta2, eps, t->decay[k] ? wd : 0.0f, bc1, bc2);
+        adamw_update(p + e, g + e, m + s, v + s, n, lr, beta1, beta2, eps, t->decay[k] ? wd : 0.0f, bc1, bc2, clip);
         if (p_c) cast_from_f32(p_c + e, p + e, (size_t)n);
     }
 }

@@ -92,7 +92,7 @@ KEEL_UNROLL
     for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
         int j = threadIdx.x + k * ADAM8BIT_THREADS;
         if (j >= len) break;
-        float gj = fmul_rn(g[lo + j], gnorm_scale);
+        float gj = fmul_rn(fmul_rn(g[lo + j], h.clip), gnorm_scale);
         m[k] = adam_moment1(fmul_rn(q->map_m[code_m[lo + j]], am), gj, h.beta1);
         v[k] = adam_moment2(fmul_rn(q->map_v[code_v[lo + j]], av), gj, h.beta2);
         max_m = max_abs_acc(max_m, m[k]);
@@ -149,7 +149,7 @@ KEEL_UNROLL
     for (int k = 0; k < ADAM8BIT_PER_THREAD; k++) {
         int j = threadIdx.x + k * ADAM8BIT_THREADS;
         if (j >= len) break;
-        float gj = fmul_rn(g[r->offset_param + j], gnorm_scale);
+        float gj = fmul_rn(fmul_rn(g[r->offset_param + j], h.clip), gnorm_scale);
         m[k] = adam_moment1(fmul_rn(q->map_m[code_m[r->offset_state + j]], am), gj, h.beta1);
         v[k] = adam_moment2(fmul_rn(q->map_v[code_v[r->offset_state + j]], av), gj, h.beta2);
         *max_m = max_abs_acc(*max_m, m[k]);
@@ -219,7 +219,7 @@ KEEL_UNROLL
 // One element of adam32_update: updates *p, *m, *v (registers) from g.
 __device__ inline void adam32_element(float* p, float* m, float* v, float g, AdamHyper h, float wd, AdamStepConsts s,
                                       float gnorm_scale) {
-    float gi = fmul_rn(g, gnorm_scale);
+    float gi = fmul_rn(fmul_rn(g, h.clip), gnorm_scale);
     float mi = adam_moment1(*m, gi, h.beta1), vi = adam_moment2(*v, gi, h.beta2);
     *m = mi;
     *v = vi;

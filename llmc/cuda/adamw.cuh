@@ -104,11 +104,11 @@ __device__ inline void adamw_element(float* p, float* m, float* v, float g, floa
 }
 
 __global__ void adamw_update_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                                    float beta2, float eps, float wd, float bc1, float bc2) {
+                                    float beta2, float eps, float wd, float bc1, float bc2, float clip) {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float pi = p[i], mi = m[i], vi = v[i];
-    adamw_element(&pi, &mi, &vi, g[i], lr, beta1, beta2, eps, wd, bc1, bc2);
+    adamw_element(&pi, &mi, &vi, fmul_rn(g[i], clip), lr, beta1, beta2, eps, wd, bc1, bc2);
     m[i] = mi;
     v[i] = vi;
     p[i] = pi;
@@ -191,7 +191,7 @@ __device__ inline bool adam_vec_of_thread(const AdamPieceRow* rows, int npieces,
 template <typename F>
 __global__ void adamw_update_pieces_kernel(float* p, F* p_c, const float* g, float* m, float* v, const AdamPieceRow* rows,
                                            int npieces, float lr, float beta1, float beta2, float eps, float wd, float bc1,
-                                           float bc2) {
+                                           float bc2, float clip) {
     const AdamPieceRow* r;
     int64_t i;
     int len;
@@ -201,7 +201,7 @@ __global__ void adamw_update_pieces_kernel(float* p, F* p_c, const float* g, flo
     Pack<float, ADAM_VEC> pp = adam_vec_load(p + e, len), gg = adam_vec_load(g + e, len);
     Pack<float, ADAM_VEC> mm = adam_vec_load(m + s, len), vv = adam_vec_load(v + s, len);
     KEEL_UNROLL for (int j = 0; j < ADAM_VEC; j++)  // (a constant trip count: the packs stay in registers)
-        if (j < len) adamw_element(&pp.v[j], &mm.v[j], &vv.v[j], gg.v[j], lr, beta1, beta2, eps, wd_piece, bc1, bc2);
+        if (j < len) adamw_element(&pp.v[j], &mm.v[j], &vv.v[j], fmul_rn(gg.v[j], clip), lr, beta1, beta2, eps, wd_piece, bc1, bc2);
     adam_vec_store(m + s, mm, len);
     adam_vec_store(v + s, vv, len);
     adam_vec_store(p + e, pp, len);
@@ -324,9 +324,9 @@ __global__ void sumsq_zeros_chunks_kernel(double* out, const float* base, const 
 
 // ---- launchers ----------------------------------------------------------------------------------
 static inline void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                                float beta2, float eps, float wd, float bc1, float bc2) {
+                                float beta2, float eps, float wd, float bc1, float bc2, float clip = 1.0f) {
     if (n <= 0) return;
-    KEEL_LAUNCH(adamw_update_kernel, ceil_div(n, 256), 256, 0, MAIN_STREAM)(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2);
+    KEEL_LAUNCH(adamw_update_kernel, ceil_div(n, 256), 256, 0, MAIN_STREAM)(p, g, m, v, n, lr, beta1, beta2, eps, wd, bc1, bc2, clip);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -374,11 +374,11 @@ static inline const float* adam_pieces_scales(AdamPieces* t, const float* gnorm_
 // compute copy to write (same layout as p), or null.
 template <typename F>
 static inline void adamw_update_pieces(float* p, F* p_c, const float* g, float* m, float* v, const AdamPieces* t, float lr,
-                                       float beta1, float beta2, float eps, float wd, float bc1, float bc2) {
+                                       float beta1, float beta2, float eps, float wd, float bc1, float bc2, float clip = 1.0f) {
     if (t->block_size != 0) keel_die("adamw_update_pieces: the table was set up for 8-bit Adam (block %d)", t->block_size);
     if (t->grid == 0) return;
     KEEL_LAUNCH(adamw_update_pieces_kernel<F>, t->grid, ADAM_THREADS, 0, MAIN_STREAM)(p, p_c, g, m, v, t->rows, t->npieces, lr,
-                                                                                      beta1, beta2, eps, wd, bc1, bc2);
+                                                                                      beta1, beta2, eps, wd, bc1, bc2, clip);
     CUDA_CHECK_LAUNCH();
 }
 
