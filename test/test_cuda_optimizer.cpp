@@ -665,8 +665,10 @@ static void test_sumsq_zeros_chunks() {
     const int64_t n = 70000;
     std::vector<float> x = with_zeros(n, 110);
     float* d_x = dev_upload(x);
-    std::vector<int64_t> offsets = {0, 16384, 16384, 16385, 32769, 40000, 100, 69999};
-    std::vector<int64_t> numels = {16384, 0, 1, 16384, 5000, 30000, 37, 1};
+    // (the GPU reads 16-byte packs between 0-3 single elements at either end: chunks at every
+    // alignment, shorter than the run up to the first boundary (offset 1, numel 2), exactly one pack)
+    std::vector<int64_t> offsets = {0, 16384, 16384, 16385, 32769, 40000, 100, 69999, 1, 8, 50002};
+    std::vector<int64_t> numels = {16384, 0, 1, 16384, 5000, 30000, 37, 1, 2, 4, 7};
     size_t nc = offsets.size();
     std::vector<double> want(2 * nc), got(2 * nc), again(2 * nc);
     ref_sumsq_zeros_chunks(want.data(), x.data(), offsets.data(), numels.data(), nc);

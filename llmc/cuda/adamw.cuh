@@ -302,17 +302,39 @@ template <typename Term> static typename Term::T reduce_to_host(const typename T
 
 // One block per chunk. table: (2, nchunks) — element offsets, then numels; out: (nchunks, 2) —
 // Σ x² and the zero count (exact in a double below 2^53) of each chunk.
+// Loads are 16 bytes (Pack128: 4 floats) wherever the chunk allows: a chunk starts at any element
+// (a unit's offset), so its first 0-3 elements up to a 16-byte boundary and its last 0-3 are read one
+// by one, each by one thread (lane j of the first warp takes head element j and tail element j); the
+// body is read in whole packs, pack i by thread i mod blockDim. The order of the sums is a function of
+// the chunk's length and alignment only: the same bits every run.
 __global__ void sumsq_zeros_chunks_kernel(double* out, const float* base, const int64_t* table, int nchunks) {
     KEEL_SHARED(double, shared_d, [32]);
     KEEL_SHARED(long long, shared_z, [32]);
+    typedef Pack128<float> P;
     int c = blockIdx.x;
     const float* x = base + table[c];
     int64_t n = table[nchunks + c];
+    int64_t head = (int64_t)(((sizeof(P) - (uintptr_t)x % sizeof(P)) % sizeof(P)) / sizeof(float));
+    if (head > n) head = n;
+    int64_t npacks = (n - head) / P::SIZE, tail0 = head + npacks * P::SIZE;
     double sumsq = 0;
     long long zeros = 0;
-    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-        sumsq += SumSqTerm::of(x[i]);
-        zeros += ZeroTerm::of(x[i]);
+    for (int64_t i = threadIdx.x; i < npacks; i += blockDim.x) {
+        P p = load128(x + head + i * P::SIZE);
+        double s = 0;
+        KEEL_UNROLL for (int j = 0; j < P::SIZE; j++) {
+            s += SumSqTerm::of(p.v[j]);
+            zeros += ZeroTerm::of(p.v[j]);
+        }
+        sumsq += s;
+    }
+    if ((int64_t)threadIdx.x < head) {
+        sumsq += SumSqTerm::of(x[threadIdx.x]);
+        zeros += ZeroTerm::of(x[threadIdx.x]);
+    }
+    if ((int64_t)threadIdx.x < n - tail0) {
+        sumsq += SumSqTerm::of(x[tail0 + threadIdx.x]);
+        zeros += ZeroTerm::of(x[tail0 + threadIdx.x]);
     }
     sumsq = block_sum(sumsq, shared_d);
     zeros = block_sum(zeros, shared_z);
