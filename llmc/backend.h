@@ -101,6 +101,7 @@ static inline bool backend_gpu_found(std::string* name, double* mem_bytes) {
 // On keel's stream (cuda/stream.h); a copy to the host waits for it, one to the device does not
 // (pageable sources are staged at the call: the caller may reuse them at once).
 static inline void backend_memset_zero(void* p, size_t bytes) { device_memset_zero(p, bytes); }
+static inline void backend_memset_bytes(void* p, int value, size_t bytes) { device_memset_bytes(p, value, bytes); }
 static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) { device_to_host(dst, src, bytes); }
 static inline void backend_copy_to_device(void* dst, const void* src, size_t bytes) { host_to_device(dst, src, bytes); }
 static inline void backend_copy_on_device(void* dst, const void* src, size_t bytes) { device_to_device(dst, src, bytes); }
@@ -127,6 +128,7 @@ static inline const char* backend_memory_name() { return "this machine's memory"
 static inline int backend_compute_capability() { return 0; }  // (no GPU: only the GPU build asks)
 static inline bool backend_gpu_found(std::string*, double*) { return false; }  // (the CPU trainer plans a GPU it does not have)
 static inline void backend_memset_zero(void* p, size_t bytes) { memset(p, 0, bytes); }
+static inline void backend_memset_bytes(void* p, int value, size_t bytes) { memset(p, value, bytes); }
 // (bytes == 0 may come with null pointers: an empty span, a rank holding no slice; memcpy's
 // arguments must not be null even then — UBSan, test/sanitize.sh)
 static inline void backend_copy_to_host(void* dst, const void* src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }

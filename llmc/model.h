@@ -374,6 +374,11 @@ template <typename F> struct GPT {
     acc_t<F>* vp_stats;       // (B,T,3) vocabulary-parallel cross-entropy: row max, Σ exp, target logit
     std::vector<int> ids_host;  // (B,T) the rank's local token / target numbers (tensor parallelism)
     std::vector<int> groups_host, group_count;  // (2·B·T + 2), (Vp/T): encoder_token_groups' output and counts
+    // The parameter gradients' slots still holding the last iteration's values (gpt_grads_begin):
+    // (NUM_PARAMS × grad_layers), slot (id, l) = tensor id's layer-l slice (l = 0 for a whole tensor).
+    // Empty: every slot is current (gpt_zero_grad), so every op adds.
+    std::vector<uint8_t> grad_stale;
+    int grad_layers = 1;
 };
 
 // Tensor parallelism's all-reduces over the group (no-ops without it): the sum after a row-parallel
@@ -411,6 +416,56 @@ template <typename F> static inline void gpt_bind_views(GPT<F>* m) {
 }
 
 template <typename F> static inline F* gpt_alloc(size_t n) { return n ? (F*)backend_malloc(n * sizeof(F)) : nullptr; }
+
+// ---- parameter gradients without a zero-fill --------------------------------------------------------
+// An iteration does not zero the gradient buffer. gpt_grads_begin marks every slot (a tensor, or one
+// layer's slice of a per-layer tensor) stale: it still holds the last iteration's values. The first op
+// that produces a slot writes it instead of adding into it (gpt_grad_first gives the ops their write
+// flags: on the GPU a GEMM with beta = 0 and keel's reductions storing their sums, so nothing is zeroed
+// first and the GEMM reads nothing back); the later micro-batches add. An op that covers only part of
+// its slot (the word embedding's scatter by token id, the position rows below T, the head scale's sum)
+// zeroes the slot first instead (gpt_grad_zero_first). A slot no op produced in the micro-batch (none
+// does in keel's model today; the check stays as the guarantee) is zeroed when its layer's backward
+// ends and when the micro-batch's ends (gpt_grads_settle), before any reduction reads it. The CPU ops
+// implement a write as zero-then-add, so their bytes are the same as adding into a zeroed buffer; the
+// GPU's write stores 0 + sum, the same bits too. KEEL_TEST_POISON_GRADS (the trainer) fills the
+// buffer with NaN at every iteration's start, so a slot read before it was written shows.
+template <typename F> static inline size_t gpt_grad_slot_numel(const GPT<F>* m, int id) {
+    const ParamTensor* t = &m->table.t[id];
+    return t->per_layer ? (size_t)(t->numel / m->grad_layers) : (size_t)t->numel;
+}
+// Whether the op about to produce slot (id, l) writes it (the first this iteration); marks it current.
+template <typename F> static inline bool gpt_grad_first(GPT<F>* m, int id, int l = 0) {
+    if (m->grad_stale.empty()) return false;
+    uint8_t* s = &m->grad_stale[(size_t)id * m->grad_layers + l];
+    bool first = *s != 0;
+    *s = 0;
+    return first;
+}
+// The write flag of an op producing a weight and its bias together (matmul_backward, layernorm_backward).
+template <typename F> static inline bool gpt_grads_first(GPT<F>* m, int w, int b, int l = 0) {
+    bool fw = gpt_grad_first(m, w, l), fb = gpt_grad_first(m, b, l);
+    if (m->table.t[b].numel && fw != fb) keel_die("gradient slots %s and %s of layer %d out of step", m->table.t[w].name, m->table.t[b].name, l);
+    return fw;
+}
+// For an op that adds into part of its slot: zeroes the slot first when it is stale.
+template <typename F> static inline void gpt_grad_zero_first(GPT<F>* m, int id, int l = 0) {
+    if (!gpt_grad_first(m, id, l)) return;
+    size_t n = gpt_grad_slot_numel(m, id);
+    backend_memset_zero(m->g[id] + (size_t)l * n, n * sizeof(acc_t<F>));
+}
+// Zeroes the slots still stale: layer ≥ 0 that layer's slices, -1 every slot.
+template <typename F> static inline void gpt_grads_settle(GPT<F>* m, int layer) {
+    if (m->grad_stale.empty()) return;
+    for (int id = 0; id < NUM_PARAMS; id++) {
+        const ParamTensor* t = &m->table.t[id];
+        if (t->numel == 0 || (!t->per_layer && layer >= 0)) continue;
+        if (!t->per_layer) gpt_grad_zero_first(m, id);
+        else if (layer >= 0) gpt_grad_zero_first(m, id, layer);
+        else
+            for (int l = 0; l < m->grad_layers; l++) gpt_grad_zero_first(m, id, l);
+    }
+}
 
 // Whether the ops read a separate low-precision copy of the master weights.
 template <typename F> static constexpr bool gpt_has_compute_copy() { return !std::is_same<F, acc_t<F>>::value; }
@@ -799,10 +854,14 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
         d = m->dacts.branch;
     }
     acc_t<F>* dwpe = cfg->alibi ? nullptr : m->g[P_WPE];
+    // the scatter by token id and the position rows below T cover part of their tensors: zeroed first
+    // when this is the iteration's first writer (the tied head on this stage wrote the word embedding's)
+    gpt_grad_zero_first(m, P_WTE);
+    if (dwpe) gpt_grad_zero_first(m, P_WPE);
     if (m->table.t[P_LNEW].numel) {
         if (dwpe) position_backward(dwpe, d, B, T, C);
-        backend_memset_zero(m->dacts.ln, BTC * sizeof(F));
-        layernorm_backward(m->dacts.ln, m->g[P_LNEW], m->g[P_LNEB], d, a->emb, m->p[P_LNEW], a->lne_mean, a->lne_rstd, B * T, C);
+        layernorm_backward(m->dacts.ln, m->g[P_LNEW], m->g[P_LNEB], d, a->emb, m->p[P_LNEW], a->lne_mean, a->lne_rstd, B * T, C, true,
+                           gpt_grads_first(m, P_LNEW, P_LNEB));
         gpt_stored(m, m->dacts.ln, BTC);
         encoder_backward(m->g[P_WTE], (acc_t<F>*)nullptr, m->dacts.ln, m->inputs, a->wte_groups, B, T, C);
     } else if (cfg->tp_size > 1) {  // the replicated positions from the whole gradient, this rank's word rows
@@ -973,7 +1032,10 @@ template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n,
     if (dloss != 0.0) {
         gpt_stored(m, a->logits, n * td.Vl);  // the classifier left the logits' gradient there
         double t0 = m->clock ? m->clock(m->clock_ctx) : 0;
-        matmul_backward(m->dacts.ln + r0 * C, m->g[P_WTE], (acc_t<F>*)nullptr, a->logits, lnf, m->p[P_WTE], (int)n, C, td.Vl);
+        // the chunk's rows of d(lnf) written (the chunks cover every position); the word embedding's
+        // gradient written by the iteration's first chunk, added by the others
+        matmul_backward(m->dacts.ln + r0 * C, m->g[P_WTE], (acc_t<F>*)nullptr, a->logits, lnf, m->p[P_WTE], (int)n, C, td.Vl, true,
+                        gpt_grad_first(m, P_WTE));
         gpt_stored(m, m->dacts.ln + r0 * C, n * C);
         if (m->clock) m->head_backward_ms += m->clock(m->clock_ctx) - t0;
     }
@@ -1038,7 +1100,6 @@ double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, i
         keel_die("gpt_forward: loss slot %d of %zu positions is beyond the loss log's %zu rows", loss_slot, BT, m->loss_log_rows);
     acc_t<F>* losses = loss_slot >= 0 ? m->loss_log + (size_t)loss_slot * BT : a->losses;
     m->classifier_dloss = dloss;
-    if (dloss != 0.0) backend_memset_zero(m->dacts.ln, BT * C * sizeof(F));
     for (size_t r0 = 0; r0 < BT; r0 += m->head_rows) gpt_head_chunk(m, r0, std::min(m->head_rows, BT - r0), losses + r0, dloss);
     if (loss_slot >= 0) return 0.0;
     backend_copy_to_host(m->losses_host.data(), losses, BT * sizeof(acc_t<F>));
@@ -1137,9 +1198,9 @@ template <typename F> static void gpt_head_backward(GPT<F>* m, int B, int T, dou
                  m->classifier_dloss, dloss);
     gpt_tp_sum(m, d->ln, BT * C);  // each rank's vocabulary columns contributed a part
     gpt_stored(m, d->ln, BT * C);
-    backend_memset_zero(d->residual, BT * C * sizeof(F));
-    F* last = gpt_stage_output(m);
-    layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C);
+    F* last = gpt_stage_output(m);  // (the LayerNorm writes d->residual: nothing zeroed first)
+    layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C, true,
+                       gpt_grads_first(m, P_LNFW, P_LNFB));
     gpt_stored(m, d->residual, BT * C);
 }
 
@@ -1162,7 +1223,7 @@ template <typename F> static void gpt_attention_core_backward(GPT<F>* m, int l, 
 }
 
 // Backward of layer l of the stage: d->residual holds the gradient of its output and receives the
-// gradient of its input; parameter gradients are added into m->grads.
+// gradient of its input; parameter gradients are written or added into m->grads (gpt_grad_first).
 template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, int T) {
     const GPTConfig* cfg = &m->config;
     TPDims td = gpt_tp_dims(cfg);
@@ -1191,24 +1252,26 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
         // the DGELU epilogue); d->fch_act is the op's scratch
         // (the GPU stores the scratch d->fch_act in bf16 only when unfused; here it stays fp32)
         matmul_backward_gelu(d->fch, d->fch_act, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH,
-                             a->fch + lh, (int)BT, H, C, m->gelu_fusion);
+                             a->fch + lh, (int)BT, H, C, m->gelu_fusion, gpt_grads_first(m, P_FCPROJW, P_FCPROJB, l));
     } else {  // ReLU, or --normformer: there the activation's gradient comes out of LN_fc's backward, not out of a GEMM
         F* dfcin = nf ? d->lnfc : d->fch_act;
         if (nf) zero(d->fch_act, BT * H);  // (LN_fc's backward adds into it; the matmul writes dfcin)
-        matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C, true);
+        matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C, true,
+                        gpt_grads_first(m, P_FCPROJW, P_FCPROJB, l));
         gpt_stored(m, dfcin, BT * H);
         if (nf)
             layernorm_backward(d->fch_act, g[P_LNFCW] + l * H, g[P_LNFCB] + l * H, d->lnfc, a->fch_act + lh, p[P_LNFCW] + l * H,
-                               a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H);
+                               a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H, false, gpt_grads_first(m, P_LNFCW, P_LNFCB, l));
         gpt_stored(m, d->fch_act, BT * H);
         zero(d->fch, BT * H);
         gpt_activation_backward(m, d->fch, d->fch_act, a->fch + lh, BT * H);
     }
     gpt_stored(m, d->fch, BT * H);
-    matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H, true);
+    matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H, true,
+                    gpt_grads_first(m, P_FCW, P_FCB, l));
     gpt_tp_sum_stored(m, d->ln, BT * C);  // column-parallel: the input gradient is the sum of the ranks' parts
     layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
-                       p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C);
+                       p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C, false, gpt_grads_first(m, P_LN2W, P_LN2B, l));
     gpt_stored(m, d->residual, BT * C);
     // attention: residual2 = residual + dropout([LN_attn](proj([head scale](attention(qkv(ln1(residual)))))))
     ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
@@ -1216,7 +1279,7 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     if (nf) {  // d->ln is free here: the LayerNorm's input gradient goes there
         zero(d->ln, BT * C);
         layernorm_backward(d->ln, g[P_LNAW] + l * C, g[P_LNAB] + l * C, dbranch, a->attproj + lc, p[P_LNAW] + l * C,
-                           a->lna_mean + lr, a->lna_rstd + lr, (int)BT, C);
+                           a->lna_mean + lr, a->lna_rstd + lr, (int)BT, C, false, gpt_grads_first(m, P_LNAW, P_LNAB, l));
         gpt_stored(m, d->ln, BT * C);
         dbranch = d->ln;
     }
@@ -1224,18 +1287,19 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     F* dattin = nf ? d->atty_hs : d->atty;
     if (nf) zero(d->atty, BT * Ca);  // (the head scale's backward adds into it; the matmul writes dattin)
     matmul_backward(dattin, g[P_ATTPROJW] + l * CCa, g[P_ATTPROJB] + l * C, dbranch, attin, p[P_ATTPROJW] + l * CCa,
-                    (int)BT, Ca, C, true);
+                    (int)BT, Ca, C, true, gpt_grads_first(m, P_ATTPROJW, P_ATTPROJB, l));
     gpt_stored(m, dattin, BT * Ca);
     if (nf) {
+        gpt_grad_zero_first(m, P_HEADSCALE, l);
         headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + la, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
         gpt_stored(m, d->atty, BT * Ca);
     }
     gpt_attention_core_backward(m, l, k, B, T);  // d->atty → d->qkv
     matmul_backward(d->ln, g[P_QKVW] + l * 3 * CCa, g[P_QKVB] + l * 3 * Ca, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CCa,
-                    (int)BT, C, 3 * Ca, true);
+                    (int)BT, C, 3 * Ca, true, gpt_grads_first(m, P_QKVW, P_QKVB, l));
     gpt_tp_sum_stored(m, d->ln, BT * C);
     layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
-                       a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C);
+                       a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C, false, gpt_grads_first(m, P_LN1W, P_LN1B, l));
     gpt_stored(m, d->residual, BT * C);
 }
 
@@ -1250,12 +1314,23 @@ template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss, v
     if (cfg->stage_last) gpt_head_backward(m, B, T, dloss);
     for (int l = gpt_stage_layers(cfg) - 1; l >= 0; l--) {
         gpt_layer_backward(m, l, B, T);
+        gpt_grads_settle(m, l);  // (before the reduction hook reads the layer's gradients)
         if (layer_done) layer_done(layer_ctx, l);
     }
     if (cfg->stage_first) gpt_embed_backward(m, m->dacts.residual, B, T);
+    gpt_grads_settle(m, -1);
 }
 
-template <typename F> void gpt_zero_grad(GPT<F>* m) { backend_memset_zero(m->grads, (size_t)m->table.total * sizeof(acc_t<F>)); }
+// Every gradient zeroed and current: the ops add into it (tests, and anything that accumulates from zero).
+template <typename F> void gpt_zero_grad(GPT<F>* m) {
+    backend_memset_zero(m->grads, (size_t)m->table.total * sizeof(acc_t<F>));
+    m->grad_stale.clear();
+}
+// An iteration's start (the trainer): every slot stale, to be written by its first op (above).
+template <typename F> void gpt_grads_begin(GPT<F>* m) {
+    m->grad_layers = std::max(1, gpt_stage_layers(&m->config));
+    m->grad_stale.assign((size_t)NUM_PARAMS * m->grad_layers, 1);
+}
 
 // Parameter count without the padding rows of the vocabulary (what users quote as model size).
 static inline int64_t gpt_num_params_real(const ParamTable* pt, const GPTConfig* cfg) {

@@ -31,6 +31,9 @@
 //   KEEL_TEST_ZERO_GRADS=K       zero every reduced gradient of iteration K just before the optimizer step:
 //                                the update is then weight decay alone, on exactly the decayed tensors
 //                                (test_decay_groups)
+//   KEEL_TEST_POISON_GRADS       fill the gradient buffer with NaN (all bits set) at each iteration's start
+//                                instead of leaving the last iteration's values: a gradient read before
+//                                its first op wrote it poisons the step (test_grad_writes)
 //   KEEL_TEST_FAKE_CLOCK=M[@R]   --exit-duration-in-mins reads the run's wall time as M minutes per
 //                                iteration this process ran, on every rank or only on world rank R (the
 //                                others keep the real clock: only the agreement over ranks stops them):
@@ -86,6 +89,7 @@ struct TestHooks {
     std::string dump_tokens;              // KEEL_DUMP_TOKENS's PREFIX ("": off)
     int64_t kill_switch_at = -1;          // KEEL_TEST_KILL_SWITCH_AT (-1: off)
     int64_t zero_grads_at = -1;           // KEEL_TEST_ZERO_GRADS (-1: off)
+    bool poison_grads = false;            // KEEL_TEST_POISON_GRADS is set: NaN in the gradients at each iteration's start
     double fake_clock_minutes = -1;       // KEEL_TEST_FAKE_CLOCK's minutes per iteration (< 0: off) ...
     int fake_clock_rank = -1;             // ... and its world rank (-1: every rank)
 };
@@ -127,6 +131,7 @@ static inline TestHooks test_hooks_read() {
         h.zero_grads_at = strtoll(s, &end, 10);
         if (end == s || *end || h.zero_grads_at < 1) keel_die("KEEL_TEST_ZERO_GRADS: expected an iteration >= 1");
     }
+    h.poison_grads = getenv("KEEL_TEST_POISON_GRADS") != nullptr;
     if (const char* s = getenv("KEEL_TEST_FAKE_CLOCK")) {
         char* end;
         h.fake_clock_minutes = strtod(s, &end);

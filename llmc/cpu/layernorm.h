@@ -12,6 +12,7 @@
 #pragma once
 #include "llmc/ops.h"
 #include <cmath>
+#include <cstring>
 
 #include "llmc/cpu/residual.h"
 
@@ -53,9 +54,16 @@ void residual_layernorm_forward(F* residual_out, F* ln_out,         // (N,C), (N
 static inline void layernorm_reserve(int N_max, int C_max) {}
 
 template <typename F>
-void layernorm_backward(F* dinp, F* dweight, F* dbias,     // (N,C) (C) (C), accumulated into
+void layernorm_backward(F* dinp, F* dweight, F* dbias,     // (N,C) (C) (C), accumulated into (written: the flags)
                         const F* dout, const F* inp,       // (N,C), (N,C)
-                        const F* weight, const F* mean, const F* rstd, int N, int C) {
+                        const F* weight, const F* mean, const F* rstd, int N, int C,
+                        bool dinp_write = false, bool dweight_write = false) {
+    // written: zeroed first, then the same sums (the bytes of adding into zeros; the GPU writes)
+    if (dinp_write) memset(dinp, 0, (size_t)N * C * sizeof(F));
+    if (dweight_write) {
+        memset(dweight, 0, (size_t)C * sizeof(F));
+        memset(dbias, 0, (size_t)C * sizeof(F));
+    }
 #pragma omp parallel for
     for (int n = 0; n < N; n++) {
         const F* d = dout + (size_t)n * C;

@@ -94,8 +94,14 @@ void matmul_forward(F* out, const F* inp, const F* weight, const F* bias, int N,
 
 template <typename F>
 void matmul_backward(F* dinp, F* dweight, F* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC,
-                     bool dinp_write = false) {
-    if (dinp && dinp_write) memset(dinp, 0, (size_t)N * C * sizeof(F));  // (the GPU: beta = 0, nothing zeroed first)
+                     bool dinp_write = false, bool dweight_write = false) {
+    // the write flags: zero, then the same accumulation (the GPU: beta = 0 and a written bias sum,
+    // nothing zeroed first); the bytes are those of adding into a zeroed buffer
+    if (dinp && dinp_write) memset(dinp, 0, (size_t)N * C * sizeof(F));
+    if (dweight_write) {
+        memset(dweight, 0, (size_t)OC * C * sizeof(F));
+        if (dbias) memset(dbias, 0, (size_t)OC * sizeof(F));
+    }
     if constexpr (!std::is_same_v<F, float>) {
         matmul_backward_reference(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     } else {
@@ -126,10 +132,10 @@ void matmul_backward_gelu(F* dpre, F* dact, F* dweight, F* dbias,   // (N,C) wri
                           const F* dout,                            // (N,OC)
                           const F* inp, const F* weight,            // (N,C) = gelu(pre), (OC,C)
                           const F* pre,                             // (N,C)
-                          int N, int C, int OC, bool fuse) {
+                          int N, int C, int OC, bool fuse, bool dweight_write = false) {
     size_t n = (size_t)N * C;
     memset(dact, 0, n * sizeof(F));
-    matmul_backward(dact, dweight, dbias, dout, inp, weight, N, C, OC);
+    matmul_backward(dact, dweight, dbias, dout, inp, weight, N, C, OC, false, dweight_write);
     memset(dpre, 0, n * sizeof(F));
     gelu_backward(dpre, dact, pre, n);
 }

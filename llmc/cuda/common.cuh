@@ -114,6 +114,9 @@ static inline void host_to_device(void* dst, const void* src, size_t bytes) {
 static inline void device_memset_zero(void* p, size_t bytes) {
     if (bytes) CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, MAIN_STREAM));
 }
+static inline void device_memset_bytes(void* p, int value, size_t bytes) {
+    if (bytes) CUDA_CHECK(cudaMemsetAsync(p, value, bytes, MAIN_STREAM));
+}
 static inline void device_to_device(void* dst, const void* src, size_t bytes) {
     if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, MAIN_STREAM));
 }

@@ -179,10 +179,11 @@ __global__ void residual_layernorm_forward_kernel(F* residual_out, F* ln_out,   
 }
 
 // ---- backward ------------------------------------------------------------------------------------------
-// Phase 1 for one row by one warp: dx += rstd·(g - mean(g) - xhat·mean(g·xhat)).
+// Phase 1 for one row by one warp: dx += rstd·(g - mean(g) - xhat·mean(g·xhat)); write: dx = 0 + ...
+// (dx not read; the bits of adding into zeros).
 template <typename F>
 __device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, const F* weight, float m, float s, int C,
-                                              bool vec, int lane) {
+                                              bool vec, int lane, bool write) {
     constexpr int V = Pack128<F>::SIZE;
     float fd[V], fx[V], fw[V], fdx[V];
     float g_sum = 0.0f, gx_sum = 0.0f;
@@ -198,7 +199,11 @@ __device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, con
     }
     float gmean = warp_sum(g_sum) / C, gxmean = warp_sum(gx_sum) / C;
     for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
-        int n = ln_load_chunk(fdx, dx, c0, C, vec);
+        int n = C - c0 < V ? C - c0 : V;
+        if (write)
+            for (int k = 0; k < V; k++) fdx[k] = 0.0f;
+        else
+            ln_load_chunk(fdx, dx, c0, C, vec);
         ln_load_chunk(fd, d, c0, C, vec);
         ln_load_chunk(fx, x, c0, C, vec);
         ln_load_chunk(fw, weight, c0, C, vec);
@@ -242,13 +247,14 @@ static inline int layernorm_backward_slices(int C, int V, int rows) {
     return S < 1 ? 1 : S;
 }
 
+// dinp_write / dweight_write: dinp / (dweight, dbias) written instead of accumulated into.
 template <typename F>
 __global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,  // (N,C) (C) (C), accumulated into
                                           float* partial, unsigned* done,        // (gridDim.x, 2, C), counter
                                           const F* dout, const F* inp,           // (N,C), (N,C)
                                           const F* weight,                       // (C)
                                           const float* mean, const float* rstd,  // (N), (N)
-                                          int N, int C, int rows, int S, bool vec) {
+                                          int N, int C, int rows, int S, bool vec, bool dinp_write, bool dweight_write) {
     constexpr int V = Pack128<F>::SIZE;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     int r0 = blockIdx.x * rows, r1 = r0 + rows < N ? r0 + rows : N;
@@ -256,7 +262,7 @@ __global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,
     // 1. dinp, one warp per row
     for (int row = r0 + warp; row < r1; row += warps) {
         size_t off = (size_t)row * C;
-        layernorm_backward_row(dinp + off, dout + off, inp + off, weight, mean[row], rstd[row], C, vec, lane);
+        layernorm_backward_row(dinp + off, dout + off, inp + off, weight, mean[row], rstd[row], C, vec, lane, dinp_write);
     }
 
     // 2. this block's dweight/dbias into its slot
@@ -308,8 +314,8 @@ __global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,
             w += slots[(size_t)k * 2 * C + c];
             b += slots[(size_t)k * 2 * C + C + c];
         }
-        dweight[c] += w;
-        dbias[c] += b;
+        dweight[c] = (dweight_write ? 0.0f : dweight[c]) + w;
+        dbias[c] = (dweight_write ? 0.0f : dbias[c]) + b;
     }
     if (threadIdx.x == 0) *done = 0;  // for the next launch (ordered by the launch boundary)
 }
@@ -350,9 +356,10 @@ void residual_layernorm_forward(F* residual_out, F* ln_out,             // (N,C)
 }
 
 template <typename F>
-void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) (C), accumulated into
+void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) (C), accumulated into (written: the flags)
                         const F* dout, const F* inp,       // (N,C), (N,C)
-                        const F* weight, const float* mean, const float* rstd, int N, int C) {
+                        const F* weight, const float* mean, const float* rstd, int N, int C,
+                        bool dinp_write = false, bool dweight_write = false) {
     if (N == 0 || C == 0) return;
     int rows = layernorm_backward_rows(N), blocks = (int)ceil_div((size_t)N, rows);
     int S = layernorm_backward_slices(C, Pack128<F>::SIZE, rows);
@@ -361,7 +368,7 @@ void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) 
     layernorm_scratch_size(s, blocks, C);  // no-op once layernorm_reserve sized it
     bool vec = ln_vec_ok<F>(C, {dinp, dout, inp, weight});
     KEEL_LAUNCH(layernorm_backward_kernel<F>, blocks, LN_BWD_WARPS * 32, smem, MAIN_STREAM)(
-        dinp, dweight, dbias, (float*)s->partial.ptr, s->done, dout, inp, weight, mean, rstd, N, C, rows, S, vec);
+        dinp, dweight, dbias, (float*)s->partial.ptr, s->done, dout, inp, weight, mean, rstd, N, C, rows, S, vec, dinp_write, dweight_write);
     CUDA_CHECK_LAUNCH();
 }
 

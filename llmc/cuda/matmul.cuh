@@ -1,14 +1,16 @@
 // cuda/matmul.cuh — the linear layer through cuBLASLt; the contract of cpu/matmul.h:
 //   forward:  out = inp·Wᵀ + bias                      out (N,OC), inp (N,C), weight (OC,C), bias (OC) or null
 //   backward: dinp += dout·W;  dweight += doutᵀ·inp;  dbias += Σ_n dout[n,:]     (accumulated into;
-//             with dinp_write, dinp = dout·W: its old contents are neither read nor needed zeroed)
+//             with dinp_write, dinp = dout·W: its old contents are neither read nor needed zeroed;
+//             with dweight_write, dweight and dbias are written the same way: the first micro-batch
+//             of an iteration writes the parameter gradients instead of adding into zeroed ones)
 // Legend: N rows (B*T), C input channels, OC output channels.
 //
 // Layouts: keel's buffers are row-major, cuBLASLt is column-major, so a row-major (R,K) matrix is
 // handed over as the column-major (K,R) matrix with leading dimension K — its transpose, for free:
 //   forward   outᵀ (OC,N)  = op(W as (C,OC), T) · inpᵀ (C,N)          bias epilogue on OC
 //   dinp      dinpᵀ (C,N) += W as (C,OC) · doutᵀ (OC,N)                beta = 1 (0 with dinp_write)
-//   dweight   dWᵀ (C,OC)  += inpᵀ (C,N) · op(doutᵀ as (OC,N), T)       beta = 1
+//   dweight   dWᵀ (C,OC)  += inpᵀ (C,N) · op(doutᵀ as (OC,N), T)       beta = 1 (0 with dweight_write)
 // Numerics: fp32 accumulation (CUBLAS_COMPUTE_32F) for fp32, bf16 and fp16 storage; dweight and
 // dbias are fp32 whatever the storage type (docs/internals.md#precision: gradients accumulate in fp32). cuBLASLt picks one
 // algorithm per shape from its heuristic and is deterministic for it on a given GPU and library
@@ -239,12 +241,13 @@ __global__ void matmul_dbias_partial_kernel(float* partial,    // (chunks, OC)
     }
 }
 
-static __global__ void matmul_dbias_finish_kernel(float* dbias, const float* partial, int chunks, int OC) {
+// write: dbias = 0 + Σ (the bits of adding into a zeroed buffer, -0 included), nothing read.
+static __global__ void matmul_dbias_finish_kernel(float* dbias, const float* partial, int chunks, int OC, bool write) {
     int o = blockIdx.x * blockDim.x + threadIdx.x;
     if (o >= OC) return;
     float s = 0.0f;
     for (int c = 0; c < chunks; c++) s += partial[(size_t)c * OC + o];
-    dbias[o] += s;
+    dbias[o] = (write ? 0.0f : dbias[o]) + s;
 }
 
 // The partials (chunks, OC) in fp32, kept between calls and reserved at set-up (matmul_reserve;
@@ -256,7 +259,7 @@ static inline DeviceScratch* matmul_dbias_scratch() {
 // Sizes the bias-gradient scratch for up to N rows and OC output channels (no allocation later).
 static inline void matmul_reserve(size_t N, size_t OC) { scratch_reserve(matmul_dbias_scratch(), matmul_scratch_bytes(N, OC)); }
 
-template <typename F> static void matmul_dbias(float* dbias, const F* dout, int N, int OC) {
+template <typename F> static void matmul_dbias(float* dbias, const F* dout, int N, int OC, bool write = false) {
     int chunks = (int)ceil_div(N, DBIAS_ROWS);
     float* partial = (float*)scratch_reserve(matmul_dbias_scratch(), matmul_scratch_bytes(N, OC));
     const int V = 16 / sizeof(F);
@@ -268,7 +271,7 @@ template <typename F> static void matmul_dbias(float* dbias, const F* dout, int 
         KEEL_LAUNCH(matmul_dbias_partial_kernel<F KEEL_COMMA 1>, grid, DBIAS_COL_THREADS * DBIAS_ROW_THREADS, 0, MAIN_STREAM)(partial, dout, N, OC);
     }
     CUDA_CHECK_LAUNCH();
-    KEEL_LAUNCH(matmul_dbias_finish_kernel, ceil_div(OC, 256), 256, 0, MAIN_STREAM)(dbias, partial, chunks, OC);
+    KEEL_LAUNCH(matmul_dbias_finish_kernel, ceil_div(OC, 256), 256, 0, MAIN_STREAM)(dbias, partial, chunks, OC, write);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -293,11 +296,11 @@ template <typename F> void matmul_forward(F* out, const F* inp, const F* weight,
 
 template <typename F>
 void matmul_backward(F* dinp, float* dweight, float* dbias, const F* dout, const F* inp, const F* weight, int N, int C, int OC,
-                     bool dinp_write = false) {
+                     bool dinp_write = false, bool dweight_write = false) {
     if (N == 0 || OC == 0) return;
     if (dinp) lt_matmul(dinp, weight, dout, (const F*)nullptr, C, N, OC, false, false, dinp_write ? 0.0f : 1.0f);
-    if (dweight) lt_matmul(dweight, inp, dout, (const float*)nullptr, C, OC, N, false, true, 1.0f);
-    if (dbias) matmul_dbias(dbias, dout, N, OC);
+    if (dweight) lt_matmul(dweight, inp, dout, (const float*)nullptr, C, OC, N, false, true, dweight_write ? 0.0f : 1.0f);
+    if (dbias) matmul_dbias(dbias, dout, N, OC, dweight_write);
 }
 
 // ---- the linear layer with GeLU (the MLP's FC and its projection's input gradient) -------------------
@@ -321,15 +324,15 @@ void matmul_forward_gelu(F* act, F* pre, const F* inp, const F* weight, const F*
 // of the unfused path (the input gradient before GeLU's derivative), untouched when fused.
 template <typename F>
 void matmul_backward_gelu(F* dpre, F* dact, float* dweight, float* dbias, const F* dout, const F* inp, const F* weight, const F* pre,
-                          int N, int C, int OC, bool fuse) {
+                          int N, int C, int OC, bool fuse, bool dweight_write = false) {
     if (fuse && N > 0 && OC > 0 && matmul_gelu_epilogue_ok(pre, C)) {
         lt_matmul(dpre, weight, dout, (const F*)nullptr, C, N, OC, false, false, 0.0f, 1.0f, LtBatch(), LtGelu{LT_GELU_BACKWARD, pre, C});
-        keel_cuda::matmul_backward((F*)nullptr, dweight, dbias, dout, inp, weight, N, C, OC);
+        keel_cuda::matmul_backward((F*)nullptr, dweight, dbias, dout, inp, weight, N, C, OC, false, dweight_write);
         return;
     }
     size_t bytes = (size_t)N * C * sizeof(F);  // (zeroed on the ops' stream, as the model's backend_memset_zero)
     if (bytes) CUDA_CHECK(cudaMemsetAsync(dact, 0, bytes, MAIN_STREAM));
-    keel_cuda::matmul_backward(dact, dweight, dbias, dout, inp, weight, N, C, OC);
+    keel_cuda::matmul_backward(dact, dweight, dbias, dout, inp, weight, N, C, OC, false, dweight_write);
     if (bytes) CUDA_CHECK(cudaMemsetAsync(dpre, 0, bytes, MAIN_STREAM));
     keel_cuda::gelu_backward(dpre, dact, pre, (size_t)N * C);
 }
