@@ -75,11 +75,11 @@ static LNForward gpu_residual_layernorm_forward(const std::vector<float>& a, con
 template <typename T>
 static LNGrads gpu_layernorm_backward(const LNGrads& g0, const std::vector<float>& dy, const std::vector<float>& x,
                                       const std::vector<float>& w, const std::vector<float>& mean, const std::vector<float>& rstd,
-                                      int N, int C, size_t off) {
+                                      int N, int C, size_t off, bool dinp_write = false, bool dweight_write = false) {
     size_t NC = (size_t)N * C;
     DevBuf<T> d_dx(g0.dx, off), d_dy(dy, off), d_x(x, off), d_w(w, off);
     DevBuf<float> d_dw(g0.dw, 0), d_db(g0.db, 0), d_mean(mean, 0), d_rstd(rstd, 0);
-    keel_cuda::layernorm_backward(d_dx.p, d_dw.p, d_db.p, d_dy.p, d_x.p, d_w.p, d_mean.p, d_rstd.p, N, C);
+    keel_cuda::layernorm_backward(d_dx.p, d_dw.p, d_db.p, d_dy.p, d_x.p, d_w.p, d_mean.p, d_rstd.p, N, C, dinp_write, dweight_write);
     return {d_dx.get(NC), d_dw.get(C), d_db.get(C)};
 }
 static bool same_grads(const LNGrads& a, const LNGrads& b) { return same_bytes(a.dx, b.dx) && same_bytes(a.dw, b.dw) && same_bytes(a.db, b.db); }
@@ -125,6 +125,20 @@ static void test_layernorm(int N, int C) {
     check_true("layernorm_backward twice: same bytes" + sz, same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 0), got));
     check_true("layernorm_backward misaligned (scalar path): same bytes" + sz,
                same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 1), got));
+    // the write flags (the model's first writer of a gradient: nothing zeroed first): from NaN-filled
+    // gradients, the bytes of adding into zeros — GPU (vector and scalar paths) and CPU (zero, then add)
+    LNGrads zeros = {std::vector<float>(NC, 0.0f), std::vector<float>(C, 0.0f), std::vector<float>(C, 0.0f)};
+    LNGrads nans = {std::vector<float>(NC, NAN), std::vector<float>(C, NAN), std::vector<float>(C, NAN)};
+    LNGrads from0 = gpu_layernorm_backward<float>(zeros, dy, x, w, mean, rstd, N, C, 0);
+    for (size_t off : {0, 1})
+        check_true("layernorm_backward dinp_write + dweight_write over NaN = adding into zeros, same bytes" + sz + (off ? " (scalar path)" : ""),
+                   same_grads(gpu_layernorm_backward<float>(nans, dy, x, w, mean, rstd, N, C, off, true, true), from0));
+    LNGrads half = gpu_layernorm_backward<float>({nans.dx, zeros.dw, zeros.db}, dy, x, w, mean, rstd, N, C, 0, true, false);
+    check_true("layernorm_backward dinp_write alone: dinp written, dweight/dbias added" + sz, same_grads(half, from0));
+    LNGrads cpu0 = zeros, cpu1 = nans;
+    layernorm_backward(cpu0.dx.data(), cpu0.dw.data(), cpu0.db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    layernorm_backward(cpu1.dx.data(), cpu1.dw.data(), cpu1.db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C, true, true);
+    check_true("CPU layernorm_backward with the write flags over NaN = adding into zeros, same bytes" + sz, same_grads(cpu0, cpu1));
 
     // Rows whose variance is of the order of eps (the rows above: ~4, where eps moves rstd by 1e-6):
     // the CPU rstd against 1/sqrt(var + eps) in double, the CUDA op against the CPU op.

@@ -367,9 +367,46 @@ template <typename L> static void test_dinp_write(const char* name, int N, int C
     for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_dout, (void*)d_acc, (void*)d_wr, (void*)d_dw1, (void*)d_db1, (void*)d_dw2, (void*)d_db2}) dev_free(p);
 }
 
+// dweight_write: dweight and dbias written (beta = 0, the bias sum stored) — the first micro-batch
+// of an iteration, instead of zeroing the gradients first. From NaN-filled dweight/dbias it must give
+// the bytes of the accumulating backward from zeroed ones, on the GPU and on the CPU (zero, then add);
+// through matmul_backward_gelu (fused and unfused) too.
+template <typename L> static void test_dweight_write(const char* name, int N, int C, int OC) {
+    std::string sz = std::string(" ") + name + " N=" + std::to_string(N) + " C=" + std::to_string(C) + " OC=" + std::to_string(OC);
+    size_t NC = (size_t)N * C, OCC = (size_t)OC * C;
+    std::vector<float> inp = lowp_rounded<L>(randn(NC, 61)), w = lowp_rounded<L>(randn(OCC, 62)), dout = lowp_rounded<L>(randn((size_t)N * OC, 63));
+    L *d_inp = dev_upload(lowp_store<L>(inp)), *d_w = dev_upload(lowp_store<L>(w)), *d_dout = dev_upload(lowp_store<L>(dout));
+    L *d_dinp = dev_upload(lowp_store<L>(std::vector<float>(NC, 0.0f))), *d_pre = dev_upload(lowp_store<L>(randn(NC, 64)));
+    for (int gelu = 0; gelu < 3; gelu++) {  // 0: matmul_backward, 1: matmul_backward_gelu fused, 2: unfused
+        std::string op = gelu == 0 ? "matmul_backward" : gelu == 1 ? "matmul_backward_gelu (fused)" : "matmul_backward_gelu (unfused)";
+        float *d_dw0 = dev_upload(std::vector<float>(OCC, 0.0f)), *d_db0 = dev_upload(std::vector<float>(OC, 0.0f));
+        float *d_dw = dev_upload(std::vector<float>(OCC, NAN)), *d_db = dev_upload(std::vector<float>(OC, NAN));
+        L* d_scratch = dev_upload(lowp_store<L>(std::vector<float>(NC, 0.0f)));
+        for (int write = 0; write < 2; write++) {
+            float *dw = write ? d_dw : d_dw0, *db = write ? d_db : d_db0;
+            if (gelu == 0) keel_cuda::matmul_backward(d_dinp, dw, db, d_dout, d_inp, d_w, N, C, OC, true, write == 1);
+            else keel_cuda::matmul_backward_gelu(d_dinp, d_scratch, dw, db, d_dout, d_inp, d_w, d_pre, N, C, OC, gelu == 1, write == 1);
+        }
+        std::vector<float> w0 = dev_download(d_dw0, OCC), w1 = dev_download(d_dw, OCC), b0 = dev_download(d_db0, OC), b1 = dev_download(d_db, OC);
+        check_true(op + " dweight_write over NaN = accumulating into zeros, the same bytes (dweight, dbias)" + sz,
+                   memcmp(w0.data(), w1.data(), OCC * 4) == 0 && memcmp(b0.data(), b1.data(), (size_t)OC * 4) == 0);
+        for (void* p : {(void*)d_dw0, (void*)d_db0, (void*)d_dw, (void*)d_db, (void*)d_scratch}) dev_free(p);
+    }
+    if constexpr (std::is_same_v<L, float>) {  // the CPU op: written = zeroed, then added
+        std::vector<float> dinp(NC), dw0(OCC, 0.0f), db0(OC, 0.0f), dw1(OCC, NAN), db1(OC, NAN);
+        matmul_backward(dinp.data(), dw0.data(), db0.data(), dout.data(), inp.data(), w.data(), N, C, OC, true);
+        matmul_backward(dinp.data(), dw1.data(), db1.data(), dout.data(), inp.data(), w.data(), N, C, OC, true, true);
+        check_true("CPU matmul_backward dweight_write over NaN = accumulating into zeros, the same bytes" + sz,
+                   memcmp(dw0.data(), dw1.data(), OCC * 4) == 0 && memcmp(db0.data(), db1.data(), (size_t)OC * 4) == 0);
+    }
+    for (void* p : {(void*)d_inp, (void*)d_w, (void*)d_dout, (void*)d_dinp, (void*)d_pre}) dev_free(p);
+}
+
 int main() {
     test_dinp_write<float>("fp32", 37, 48, 144);
     test_dinp_write<__nv_bfloat16>("bf16", 64, 260, 33);
+    test_dweight_write<float>("fp32", 37, 48, 144);
+    test_dweight_write<__nv_bfloat16>("bf16", 300, 64, 40);
 #ifdef KEEL_CUDA_EMULATION
     test_emulated_gelu_rules();
     test_emulated_library_rules();
