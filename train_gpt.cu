@@ -700,9 +700,13 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
         trainer_sync_replicated(tr, it);
         if (c->check_replicated_params_interval > 0 && it % c->check_replicated_params_interval == 0) trainer_check_replicated(tr, it);
     }
-    gpt_grads_begin(&tr->model);  // (no zero-fill: each gradient's first op this iteration writes it)
-    if (tr->hooks.poison_grads)      // test hook KEEL_TEST_POISON_GRADS: a gradient read before it is written shows as NaN
-        backend_memset_bytes(tr->model.grads, 0xff, (size_t)tr->model.table.total * sizeof(float));
+    if (tr->hooks.zero_fill_grads) {  // test hook KEEL_TEST_ZERO_FILL_GRADS: the reference, every op adding into zeros
+        gpt_zero_grad(&tr->model);
+    } else {
+        gpt_grads_begin(&tr->model);  // (no zero-fill: each gradient's first op this iteration writes it)
+        if (tr->hooks.poison_grads)   // test hook KEEL_TEST_POISON_GRADS: a gradient read before it is written shows as NaN
+            backend_memset_bytes(tr->model.grads, 0xff, (size_t)tr->model.table.total * sizeof(float));
+    }
     int L = tr->gcfg.num_layers;
     bool stats = c->log_layer_norms_interval > 0 && it % c->log_layer_norms_interval == 0;
     std::vector<double> act_sumsq(stats ? accum * (L + 1) : 0, 0.0);  // per micro-batch step, (L+1) each

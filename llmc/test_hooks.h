@@ -34,6 +34,9 @@
 //   KEEL_TEST_POISON_GRADS       fill the gradient buffer with NaN (all bits set) at each iteration's start
 //                                instead of leaving the last iteration's values: a gradient read before
 //                                its first op wrote it poisons the step (test_grad_writes)
+//   KEEL_TEST_ZERO_FILL_GRADS    zero the gradient buffer at each iteration's start and let every op add
+//                                (no write flags): the reference the first-writer scheme must reproduce
+//                                byte for byte (test_grad_writes)
 //   KEEL_TEST_FAKE_CLOCK=M[@R]   --exit-duration-in-mins reads the run's wall time as M minutes per
 //                                iteration this process ran, on every rank or only on world rank R (the
 //                                others keep the real clock: only the agreement over ranks stops them):
@@ -90,6 +93,7 @@ struct TestHooks {
     int64_t kill_switch_at = -1;          // KEEL_TEST_KILL_SWITCH_AT (-1: off)
     int64_t zero_grads_at = -1;           // KEEL_TEST_ZERO_GRADS (-1: off)
     bool poison_grads = false;            // KEEL_TEST_POISON_GRADS is set: NaN in the gradients at each iteration's start
+    bool zero_fill_grads = false;         // KEEL_TEST_ZERO_FILL_GRADS is set: gradients zeroed, every op adds
     double fake_clock_minutes = -1;       // KEEL_TEST_FAKE_CLOCK's minutes per iteration (< 0: off) ...
     int fake_clock_rank = -1;             // ... and its world rank (-1: every rank)
 };
@@ -132,6 +136,7 @@ static inline TestHooks test_hooks_read() {
         if (end == s || *end || h.zero_grads_at < 1) keel_die("KEEL_TEST_ZERO_GRADS: expected an iteration >= 1");
     }
     h.poison_grads = getenv("KEEL_TEST_POISON_GRADS") != nullptr;
+    h.zero_fill_grads = getenv("KEEL_TEST_ZERO_FILL_GRADS") != nullptr;
     if (const char* s = getenv("KEEL_TEST_FAKE_CLOCK")) {
         char* end;
         h.fake_clock_minutes = strtod(s, &end);

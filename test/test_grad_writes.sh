@@ -4,9 +4,12 @@
 # layer's slice) writes it — a GEMM with beta = 0 on the GPU, keel's reductions storing their sums —
 # while an op covering part of its slot (the word embedding's scatter, the position rows below T, the
 # head scale) zeroes it first. A slot read before it is written would add a stale value in.
-# KEEL_TEST_POISON_GRADS fills the buffer with NaN at every iteration's start: a run with it must give
-# the same checkpoint bytes and records as a run without it (where the stale values are the last
-# iteration's gradients), over 3 iterations, on the CPU trainer for:
+# Three runs of 3 iterations must give the same checkpoint bytes and records: the reference
+# (KEEL_TEST_ZERO_FILL_GRADS: the buffer zeroed at every iteration's start and every op adding, as
+# before the scheme), the plain run (the stale values are the last iteration's gradients) and a run
+# with KEEL_TEST_POISON_GRADS (the buffer filled with NaN at every iteration's start: a slot read
+# before its first write poisons the step). A write flag missing or ignored shows against the
+# reference; a contribution lost (a slot zeroed after an op added into it) too. On the CPU trainer for:
 #   gradient accumulation (2 micro-batches); --normformer with --embed-layernorm, dropout and
 #   --checkpoint-activations; ALiBi (no position table); position rows beyond --seq-length
 #   (--max-position-embeddings 32: rows 16-31 never produced); 2 pipeline stages (the first stage's
@@ -18,26 +21,28 @@
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 EMU=build/train_gpt_emu
-# same NAME NP TRAINER ARGS...: the run with the poison equals the run without, byte for byte
+# same NAME NP TRAINER ARGS...: the plain run and the poisoned one equal the zero-filled reference, byte for byte
 same() {
   local name=$1 np=$2 trainer=$3; shift 3
-  local launch=() r
-  [ "$np" -gt 1 ] && launch=(timeout -k 10 300 mpirun --oversubscribe -np "$np" -x KEEL_TEST_POISON_GRADS)
-  for r in plain poison; do
+  local r env
+  for r in reference plain poison; do
     rm -rf "$TMP/$name.$r"
-    if [ $r = poison ]; then export KEEL_TEST_POISON_GRADS=1; else unset KEEL_TEST_POISON_GRADS; fi
+    case $r in reference) env=KEEL_TEST_ZERO_FILL_GRADS=1;; poison) env=KEEL_TEST_POISON_GRADS=1;; *) env=KEEL_TEST_NONE=1;; esac
+    local launch=(env "$env")
+    [ "$np" -gt 1 ] && launch=(env "$env" timeout -k 10 300 mpirun --oversubscribe -np "$np" -x "${env%%=*}")
     "${launch[@]}" "$trainer" "${TINY[@]}" --train-iters 3 --save "$TMP/$name.$r" --save-interval 3 \
       --metrics-file "$TMP/$name.$r.jsonl" "$@" >"$TMP/$name.$r.log" 2>&1 \
-      || { unset KEEL_TEST_POISON_GRADS; fail "$name: the $r run failed: $(grep -m1 -E '^error|rror:' "$TMP/$name.$r.log")"; return; }
+      || { fail "$name: the $r run failed: $(grep -m1 -E '^error|rror:' "$TMP/$name.$r.log")"; return; }
   done
-  unset KEEL_TEST_POISON_GRADS
-  if ! diff -rq "$TMP/$name.plain/iter_0000003" "$TMP/$name.poison/iter_0000003" >/dev/null; then
-    fail "$name: the checkpoint differs when the gradients start as NaN (a slot was read before its first write): $(strip_timing "$TMP/$name.poison.jsonl" | grep -o '"grad_norm": [^,]*' | tr '\n' ' ')"
-  elif ! cmp -s <(strip_timing "$TMP/$name.plain.jsonl") <(strip_timing "$TMP/$name.poison.jsonl"); then
-    fail "$name: the records differ when the gradients start as NaN"
-  else
-    ok "$name: NaN-filled gradients at each iteration's start change nothing (checkpoint and $(wc -l <"$TMP/$name.plain.jsonl") records)"
-  fi
+  for r in plain poison; do
+    if ! diff -rq "$TMP/$name.reference/iter_0000003" "$TMP/$name.$r/iter_0000003" >/dev/null; then
+      fail "$name: the $r run's checkpoint differs from the zero-filled reference's (grad norms: $(grep -o '"grad_norm": [^,]*' "$TMP/$name.$r.jsonl" | tr '\n' ' ') against $(grep -o '"grad_norm": [^,]*' "$TMP/$name.reference.jsonl" | tr '\n' ' '))"
+      return
+    fi
+    cmp -s <(strip_timing "$TMP/$name.reference.jsonl") <(strip_timing "$TMP/$name.$r.jsonl") \
+      || { fail "$name: the $r run's records differ from the zero-filled reference's"; return; }
+  done
+  ok "$name: written first gradients = the zero-filled reference, byte for byte, also from NaN-filled buffers (checkpoint and $(wc -l <"$TMP/$name.plain.jsonl") records)"
 }
 same accum 1 ./train_gpt_cpu --global-batch-size 8
 same knobs 1 ./train_gpt_cpu --normformer --embed-layernorm --hidden-dropout 0.1 --attention-dropout 0.1 --checkpoint-activations
