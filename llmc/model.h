@@ -1152,12 +1152,11 @@ template <typename F> static void gpt_attention_core_backward(GPT<F>* m, int l, 
     GradScratch<F>* d = &m->dacts;
     size_t la = k * (size_t)m->B * m->T * Ca, BT = (size_t)B * T;
     AttentionOpts ao = gpt_attention_opts(m, m->config.stage_layer_first + l);
-    if (m->flash) {  // (writes all of d->qkv)
+    // (each writes all of d->qkv)
+    if (m->flash)
         flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao, true);
-    } else {
-        backend_memset_zero(d->qkv, BT * 3 * Ca * sizeof(F));
-        attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
-    }
+    else
+        attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao, true);
     gpt_stored(m, d->qkv, BT * 3 * Ca);
 }
 
