@@ -531,9 +531,12 @@ struct AttnCost {
 //          parts per query row, each read and written).
 //   gemm:  6 batched products over the whole T×T (forward Q·Kᵀ, att·V; backward dout·Vᵀ, attᵀ·dout,
 //          dS·K, dSᵀ·Q) at 60% of peak (cuBLASLt's share on large products); bytes: per score
-//          element, the fp32 scores written and read by the softmax, the probabilities (2 bytes)
-//          written and read twice, the fp32 dP written and read, dS (2 bytes) written and read twice:
-//          26 bytes per (b, h, t, u), at 80% of bandwidth.
+//          element, all 2-byte values, the products writing and reading whole T×T blocks and the
+//          row kernels reading and writing the causal half: forward S written (2) and half read
+//          (1), the probabilities written, zeros included (2), and read by att·V (2); backward dP
+//          written (2), the probabilities read by attᵀ·dout (2), the dS rows reading half of dP and
+//          of the probabilities and writing half of dS (3), dS read by its two products (4):
+//          18 bytes per (b, h, t, u), at 80% of bandwidth.
 // Measured on an H200 (GPT-2 124M, B=16, T=1024 and 2048, the whole step; docs/gpu.md), flash was
 // the faster path at both lengths, as the model predicts.
 static inline AttnCost gpt_attention_cost(int B, int T, int C, int NH, int cc) {
@@ -541,7 +544,7 @@ static inline AttnCost gpt_attention_cost(int B, int T, int C, int NH, int cc) {
     double peak = (cc >= 90 ? 989e12 : 312e12), bw = (cc >= 90 ? 3.35e12 : 2.0e12);
     double flash_flops = 7 * 2 * bh * (tt / 2) * hs, gemm_flops = 6 * 2 * bh * tt * hs;
     double flash_bytes = 2.0 * B * T * C * (3 + 1 + 1 + 3) + 8.0 * bh * T + 8.0 * B * T * C * (T / 128.0);
-    double gemm_bytes = 26.0 * bh * tt + 2.0 * B * T * C * (3 + 1 + 1 + 3);
+    double gemm_bytes = 18.0 * bh * tt + 2.0 * B * T * C * (3 + 1 + 1 + 3);
     AttnCost a;
     a.flash_ms = 1e3 * std::max(flash_flops / (0.35 * peak), flash_bytes / (0.8 * bw));
     a.gemm_ms = 1e3 * std::max(gemm_flops / (0.6 * peak), gemm_bytes / (0.8 * bw));
@@ -1213,12 +1216,11 @@ template <typename F> static void gpt_attention_core_backward(GPT<F>* m, int l, 
     GradScratch<F>* d = &m->dacts;
     size_t la = k * (size_t)m->B * m->T * Ca, BT = (size_t)B * T;
     AttentionOpts ao = gpt_attention_opts(m, m->config.stage_layer_first + l);
-    if (m->flash) {  // (writes all of d->qkv)
+    // (each writes all of d->qkv)
+    if (m->flash)
         flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao, true);
-    } else {
-        backend_memset_zero(d->qkv, BT * 3 * Ca * sizeof(F));
-        attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao);
-    }
+    else
+        attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->att + k * m->B * NH * m->T * m->T, B, T, Ca, NH, &ao, true);
     gpt_stored(m, d->qkv, BT * 3 * Ca);
 }
 

@@ -80,11 +80,12 @@ static inline int encoder_token_groups(int* groups, const int* ids, int n, std::
 // Each CUDA op with scratch reserves it once at set-up for the largest micro-batch (*_reserve, called
 // by gpt_build); the formulas live here so that --dry-run (llmc/planner.h, in either trainer) counts
 // exactly what the GPU trainer allocates. The CPU op set keeps no scratch.
-// attention (cuda/attention.cuh): head-major q,k,v and O/dO (4·BTC of the storage type), fp32 dQ,dK,dV
-// (3·BTC), the fp32 T×T scores/dP and one T×T block of the storage type, each 256-byte aligned.
+// attention (cuda/attention.cuh): head-major q,k,v and O/dO (4·BTC; the backward's dQ, dK, dV reuse
+// the slots of dO, k and v), the T×T scores/dP and the T×T block P (dropped probabilities, then dS),
+// all of the storage type, each 256-byte aligned.
 static inline size_t attention_scratch_bytes(size_t B, size_t T, size_t C, size_t NH, size_t fsize) {
     size_t BTC = B * T * C, BHTT = B * NH * T * T;  // size_t: B·NH·T·T overflows int at GPT-2 sizes
-    return 4 * BTC * fsize + 3 * BTC * sizeof(float) + BHTT * sizeof(float) + BHTT * fsize + 5 * 256;
+    return 4 * BTC * fsize + 2 * BHTT * fsize + 4 * 256;
 }
 // the bias gradient's column partials (cuda/matmul.cuh): one fp32 row per chunk of DBIAS_ROWS rows
 enum { DBIAS_ROWS = 256 };

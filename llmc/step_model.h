@@ -387,14 +387,16 @@ static inline void step_attention(const StepHw* hw, const GPTConfig* g, double b
         return;
     }
     // GEMM path: Q·Kᵀ and P·V forward; dout·Vᵀ, Pᵀ·dout, dS·K, dSᵀ·Q backward, batched over B·NH/T
-    // heads; the softmax's traffic per score: fp32 scores written and read (8), probabilities written
-    // and read by P·V (4) forward; backward probabilities read twice, fp32 dP written and read, dS
-    // written and read twice (14) — gpt_attention_cost's 26 bytes. Plus the head-major copies of q, k, v.
+    // heads; the T×T traffic per score, in elements of the storage type (the products write and read
+    // whole blocks, the row kernels the causal half): forward S written and half read, the
+    // probabilities written and read by P·V (3.5); backward dP written, the probabilities read by
+    // Pᵀ·dout, the dS rows' halves of dP, the probabilities and dS, dS read twice (5.5) —
+    // gpt_attention_cost's 18 bytes at 2 bytes each. Plus the head-major copies of q, k, v.
     double full = 2 * bh * s * s * hs;
     o->flops_fwd += 2 * full, o->flops_bwd += 4 * full;
     double qk = step_gemm_s(hw, s, s, hs, bh, es), pv = step_gemm_s(hw, s, hs, s, bh, es);
-    o->fwd += qk + pv + step_mem_s(hw, 12 * bh * s * s + 6 * io) + 2 * hw->curves.kernel_gap_s;
-    o->bwd += 2 * qk + 2 * pv + step_mem_s(hw, 14 * bh * s * s + 6 * io) + 2 * hw->curves.kernel_gap_s;
+    o->fwd += qk + pv + step_mem_s(hw, 3.5 * es * bh * s * s + 6 * io) + 2 * hw->curves.kernel_gap_s;
+    o->bwd += 2 * qk + 2 * pv + step_mem_s(hw, 5.5 * es * bh * s * s + 6 * io) + 2 * hw->curves.kernel_gap_s;
 }
 
 // One layer (llmc/model.h gpt_layer_forward/backward): LN1, QKV (column-parallel), attention, the

@@ -2,7 +2,11 @@
 // (cpu/attention.h, cpu/classifier.h), on shapes with T and the head size not multiples of 32,
 // T = 1 and N = 1, for every score variant (standard, qk-inward, layer coefficient, ALiBi) and
 // attention dropout, also with a tensor-parallel head_offset (the mask of the model's head). The
-// backward ops accumulate, so each starts from a random gradient buffer. Then the classifier
+// backward ops accumulate, so each starts from a random gradient buffer, and with dinp_write (the
+// model's use) write over NaN. The GEMM path's scratch: the block P's zeros above every diagonal
+// (the products read it whole), its byte formula, the backward's reuse of the forward's head-major
+// q, k, v; bf16 S and dP at the GPU's rounding points, and within S's rounding bound of the fp32
+// scores. Then the classifier
 // backward with targets outside [0, V), and the vocabulary-parallel cross-entropy ops
 // (vocab_parallel_max/sumexp/finish) in fp32 and bf16, one by one against the CPU ops and as two
 // ranks' halves of a row against the one-rank classifier_forward.
@@ -22,6 +26,24 @@
 
 static void dev_set(float* d, const std::vector<float>& h) {
     CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+// The scratch block P (dropped probabilities, then dS) of the carve for (B,T,C,NH): how many of its
+// elements above a diagonal are not +0 (any other bit pattern). The GEMMs read P whole, so its
+// upper triangles must stay zero: zeroed once per carve, and no kernel writes anything else there.
+template <typename F> static size_t attention_p_upper_nonzero(int B, int T, int C, int NH) {
+    keel_cuda::AttnCarveKey key;
+    keel_cuda::AttnScratch a = keel_cuda::attention_scratch_carve(B, T, C, NH, sizeof(F), &key);
+    size_t n = (size_t)B * NH * T * T, bad = 0;
+    std::vector<F> p = dev_download((const F*)a.p, n);
+    for (size_t i = 0; i < n; i++) {
+        uint16_t z[sizeof(F) / 2];
+        memcpy(z, &p[i], sizeof(F));
+        bool zero = true;
+        for (uint16_t w : z) zero = zero && w == 0;
+        if ((int)(i % T) > (int)(i / T % T) && !zero) bad++;
+    }
+    return bad;
 }
 
 static void test_attention(int B, int T, int C, int NH, const AttnVariant& v, bool determinism) {
@@ -47,7 +69,19 @@ static void test_attention(int B, int T, int C, int NH, const AttnVariant& v, bo
     std::vector<float> got = dev_download(d_dinp, n_inp);
     check_close(std::string("attention_backward dinp") + tag, got, dinp, 1e-4, 1e-5);
 
+    check_true(std::string("attention scratch P: 0 above every diagonal") + tag, attention_p_upper_nonzero<float>(B, T, C, NH) == 0);
+
+    // dinp_write (the model's use): every element written, its old contents (NaN) not read; the
+    // same values as accumulating into zeros
+    std::vector<float> dinp_w(n_inp, 0.0f);
+    attention_backward(dinp_w.data(), dout.data(), inp.data(), att.data(), B, T, C, NH, &op.host);
+    float* d_dinp_w = dev_upload(std::vector<float>(n_inp, NAN));
+    keel_cuda::attention_backward(d_dinp_w, d_dout, d_inp, d_att, B, T, C, NH, &op.dev, true);
+    check_close(std::string("attention_backward dinp_write over NaN") + tag, dev_download(d_dinp_w, n_inp), dinp_w, 1e-4, 1e-5);
+    dev_free(d_dinp_w);
+
     if (determinism) {  // a second run from the same start gives the same bytes
+        // (the first backward took the forward's head-major q, k, v; this one splits them again)
         CUDA_CHECK(cudaMemcpy(d_dinp, dinp0.data(), n_inp * sizeof(float), cudaMemcpyHostToDevice));
         keel_cuda::attention_backward(d_dinp, d_dout, d_inp, d_att, B, T, C, NH, &op.dev);
         std::vector<float> again = dev_download(d_dinp, n_inp);
@@ -140,14 +174,45 @@ template <typename F> static void test_classifier(int N, int V, int Vp) {
 // term, of random sign), so check_lowp's relative bound with its rms-scaled floor holds, while a
 // wrong value (a lost scale factor, another head's keys, a stale row) is far outside it; the
 // negative controls prove the checker sees a 2% error.
-// What the GPU computes from probabilities P (bf16) at its rounding points, in double:
+// What the GPU computes at its rounding points, in double:
+//   P = bf16(softmax(S·coeff + ALiBi)), S = bf16(alpha·q·k) (the score block is stored in bf16; the
+//       fp32 sum and the scaling as the CPU's attention_score computes them)
 //   out = bf16(Σ_u bf16(P·mask·dscale)·v_u)
 //   dinp = bf16(dinp0 + d), d: dq = Σ_u dS·k_u, dk = Σ_t dS·q_t, dv = Σ_t bf16(P·m)·dout_t with
-//   dS = bf16(P·(dP·m - Σ_u P·dP·m)·(1/√hs)), dP = dout_t·v_u (fp32 products of bf16 values)
+//   dS = bf16(P·(dP·m - Σ_u P·dP·m)·(1/√hs)), dP = bf16(dout_t·v_u) (fp32 sums of bf16 products,
+//   stored in bf16)
+// round_s / round_dp false: S or dP left in fp32 (the reference of the fp32 op; the controls).
 // (bf16_round: llmc/ops.h, bit for bit the GPU's __float2bfloat16)
 static double attn_mult(const AttentionOpts& o, int b, int h, int t, int u) {
     if (!(o.dropout.p > 0)) return 1.0;
     return dropout_keep(&o.dropout, b, attention_dropout_index(h + o.head_offset, t, u)) ? (float)(1.0 / (1.0 - o.dropout.p)) : 0.0;
+}
+// The probabilities (unrounded) from the scores S, rounded to bf16 or not; *row_smax (if not null)
+// receives each row's largest |S·coeff|, which bounds what rounding S moves a probability by.
+static std::vector<float> attention_bf16_att(const std::vector<float>& inp, int B, int T, int C, int NH, const AttentionOpts& o, bool round_s,
+                                             std::vector<double>* row_smax = nullptr) {
+    int hs = C / NH;
+    size_t C3 = 3 * (size_t)C;
+    std::vector<float> att((size_t)B * NH * T * T, 0.0f);
+    if (row_smax) row_smax->assign((size_t)B * NH * T, 0.0);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                size_t r = ((size_t)b * NH + h) * T + t;
+                std::vector<double> x(t + 1);
+                double mx = -INFINITY, sum = 0;
+                for (int u = 0; u <= t; u++) {
+                    float st;
+                    x[u] = attention_score(&inp[((size_t)b * T + t) * C3 + h * hs], &inp[((size_t)b * T + u) * C3 + C + h * hs], hs, h, u, &o,
+                                           (float*)nullptr, &st, round_s);
+                    if (o.alibi) st -= o.alibi[h] * (float)u / (float)o.coeff;  // S itself, before ALiBi
+                    if (row_smax) (*row_smax)[r] = std::max((*row_smax)[r], std::fabs((double)st * o.coeff));
+                    mx = std::max(mx, x[u]);
+                }
+                for (int u = 0; u <= t; u++) sum += std::exp(x[u] - mx);
+                for (int u = 0; u <= t; u++) att[r * T + u] = (float)(std::exp(x[u] - mx) / sum);
+            }
+    return att;
 }
 static std::vector<float> attention_bf16_out(const std::vector<float>& P, const std::vector<float>& inp, int B, int T, int C, int NH,
                                              const AttentionOpts& o) {
@@ -166,7 +231,8 @@ static std::vector<float> attention_bf16_out(const std::vector<float>& P, const 
     return out;
 }
 static std::vector<float> attention_bf16_dinp(const std::vector<float>& P, const std::vector<float>& inp, const std::vector<float>& dout,
-                                              const std::vector<float>& dinp0, int B, int T, int C, int NH, const AttentionOpts& o) {
+                                              const std::vector<float>& dinp0, int B, int T, int C, int NH, const AttentionOpts& o,
+                                              bool round_dp = true) {
     int hs = C / NH;
     size_t C3 = 3 * (size_t)C;
     std::vector<double> d(dinp0.size(), 0.0), ds((size_t)T * T);
@@ -180,7 +246,7 @@ static std::vector<float> attention_bf16_dinp(const std::vector<float>& P, const
                 for (int u = 0; u <= t; u++) {
                     float dp = 0;  // fp32 accumulation of exact bf16 products, as the GEMM
                     for (int i = 0; i < hs; i++) dp += dout[((size_t)b * T + t) * C + h * hs + i] * (float)at(i, u, 2);
-                    datt[u] = dp * attn_mult(o, b, h, t, u);
+                    datt[u] = (round_dp ? bf16_round(dp) : dp) * attn_mult(o, b, h, t, u);
                     dot += p[u] * datt[u];
                 }
                 for (int u = 0; u < T; u++) ds[(size_t)t * T + u] = u <= t ? bf16_round((float)(p[u] * (datt[u] - dot)) * (1.0f / std::sqrt((float)hs))) : 0.0;
@@ -218,29 +284,46 @@ static Bf16Diff bf16_diff(const std::vector<float>& got, const std::vector<float
     return r;
 }
 
-// The CPU trainer's --bf16 twin of the same op (AttentionOpts::round_bf16: the probabilities, the
-// dropped probabilities and dS rounded inside the op, the outputs rounded once by the model after
-// it) against the reference at the GPU's rounding points above: equal bits except where fp32 and
-// double land on either side of a rounding boundary (at most 2% of the values, one bf16 step
-// each). Negative control: the plain fp32 op (no rounding inside) on the same inputs misses that.
+// The CPU trainer's --bf16 twin of the same op (AttentionOpts::round_bf16: the scores S, the
+// probabilities, the dropped probabilities, dP and dS rounded inside the op, the outputs rounded once
+// by the model after it) against the reference at the GPU's rounding points above, and its
+// probabilities against the GPU's own (g_att): equal bits except where fp32 and double (or two fp32
+// summation orders) land on either side of a rounding boundary (at most 2% of the values, one bf16
+// step each). Negative control: the plain fp32 op (no rounding inside) on the same inputs misses that.
 static void test_attention_cpu_bf16(const std::vector<float>& inp, const std::vector<float>& dout, const std::vector<float>& dinp0,
-                                    int B, int T, int C, int NH, AttentionOpts o, const char* tag) {
+                                    const std::vector<float>& g_att, int B, int T, int C, int NH, AttentionOpts o, const char* tag) {
     auto rounded = [](std::vector<float> x) { for (float& v : x) v = bf16_round(v); return x; };
     for (int twin = 1; twin >= 0; twin--) {
         o.round_bf16 = twin;
         std::vector<float> out((size_t)B * T * C), att((size_t)B * NH * T * T), dinp = dinp0;
         attention_forward(out.data(), att.data(), inp.data(), B, T, C, NH, &o);
         att = rounded(att);  // (the model rounds the stored probabilities after the op)
+        Bf16Diff p = bf16_diff(att, g_att);
         attention_backward(dinp.data(), dout.data(), inp.data(), att.data(), B, T, C, NH, &o);
         Bf16Diff f = bf16_diff(rounded(out), attention_bf16_out(att, inp, B, T, C, NH, o));
         Bf16Diff b = bf16_diff(rounded(dinp), attention_bf16_dinp(att, inp, dout, dinp0, B, T, C, NH, o));
-        char msg[256];
-        snprintf(msg, sizeof msg, "%s: out %.2g%% of values off (at most %d step), dinp %.2g%% (at most %d)%s",
+        char msg[320];
+        snprintf(msg, sizeof msg, "%s: att %.2g%% of values off the GPU's (at most %d step), out %.2g%% (at most %d), dinp %.2g%% (at most %d)%s",
                  twin ? "CPU --bf16 twin = the GPU's rounding points" : "negative control: the CPU's fp32 op misses them",
-                 100 * f.frac, f.max_ulps, 100 * b.frac, b.max_ulps, tag);
-        bool close = f.frac <= 0.02 && b.frac <= 0.02 && f.max_ulps <= 1 && b.max_ulps <= 1;
+                 100 * p.frac, p.max_ulps, 100 * f.frac, f.max_ulps, 100 * b.frac, b.max_ulps, tag);
+        bool close = p.frac <= 0.02 && f.frac <= 0.02 && b.frac <= 0.02 && p.max_ulps <= 1 && f.max_ulps <= 1 && b.max_ulps <= 1;
         check_true(msg, twin ? close : !close);
     }
+}
+
+// |got - want| ≤ rel[row]·|want| + atol for every value of the (rows, T) block: a per-row bound.
+static bool check_rows_within(const std::string& what, const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& rel,
+                              int T, double atol) {
+    size_t bad = 0, worst = 0;
+    double worst_x = 0;
+    for (size_t i = 0; i < got.size(); i++) {
+        double e = std::fabs((double)got[i] - want[i]), lim = rel[i / T] * std::fabs((double)want[i]) + atol;
+        if (!(e <= lim)) bad++;
+        if (e / lim > worst_x || e != e) worst_x = e / lim, worst = i;
+    }
+    char msg[200];
+    snprintf(msg, sizeof msg, " (worst [%zu] got %.9g want %.9g, %zu out of bound)", worst, got[worst], want[worst], bad);
+    return check_true(what + msg, bad == 0);
 }
 
 static void test_attention_bf16(int B, int T, int C, int NH, const AttnVariant& v) {
@@ -251,27 +334,108 @@ static void test_attention_bf16(int B, int T, int C, int NH, const AttnVariant& 
     attn_opts_make(&op, v, NH);
     size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
     std::vector<float> inp = lowp_rounded<bf>(randn(n_inp, 30)), dout = lowp_rounded<bf>(randn(n_out, 31));
-    std::vector<float> dinp0 = lowp_rounded<bf>(randn(n_inp, 32)), out(n_out), att(n_att), dinp = dinp0;
-    bf *d_inp = dev_upload(lowp_store<bf>(inp)), *d_dout = dev_upload(lowp_store<bf>(dout)), *d_dinp = dev_upload(lowp_store<bf>(dinp0));
+    std::vector<float> dinp0 = lowp_rounded<bf>(randn(n_inp, 32)), out(n_out), dinp;
+    bf *d_inp = dev_upload(lowp_store<bf>(inp)), *d_dout = dev_upload(lowp_store<bf>(dout));
+    bf *d_dinp = dev_upload(lowp_store<bf>(std::vector<float>(n_inp, NAN)));  // dinp_write: nothing of it is read
     bf *d_out = dev_upload(lowp_store<bf>(out)), *d_att = dev_upload(lowp_store<bf>(std::vector<float>(n_att, 1.0f)));
-    attention_forward(out.data(), att.data(), inp.data(), B, T, C, NH, &op.host);
     keel_cuda::attention_forward(d_out, d_att, d_inp, B, T, C, NH, &op.dev);
     std::vector<float> g_att = lowp_widen(dev_download(d_att, n_att)), g_out = lowp_widen(dev_download(d_out, n_out));
-    check_close(std::string("attention_forward att (vs the CPU op)") + tag, g_att, att, LOWP_RTOL, 1e-6);
-    // out from the GPU's own probabilities (checked just above): the CPU's fp32 probabilities would
+    // the probabilities from S as the GPU stores it (bf16), then rounded once more as att
+    std::vector<double> smax;
+    std::vector<float> att = attention_bf16_att(inp, B, T, C, NH, op.host, true);
+    check_lowp(std::string("attention_forward att (from bf16 S)") + tag, g_att, att);
+    lowp_negative_controls(std::string("attention_forward att (from bf16 S)") + tag, g_att, att);
+    // against the fp32 scores of the same inputs: rounding S to bf16 (8 significant bits: at most
+    // 2^-8 relative, |δ| ≤ 2^-8·|S·coeff| on the softmax input) moves a probability by a factor
+    // within exp(±2·2^-8·max|S·coeff|) of its row, and storing it by 2^-8 more (1e-5: fp32's
+    // summation order); a value outside that is wrong. The bound without S's term must fail: S
+    // really is stored in bf16 (the check is not inert).
+    std::vector<float> att32 = attention_bf16_att(inp, B, T, C, NH, op.host, false, &smax);
+    std::vector<double> rel(smax.size()), rel_no_s(smax.size(), 1.0 / 256 + 1e-5);
+    for (size_t r = 0; r < smax.size(); r++) rel[r] = std::expm1(2 * smax[r] / 256) + 1.0 / 256 + 1e-5;
+    std::string what = std::string("attention_forward att vs fp32 S, within bf16 S's rounding bound") + tag;
+    check_rows_within(what, g_att, att32, rel, T, 1e-7);
+    expect_fail(what + " without S's term", [&] { return check_rows_within(what, g_att, att32, rel_no_s, T, 1e-7); });
+    // out from the GPU's own probabilities (checked just above): the reference's probabilities would
     // differ from the bf16 ones by 2^-9 each, an error of the order of |v|·2^-9 that is not the kernel's
     out = attention_bf16_out(g_att, inp, B, T, C, NH, op.host);
     check_lowp(std::string("attention_forward out") + tag, g_out, out);
     lowp_negative_controls(std::string("attention_forward out") + tag, g_out, out);
-    // the backward from the same bf16 probabilities on both sides
-    att = lowp_rounded<bf>(att);
-    CUDA_CHECK(cudaMemcpy(d_att, lowp_store<bf>(att).data(), n_att * sizeof(bf), cudaMemcpyHostToDevice));
-    keel_cuda::attention_backward(d_dinp, d_dout, d_inp, d_att, B, T, C, NH, &op.dev);
-    std::vector<float> g_dinp = lowp_widen(dev_download(d_dinp, n_inp));
-    dinp = attention_bf16_dinp(att, inp, dout, dinp0, B, T, C, NH, op.host);
-    check_lowp(std::string("attention_backward dinp") + tag, g_dinp, dinp);
+    // the backward from the GPU's bf16 probabilities on both sides; dinp written (dinp_write), so the
+    // reference starts from zeros. The reference with dP left in fp32 must fail: dP is stored in bf16.
+    keel_cuda::attention_backward(d_dinp, d_dout, d_inp, d_att, B, T, C, NH, &op.dev, true);
+    std::vector<float> g_dinp = lowp_widen(dev_download(d_dinp, n_inp)), zeros(n_inp, 0.0f);
+    dinp = attention_bf16_dinp(g_att, inp, dout, zeros, B, T, C, NH, op.host);
+    check_lowp(std::string("attention_backward dinp (bf16 dP), written over NaN") + tag, g_dinp, dinp);
     lowp_negative_controls(std::string("attention_backward dinp") + tag, g_dinp, dinp);
-    test_attention_cpu_bf16(inp, dout, dinp0, B, T, C, NH, op.host, tag);
+    std::vector<float> dinp32 = attention_bf16_dinp(g_att, inp, dout, zeros, B, T, C, NH, op.host, false);
+    expect_fail(std::string("attention_backward dinp against the fp32-dP reference") + tag,
+                [&] { return check_lowp("attention_backward dinp (fp32 dP)", g_dinp, dinp32); });
+    check_true(std::string("attention scratch P: 0 above every diagonal") + tag, attention_p_upper_nonzero<bf>(B, T, C, NH) == 0);
+    test_attention_cpu_bf16(inp, dout, dinp0, g_att, B, T, C, NH, op.host, tag);
+    for (bf* p : {d_inp, d_dout, d_dinp, d_out, d_att}) dev_free(p);
+}
+
+// The scratch: its bytes (attention_scratch_bytes, --dry-run's formula) against the layout it is
+// carved into, and at GPT-2 124M's B=16, T=1024 against the layout before S and dP were stored in
+// bf16 (fp32 S/dP and fp32 dQ, dK, dV); the triangle invariant's negative control (a value planted
+// above a diagonal of P is seen by the check, and it changes the backward's result: the GEMMs read P
+// whole); the backward's reuse of the forward's head-major q, k, v.
+static void test_attention_scratch() {
+    typedef __nv_bfloat16 bf;
+    {
+        size_t B = 16, T = 1024, C = 768, NH = 12, BTC = B * T * C, BHTT = B * NH * T * T;
+        size_t now = attention_scratch_bytes(B, T, C, NH, 2), before = 4 * BTC * 2 + 3 * BTC * 4 + BHTT * 4 + BHTT * 2 + 5 * 256;
+        char msg[300];
+        snprintf(msg, sizeof msg, "attention scratch at GPT-2 124M B=16 T=1024 bf16: %.1f MB (was %.1f MB: fp32 S/dP %.1f MB and fp32 dQ,dK,dV %.1f MB)",
+                 now / 1e6, before / 1e6, BHTT * 4 / 1e6, 3 * BTC * 4 / 1e6);
+        check_true(msg, now == 4 * BTC * 2 + 2 * BHTT * 2 + 4 * 256 && before - now == BHTT * 2 + 3 * BTC * 4 + 256);
+    }
+    int B = 2, T = 40, C = 64, NH = 4;
+    size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+    keel_cuda::AttnCarveKey key;
+    keel_cuda::AttnScratch a = keel_cuda::attention_scratch_carve(B, T, C, NH, sizeof(bf), &key);
+    size_t end = (size_t)((char*)a.p - (char*)keel_cuda::attention_scratch()->ptr) + n_att * sizeof(bf);
+    check_true("attention scratch: the carved blocks fit the reserved bytes", end <= attention_scratch_bytes(B, T, C, NH, sizeof(bf)) &&
+                                                                                  attention_scratch_bytes(B, T, C, NH, sizeof(bf)) <= keel_cuda::attention_scratch()->bytes);
+
+    AttnOptsPair op;
+    attn_opts_make(&op, AttnVariant{"", ATTN_SCALING_STANDARD, 1.0, false, 0.0, 0}, NH);
+    std::vector<float> inp = lowp_rounded<bf>(randn(n_inp, 40)), dout = lowp_rounded<bf>(randn(n_out, 41));
+    bf *d_inp = dev_upload(lowp_store<bf>(inp)), *d_dout = dev_upload(lowp_store<bf>(dout)), *d_dinp = dev_upload(std::vector<bf>(n_inp));
+    bf *d_out = dev_upload(std::vector<bf>(n_out)), *d_att = dev_upload(std::vector<bf>(n_att));
+    auto backward = [&] {
+        keel_cuda::attention_backward(d_dinp, d_dout, d_inp, d_att, B, T, C, NH, &op.dev, true);
+        return dev_download(d_dinp, n_inp);
+    };
+    keel_cuda::attention_forward(d_out, d_att, d_inp, B, T, C, NH, &op.dev);
+    std::vector<bf> clean = backward();  // (q, k, v from the forward's split)
+    bool same = true;
+    // the backward took the forward's q, k, v: with inp changed in place after the forward (which its
+    // contract rules out), it gives the same bytes; the next one splits the changed inp again
+    keel_cuda::attention_forward(d_out, d_att, d_inp, B, T, C, NH, &op.dev);
+    CUDA_CHECK(cudaMemcpy(d_inp, lowp_store<bf>(randn(n_inp, 42)).data(), n_inp * sizeof(bf), cudaMemcpyHostToDevice));
+    std::vector<bf> reused = backward(), split_again = backward();
+    check_true("attention_backward takes the forward's head-major q, k, v (inp changed in place after the forward: the same bytes)",
+               memcmp(reused.data(), clean.data(), n_inp * sizeof(bf)) == 0);
+    check_true("attention_backward after a backward splits inp again (the changed inp: other bytes)",
+               memcmp(split_again.data(), clean.data(), n_inp * sizeof(bf)) != 0);
+    CUDA_CHECK(cudaMemcpy(d_inp, lowp_store<bf>(inp).data(), n_inp * sizeof(bf), cudaMemcpyHostToDevice));
+    same = memcmp(backward().data(), clean.data(), n_inp * sizeof(bf)) == 0;
+    check_true("attention_backward splitting q, k, v itself = taking the forward's, byte for byte", same);
+
+    // a kernel that wrote above a diagonal of P (planted: row t = 3 of head-batch 1, key u = 9) is
+    // seen by the invariant's check, and the backward's products read it
+    bf one = keel_cuda::from_f32<bf>(1.0f);
+    CUDA_CHECK(cudaMemcpy((bf*)a.p + ((size_t)1 * T + 3) * T + 9, &one, sizeof one, cudaMemcpyHostToDevice));
+    expect_fail("attention scratch P: 0 above every diagonal, with one value planted above", [&] {
+        return check_true("attention scratch P: 0 above every diagonal", attention_p_upper_nonzero<bf>(B, T, C, NH) == 0);
+    });
+    check_true("attention_backward with a value planted above P's diagonal: another dinp (the zeros matter)",
+               memcmp(backward().data(), clean.data(), n_inp * sizeof(bf)) != 0);
+    keel_cuda::attention_scratch_state()->zeroed = keel_cuda::AttnCarveKey{};  // (a new carve zeroes P again)
+    check_true("attention_backward after P is zeroed again: the clean bytes", memcmp(backward().data(), clean.data(), n_inp * sizeof(bf)) == 0);
+    check_true("attention scratch P: 0 above every diagonal again", attention_p_upper_nonzero<bf>(B, T, C, NH) == 0);
     for (bf* p : {d_inp, d_dout, d_dinp, d_out, d_att}) dev_free(p);
 }
 
@@ -494,6 +658,7 @@ int main() {
         for (const AttnVariant& v : variants)
             test_attention(s.B, s.T, s.C, s.NH, v, s.T == 33 && (v.p > 0 || v.alibi));
     test_attention_head_offset_matters(2, 33, 64, 4);
+    test_attention_scratch();
     for (const AttnVariant& v : variants) {
         test_attention_bf16(2, 40, 64, 4, v);  // hs = 16: the 16-byte head copies
         test_attention_bf16(1, 37, 60, 5, v);  // hs = 12, T odd: the scalar paths

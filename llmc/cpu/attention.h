@@ -22,6 +22,7 @@
 // (head, t, u) so the mask does not depend on T's padding or the layout.
 #pragma once
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "llmc/cpu/dropout.h"
@@ -31,9 +32,12 @@
 
 // The softmax input s for query q against key k of head h at key position u, computed the
 // variant's way; *raw and *stored (if not null) receive the intermediates described above.
+// round_scores: `stored` before ALiBi rounded to bf16, where the GPU's materialized path stores its
+// score block S in bf16 (the materialized op under AttentionOpts::round_bf16; the flash kernels keep
+// their scores in fp32, so the flash twin does not round).
 template <typename F>
 static inline F attention_score(const F* q, const F* k, int hs, int h, int u, const AttentionOpts* o, F* raw = nullptr,
-                                F* stored = nullptr) {
+                                F* stored = nullptr, bool round_scores = false) {
     F coeff = (F)o->coeff;
     F acc = 0, st;
     if (o->scaling == ATTN_SCALING_QK_INWARD) {
@@ -45,14 +49,15 @@ static inline F attention_score(const F* q, const F* k, int hs, int h, int u, co
         for (int i = 0; i < hs; i++) acc += q[i] * k[i];
         st = acc * alpha;
     }
+    if (round_scores) st = (F)bf16_round((float)st);
     if (o->alibi) st += (F)o->alibi[h] * (F)u / coeff;
     if (raw) *raw = acc;
     if (stored) *stored = st;
     return o->coeff == 1.0 ? st : st * coeff;
 }
 
-// A value the GPU's materialized path stores in the model's type between its kernels (the
-// probabilities, the dropped probabilities, dS): rounded to bf16 under the CPU's --bf16
+// A value the GPU's materialized path stores in the model's type between its kernels (the scores S,
+// the probabilities, the dropped probabilities, dP, dS): rounded to bf16 under the CPU's --bf16
 // (AttentionOpts::round_bf16), else as computed. The flash twin shares the forward's row, so its
 // probabilities round the same way: close to, not the same as, the GPU's flash kernel, which rounds
 // the unnormalized probabilities in registers for its second product.
@@ -65,9 +70,11 @@ template <typename F> void attention_reserve(int B, int T, int C, int NH) {}
 
 // One row (b, t, h) of the forward: a[0..t] ← the probabilities (a holds at least t+1 values),
 // out_t (hs) ← Σ_u drop(a[u])·v_u. Returns the row's log-sum-exp, max + log Σ exp, which the flash
-// twin (cpu/flash_attention.h) keeps instead of the probabilities.
+// twin (cpu/flash_attention.h) keeps instead of the probabilities. round_scores: attention_score's
+// (the materialized op's S, stored like the GPU's under round_bf16).
 template <typename F>
-static inline F attention_forward_row(F* out_t, F* a, const F* inp, int b, int t, int h, int T, int C, int hs, const AttentionOpts* o) {
+static inline F attention_forward_row(F* out_t, F* a, const F* inp, int b, int t, int h, int T, int C, int hs, const AttentionOpts* o,
+                                      bool round_scores = false) {
     size_t C3 = 3 * (size_t)C;
     bool drop = o->dropout.p > 0;
     F dscale = drop ? (F)(1.0 / (1.0 - o->dropout.p)) : (F)1;
@@ -75,7 +82,7 @@ static inline F attention_forward_row(F* out_t, F* a, const F* inp, int b, int t
     F maxv = -INFINITY;
     for (int u = 0; u <= t; u++) {
         const F* k = inp + ((size_t)b * T + u) * C3 + C + h * hs;
-        F s = attention_score(q, k, hs, h, u, o);
+        F s = attention_score(q, k, hs, h, u, o, (F*)nullptr, (F*)nullptr, round_scores);
         a[u] = s;
         if (s > maxv) maxv = s;
     }
@@ -104,16 +111,17 @@ void attention_forward(F* out, F* att,                      // (B,T,C), (B,NH,T,
         for (int t = 0; t < T; t++)
             for (int h = 0; h < NH; h++) {
                 F* a = att + (((size_t)b * NH + h) * T + t) * T;
-                attention_forward_row(out + ((size_t)b * T + t) * C + h * hs, a, inp, b, t, h, T, C, hs, o);
+                attention_forward_row(out + ((size_t)b * T + t) * C + h * hs, a, inp, b, t, h, T, C, hs, o, o->round_bf16);
                 for (int u = t + 1; u < T; u++) a[u] = 0;
             }
 }
 
 template <typename F>
-void attention_backward(F* dinp,                            // (B,T,3C) accumulated into
+void attention_backward(F* dinp,                            // (B,T,3C) accumulated into (written with dinp_write)
                         const F* dout,                       // (B,T,C)
                         const F* inp, const F* att,          // (B,T,3C), (B,NH,T,T)
-                        int B, int T, int C, int NH, const AttentionOpts* o) {
+                        int B, int T, int C, int NH, const AttentionOpts* o, bool dinp_write = false) {
+    if (dinp_write) memset(dinp, 0, (size_t)B * T * 3 * C * sizeof(F));  // (the GPU copies its products in without reading)
     int hs = C / NH;
     F scale = (F)1 / std::sqrt((F)hs);  // ∂s/∂(q·k): the layer coefficient and the operand scaling cancel
     size_t C3 = 3 * (size_t)C;
@@ -136,7 +144,7 @@ void attention_backward(F* dinp,                            // (B,T,3C) accumula
                     if (drop) m = dropout_keep(&o->dropout, b, attention_dropout_index(h + o->head_offset, t, u)) ? dscale : (F)0;
                     F w = attention_stored(a[u] * m, o), s = 0;
                     for (int i = 0; i < hs; i++) { s += d[i] * v[i]; dv[i] += w * d[i]; }
-                    datt[u] = s * m;
+                    datt[u] = attention_stored(s, o) * m;  // dP, stored by the GPU before the mask
                     dot += a[u] * datt[u];
                 }
                 for (int u = 0; u <= t; u++) ds[u] = attention_stored(a[u] * (datt[u] - dot) * scale, o);
