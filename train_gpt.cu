@@ -3,9 +3,10 @@
 // Backend-agnostic (docs/internals.md#repository-shape): no CUDA syntax here. g++ builds it as train_gpt_cpu, nvcc as
 // train_gpt; llmc/backend.h picks the op set. Everything a run does is in this file's loop:
 //
-//   per iteration:  for each micro-batch: read samples → forward → backward (gradients accumulate)
+//   per iteration:  for each micro-batch: read samples → forward → backward (the first micro-batch
+//                   writes the gradients, the others add: llmc/model.h gpt_grads_begin)
 //                   → reduce-scatter over data-parallel ranks → loss scaler → global norm → skip
-//                   rules → clip → Adam → [ZeRO-1: all-gather parameters] → LR schedule step
+//                   rules → clip (inside Adam) → Adam → [ZeRO-1: all-gather parameters] → LR schedule step
 //                   → counters, JSONL record, Megatron log line
 //   around it:      --eval-interval validation, --sample-interval text samples, --save-interval
 //                   checkpoints, --exit-interval, and at the end: validation, save, --export-llmc,
