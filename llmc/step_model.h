@@ -142,6 +142,8 @@ static const double STEP_KERNEL_GAP_S = 2e-6;
 // Bytes a parameter costs the optimizer pass (memory-bound over the shard): Adam reads the fp32
 // gradient, master weight, m and v (16) and writes master, m, v and the 2-byte compute copy (14); the
 // gradient norm reads the gradient once more (4). 8-bit Adam: m and v are a byte each (16 - 6).
+// Nothing else passes over the gradients: clipping is applied inside the update, and they are not
+// zeroed between iterations (the first micro-batch's ops write them: llmc/model.h gpt_grads_begin).
 static const double STEP_ADAM_BYTES_PER_PARAM = 34, STEP_ADAM8BIT_BYTES_PER_PARAM = 22;
 
 // ---- whose implementation ------------------------------------------------------------------------------
