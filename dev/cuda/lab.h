@@ -227,6 +227,7 @@ struct LabVariant {
     const char* name;  // "naive", "keel" (the launcher in llmc/cuda), or the idea a candidate tries
     std::function<void()> run;
     bool timing_only = false;  // a measurement, not a candidate (e.g. a step left out): timed, never checked
+    std::function<std::vector<LabCheck>()> check = nullptr;  // this variant's own check (its own reference), else the op's
 };
 
 struct LabOp {
@@ -258,7 +259,7 @@ static int lab_run(const LabArgs& a, const LabOp& op) {
         if (op.reset) op.reset();
         v.run();
         CUDA_CHECK(cudaDeviceSynchronize());
-        LabRow row{v.number, v.name, op.check()};
+        LabRow row{v.number, v.name, v.check ? v.check() : op.check()};
         if (!lab_row_ok(row)) {
             printf("  %-3d %-18s %12s   (wrong result: not timed)\n", v.number, v.name, "-");
             lab_print_checks(row);

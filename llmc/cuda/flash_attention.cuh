@@ -96,9 +96,10 @@ static inline size_t flash_attention_scratch_bytes(size_t B, size_t T, size_t C,
 
 // Shared-memory bytes of each kernel (the layouts in the kernels below).
 static inline size_t flash_forward_smem(int hs) { return (size_t)(FLASH_BR + 4 * FLASH_BC) * hs * 2; }
-static inline size_t flash_backward_smem(int hs) {
-    size_t bq = (size_t)flash_bq(hs);
-    return (2 * FLASH_BC * hs + 4 * bq * hs + FLASH_BC * bq) * 2 + 4 * bq * sizeof(float);
+// The backward's block of `warps` warps takes 16·warps keys (FLASH_BC with the default 4).
+static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS) {
+    size_t bq = (size_t)flash_bq(hs), bc = 16 * (size_t)warps;
+    return (2 * bc * hs + 4 * bq * hs + bc * bq) * 2 + 4 * bq * sizeof(float);
 }
 
 __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; }
@@ -129,11 +130,12 @@ __host__ __device__ inline int flash_chunk(int i, int width) { return swz(i / (w
 
 // Rows r0..r0+ROWS-1 of one head's slice (row t at src + t·stride, HS elements) into the swizzled
 // (ROWS,HS) tile dst by cp.async, rows ≥ T as zeros (a zero K or V row contributes nothing and cannot
-// be NaN). All threads of the block; the caller commits the group. The host checked that src and
-// stride give 16-byte aligned rows.
-template <typename F, int HS, int ROWS> __device__ inline void flash_load_tile(F* dst, const F* src, int r0, int T, size_t stride) {
+// be NaN). All THREADS threads of the block; the caller commits the group. The host checked that src
+// and stride give 16-byte aligned rows.
+template <typename F, int HS, int ROWS, int THREADS = FLASH_THREADS>
+__device__ inline void flash_load_tile(F* dst, const F* src, int r0, int T, size_t stride) {
     constexpr int CH = HS / 8;  // 16-byte chunks per row
-    for (int i = threadIdx.x; i < ROWS * CH; i += FLASH_THREADS) {
+    for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
         int r = i / CH;
         bool real = r0 + r < T;
         cp_async16(dst + flash_chunk(i, HS), src + (size_t)(real ? r0 + r : 0) * stride + i % CH * 8, real ? 16 : 0);
@@ -396,14 +398,21 @@ template <typename F> __device__ inline void flash_add_pair(F* p, float x, float
 // dK, dV of one key tile (block) over its query steps in ascending order; each step's dQ part into
 // the ordered chain (see the top of the file). ORDERED = false drops the chain's waits and counters
 // (the parts then race: wrong dQ): only the kernel lab uses it, to time what the ordering costs.
-template <typename F, int HS, bool ORDERED = true>
-__global__ void __launch_bounds__(FLASH_THREADS)
+// WARPS: the block's warps, each owning 16 keys (a tile of BC = 16·WARPS keys). 4 is the trainer's;
+// 8 is FlashAttention-2's shape (128 keys a block): the step's Q, dO, lse and D tiles are loaded once
+// for twice the keys, each barrier covers twice the work, and a query step's dQ chain has half as many
+// parts (half the dq_acc round trips through L2), at one block of 8 warps per multiprocessor instead
+// of two of 4 (the registers allow no more). Under test and in the kernel lab until a GPU has timed it.
+template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS>
+__global__ void __launch_bounds__(32 * WARPS)
     flash_attention_backward_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, float* dq_acc, int* dq_turn, int T,
                                     int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha, bool write) {
 #if KEEL_FLASH_ARCH_OK
-    constexpr int BC = FLASH_BC, BQ = flash_bq(HS), KS = HS / 16, NQ = BQ / 8, OT = HS / 8;
+    constexpr int THREADS = 32 * WARPS;
+    constexpr int BC = 16 * WARPS, BQ = flash_bq(HS), KS = HS / 16, NQ = BQ / 8, OT = HS / 8;
     constexpr int MQ = BQ / 16;                  // 16-query row blocks of a step (the dQ product's M)
-    constexpr int DQW = HS * MQ / FLASH_WARPS;   // channels of the step's dQ per warp (64)
+    constexpr int DQW = HS * MQ / WARPS;         // channels of the step's dQ per warp (64 with 4 warps, 32 with 8)
+    static_assert(DQW % 16 == 0 && WARPS % MQ == 0, "the step's dQ splits into whole 16-channel pairs per warp");
     constexpr int DT = DQW / 8;
     KEEL_DYNAMIC_SHARED(F, smem);
     F* Ks = smem;                   // (BC,HS)
@@ -421,13 +430,13 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     const F* dosrc = dout + (size_t)b * T * C + h * HS;
     const int nsteps = (T - k0 + BQ - 1) / BQ, nqs = (T + BQ - 1) / BQ;  // steps from the diagonal on; all steps of a head
 
-    flash_load_tile<F, HS, BC>(Ks, qsrc + C, k0, T, C3);
-    flash_load_tile<F, HS, BC>(Vs, qsrc + 2 * C, k0, T, C3);
+    flash_load_tile<F, HS, BC, THREADS>(Ks, qsrc + C, k0, T, C3);
+    flash_load_tile<F, HS, BC, THREADS>(Vs, qsrc + 2 * C, k0, T, C3);
     auto load_step = [&](int i, int buf) {
         int q0 = k0 + i * BQ;
-        flash_load_tile<F, HS, BQ>(Qs + buf * BQ * HS, qsrc, q0, T, C3);
-        flash_load_tile<F, HS, BQ>(dOs + buf * BQ * HS, dosrc, q0, T, (size_t)C);
-        for (int j = threadIdx.x; j < 2 * BQ; j += FLASH_THREADS) {  // lse and D of the step's rows (0 past T)
+        flash_load_tile<F, HS, BQ, THREADS>(Qs + buf * BQ * HS, qsrc, q0, T, C3);
+        flash_load_tile<F, HS, BQ, THREADS>(dOs + buf * BQ * HS, dosrc, q0, T, (size_t)C);
+        for (int j = threadIdx.x; j < 2 * BQ; j += THREADS) {  // lse and D of the step's rows (0 past T)
             int row = j % BQ;
             bool real = q0 + row < T;
             const float* src = (j < BQ ? lse : D) + (size_t)bh * T + (real ? q0 + row : 0);
@@ -664,7 +673,7 @@ template <typename F, int HS> static void flash_forward_launch(F* out, float* ls
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename F, int HS, bool ORDERED = true>
+template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS>
 static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F* out, const float* lse, int B, int T, int C, int NH,
                                   const AttentionOpts* o, bool dinp_write = false) {
     AttnScoreScale sc = attention_score_scale(o, HS);
@@ -675,16 +684,16 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
     size_t rows = (size_t)B * NH * T;
     KEEL_LAUNCH(flash_attention_rowdot_kernel<F>, ceil_div(rows, 8), 256, 0, MAIN_STREAM)(sc_.D, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
-    size_t smem = flash_backward_smem(HS);
+    size_t smem = flash_backward_smem(HS, WARPS);
     static bool optin = false;
-    flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED>, smem, &optin);
+    flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED, WARPS>, smem, &optin);
 #ifdef KEEL_CUDA_EMULATION
     // the dQ chain waits only for blocks of a lower index, which the GPU dispatches first: the
     // emulator's schedule exploration (KEEL_EMU_SCHEDULE) keeps this grid in that order
-    if (ORDERED) emu::keep_block_order(flash_attention_backward_kernel<F, HS, ORDERED>);
+    if (ORDERED) emu::keep_block_order(flash_attention_backward_kernel<F, HS, ORDERED, WARPS>);
 #endif
-    KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED>, dim3(ceil_div(T, FLASH_BC), B * NH), FLASH_THREADS, smem, MAIN_STREAM)(
-        dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, T, C, NH, *o, sc, alpha, dinp_write);
+    KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED KEEL_COMMA WARPS>, dim3(ceil_div(T, 16 * WARPS), B * NH), 32 * WARPS,
+                smem, MAIN_STREAM)(dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, T, C, NH, *o, sc, alpha, dinp_write);
     CUDA_CHECK_LAUNCH();
 }
 
