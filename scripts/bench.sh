@@ -127,5 +127,6 @@ gpu_bench() { # name L C NH T B
       }'
 }
 gpu_bench 124M 12 768 12 1024 16
+KEEL_FLASH_BWD_WARPS=8 gpu_bench 124Mb8 12 768 12 1024 16  # the same with the flash backward at 8 warps a block (llmc/cuda/flash_attention.cuh)
 gpu_bench 350M 24 1024 16 1024 16
 gpu_bench 1.5B 48 1600 25 1024 16   # flash attention (the default at head size 64): fits 80 GB without --checkpoint-activations

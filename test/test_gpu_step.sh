@@ -13,6 +13,11 @@
 #        (the attention products are cuBLASLt GEMMs now, not CUDA-core loops);
 #      - host synchronisations independent of the number of micro-batches (1 vs 2 per iteration:
 #        the losses are read back once per iteration);
+#      - one memset, of the position table's gradient (maxT·C fp32, zeroed before the positions'
+#        scatter adds into it), with 1 or 2 micro-batches: the parameter gradients are written by
+#        their first op (llmc/model.h gpt_grads_begin), as are the LM head's and the final
+#        LayerNorm's input gradients — a zero-fill of the gradient buffer (4 bytes a parameter) or
+#        of an activation gradient per micro-batch shows here;
 #   3. --gelu-fusion (cuda/matmul.cuh's GeLU epilogues): the fp32 run fused (on) and unfused (off)
 #      agree within 1e-6 relative (loss, grad norm), and the fused run's profile is the unfused one's
 #      less exactly the GeLU kernels — 2 launches per layer and micro-batch (forward, backward), none
@@ -85,7 +90,7 @@ memory "DP=2 ZeRO-1 rank $big" "$TMP/dp.json.$big" "$total" && ok "DP=2 ZeRO-1: 
 
 # ---- 2. one steady-state iteration ------------------------------------------------------------------
 VP=$(sed -nE 's/.*V=[0-9]+ \(padded ([0-9]+)\).*/\1/p' "$TMP/bf16_2.log" | head -1)
-python3 - "$TMP" $L $C $T $B "${VP:-0}" <<'PY' && ok "one iteration: no allocation, every product on tensor cores and exactly the model's FLOPs, syncs independent of micro-batches" || fail "steady-state structure"
+python3 - "$TMP" $L $C $T $B "${VP:-0}" <<'PY' && ok "one iteration: no allocation, every product on tensor cores and exactly the model's FLOPs, syncs independent of micro-batches, one memset (the position gradient's)" || fail "steady-state structure"
 import json, sys
 tmp, L, C, T, B, Vp = sys.argv[1], *map(int, sys.argv[2:])
 load = lambda n: json.load(open(f"{tmp}/{n}.json"))
@@ -105,6 +110,10 @@ check(f"allocations after the first iterations: {it2['allocations']} (0)", it2["
 check(f"GEMM FLOPs per iteration {it2['gemm_flops']} = the model's {model}", it2["gemm_flops"] == model)
 check(f"tensor-core FLOPs {it2['tensor_core_flops']} = all GEMM FLOPs", it2["tensor_core_flops"] == it2["gemm_flops"])
 check(f"syncs per iteration: {it2['syncs']} with 2 micro-batches, {it1['syncs']} with 1", it2["syncs"] == it1["syncs"])
+wpe = T * C * 4  # the position table's gradient (maxT = T here)
+check(f"memsets per iteration: {it2['memsets']} of {it2['memset_bytes']} bytes with 2 micro-batches, {it1['memsets']} of "
+      f"{it1['memset_bytes']} with 1 (1 of {wpe}: the position table's gradient only)",
+      it2["memsets"] == it1["memsets"] == 1 and it2["memset_bytes"] == it1["memset_bytes"] == wpe)
 print(f"launches per iteration: {it2['launches']} (2 micro-batches), {it1['launches']} (1)")
 sys.exit(1 if bad else 0)
 PY

@@ -71,6 +71,8 @@
 #define KEEL_FLASH_ARCH_OK 1
 #endif
 
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 
 #include "llmc/cuda/attention.cuh"
@@ -712,6 +714,18 @@ void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)
     }
 }
 
+// The backward's warps a block: 4, or 8 under KEEL_FLASH_BWD_WARPS=8 — a measurement switch (make
+// bench times the 124M step both ways on a GPU) until a GPU has shown which is faster; the two give
+// the same dK and dV bits and dQ summed over 64- or 128-key tiles.
+static inline int flash_backward_warps() {
+    static const int w = [] {
+        const char* s = getenv("KEEL_FLASH_BWD_WARPS");
+        if (s && *s && strcmp(s, "4") != 0 && strcmp(s, "8") != 0) keel_die("KEEL_FLASH_BWD_WARPS=%s: expected 4 or 8", s);
+        return s && strcmp(s, "8") == 0 ? 8 : 4;
+    }();
+    return w;
+}
+
 template <typename F>
 void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated into (written with dinp_write)
                               const F* dout,             // (B,T,C)
@@ -723,7 +737,10 @@ void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated
     if ((size_t)B * NH * T == 0) return;
     if ((size_t)B * NH > 65535) keel_die("flash attention: B·NH = %zu head-batches exceed the grid's 65535 rows (gridDim.y)", (size_t)B * NH);
     if constexpr (sizeof(F) == 2) {
-        if (hs == 64) flash_backward_launch<F, 64>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
+        bool w8 = flash_backward_warps() == 8;
+        if (hs == 64 && w8) flash_backward_launch<F, 64, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
+        else if (hs == 64) flash_backward_launch<F, 64>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
+        else if (w8) flash_backward_launch<F, 128, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
         else flash_backward_launch<F, 128>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
     }
 }
