@@ -68,8 +68,9 @@
 namespace keel_cuda {
 
 // keel runs its ops on one stream, in program order (cuda/stream.h: a created stream, never the
-// legacy default one; the NCCL backend issues on it too, llmc/comm.h).
-#define MAIN_STREAM (keel_stream())
+// legacy default one; the NCCL backend issues on it too, llmc/comm.h). An OpStreamScope can move the
+// ops to another stream (tests); the scratch they share then orders itself (DeviceScratch below).
+#define MAIN_STREAM (keel_op_stream())
 
 static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
 
@@ -176,19 +177,39 @@ static inline void host_upload(void* dst, const void* src, size_t bytes) {
 // in scratch (LayerNorm's blocks-done, flash attention's dQ turns) are left at 0 by every launch that
 // completes; a launch that does not complete (a fault) leaves the CUDA context unusable, so no later
 // launch of the process can read a stale count.
+// An op's scratch: one device buffer shared by every call of the op (reserved once at set-up, no
+// allocation in a step). Calls on one stream are ordered by the stream. A call on another stream
+// than the last user's is ordered after everything that stream had been given so far (an event
+// recorded there, waited for by the new stream), so two streams never hold the same scratch at once:
+// the sharing is serialized on the GPU, never left to chance (test_cuda_streams runs the ops on two
+// streams that run apart). keel's ops all run on keel_stream() today, where this costs nothing: a
+// pointer comparison per call.
 struct DeviceScratch {
     void* ptr = nullptr;
     size_t bytes = 0;
+    cudaStream_t stream = nullptr;  // the stream of the last call that used it (nullptr: none yet)
+    cudaEvent_t handoff = nullptr;  // recorded there when another stream takes it over
 };
+// The scratch for a call about to be issued on `stream` (MAIN_STREAM): orders it after the last user.
+static inline void scratch_take(DeviceScratch* s, cudaStream_t stream) {
+    if (s->stream && s->stream != stream) {
+        if (!s->handoff) CUDA_CHECK(cudaEventCreateWithFlags(&s->handoff, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventRecord(s->handoff, s->stream));
+        CUDA_CHECK(cudaStreamWaitEvent(stream, s->handoff, 0));
+    }
+    s->stream = stream;
+}
+// At least `bytes` of the scratch, for a call on MAIN_STREAM (grown if smaller: the model reserves
+// the largest at set-up; cudaFree of the old buffer waits for the work still using it).
 static inline void* scratch_reserve(DeviceScratch* s, size_t bytes) {
     if (bytes > s->bytes) {
         CUDA_CHECK(cudaFree(s->ptr));
         CUDA_CHECK(cudaMalloc(&s->ptr, bytes));
         s->bytes = bytes;
     }
+    scratch_take(s, MAIN_STREAM);
     return s->ptr;
 }
-// (cudaFree of the old buffer waits for the work still using it.)
 
 // ---- float types -------------------------------------------------------------------------------
 // Kernels are templated on the storage type F of activations and weights (float under --fp32,

@@ -37,8 +37,10 @@
 //   dQ in a fixed order: a query step's parts are added by its key tiles from the diagonal tile down
 //   to tile 0, each in turn: a per-(head-batch, step) counter in device memory says whose turn it is
 //   (a block spins until it equals the number of tiles before it), the partial sum waits in an fp32
-//   buffer (dq_acc), and tile 0 adds the total into dinp and resets the counter to 0 for the next
-//   launch. Blocks are numbered so that higher key tiles start first (blockIdx.x = 0 is the last
+//   buffer (dq_acc), and tile 0 adds the total into dinp. The counter's high bits carry the launch's
+//   tag (flash_scratch), so nothing resets it between launches and a launch that stopped part-way
+//   leaves nothing a later one waits on: the diagonal tile goes first without reading it, and every
+//   other waits for its own launch's tag. Blocks are numbered so that higher key tiles start first (blockIdx.x = 0 is the last
 //   tile): a block only ever waits for one that started before it, so the spin cannot deadlock, and
 //   under the emulation (blocks one after another in launch order) the turn has always come.
 //   Every output element is produced by one warp or one ordered chain, summed in an order fixed by
@@ -350,6 +352,9 @@ __device__ inline void flash_turn_store(int* counter, int v) {
 }
 // Thread 0 waits until the counter, first read into `seen` (issued early, so its latency hides
 // behind other work), equals `turn`.
+// The counter's value for a launch's turn: (tag << FLASH_TURN_BITS) | turn (flash_scratch).
+enum { FLASH_TURN_BITS = 16 };
+__device__ __host__ inline int flash_turn_value(int tag, int turn) { return tag << FLASH_TURN_BITS | turn; }
 __device__ inline void flash_wait_turn(const int* counter, int seen, int turn) {
 #ifdef KEEL_CUDA_EMULATION
     if (seen != turn) {
@@ -407,8 +412,8 @@ template <typename F> __device__ inline void flash_add_pair(F* p, float x, float
 // of two of 4 (the registers allow no more). Under test and in the kernel lab until a GPU has timed it.
 template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS>
 __global__ void __launch_bounds__(32 * WARPS)
-    flash_attention_backward_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, float* dq_acc, int* dq_turn, int T,
-                                    int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha, bool write) {
+    flash_attention_backward_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, float* dq_acc, int* dq_turn, int tag,
+                                    int T, int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha, bool write) {
 #if KEEL_FLASH_ARCH_OK
     constexpr int THREADS = 32 * WARPS;
     constexpr int BC = 16 * WARPS, BQ = flash_bq(HS), KS = HS / 16, NQ = BQ / 8, OT = HS / 8;
@@ -579,7 +584,7 @@ __global__ void __launch_bounds__(32 * WARPS)
                 mma_m16n8k16<F>(dq[n + 1], da, k_1);
             }
         }
-        if (ORDERED && threadIdx.x == 0) flash_wait_turn(turn, seen, last_kt - kt);
+        if (ORDERED && threadIdx.x == 0 && kt != last_kt) flash_wait_turn(turn, seen, flash_turn_value(tag, last_kt - kt));
         __syncthreads();
         KEEL_UNROLL
         for (int n = 0; n < DT; n++)
@@ -601,7 +606,7 @@ __global__ void __launch_bounds__(32 * WARPS)
                 }
             }
         __syncthreads();  // the whole part is written (and the step's buffers read) before the turn passes
-        if (ORDERED && threadIdx.x == 0) flash_turn_store(turn, kt == 0 ? 0 : last_kt - kt + 1);  // 0 after the last: ready for the next launch
+        if (ORDERED && threadIdx.x == 0 && kt != 0) flash_turn_store(turn, flash_turn_value(tag, last_kt - kt + 1));
     }
     // dK, dV of the lane's two key rows into dinp's k and v sections
     KEEL_UNROLL
@@ -628,12 +633,16 @@ static inline DeviceScratch* flash_attention_counters() {
     return &s;
 }
 // The backward's scratch for (B,T,C,NH) (flash_attention_gpu_scratch_bytes in all): D and dq_acc in
-// one buffer, the dQ counters in another, zeroed when it is allocated (every launch leaves its
-// counters at 0; a buffer that once held other data would not start so).
+// one buffer, the dQ counters in another, zeroed when it is allocated (so no fresh counter holds a
+// tag: tags start at 1), and the launch's tag: the host's count of backward launches, 1..32767 and
+// then again from 1. A counter left by a launch that stopped part-way carries another tag, so no
+// later launch takes it for its own turn (unless 32767 launches later, and only if no launch over
+// the same rows wrote the counter in between).
 struct FlashScratch {
     float* D;
     float* dq_acc;
     int* dq_turn;
+    int tag;
 };
 static inline FlashScratch flash_scratch(size_t B, size_t T, size_t C, size_t NH) {
     size_t d_bytes = flash_scratch_round(B * NH * T * sizeof(float)), acc_bytes = flash_scratch_round(B * T * C * sizeof(float));
@@ -644,7 +653,10 @@ static inline FlashScratch flash_scratch(size_t B, size_t T, size_t C, size_t NH
         scratch_reserve(c, turn_bytes);
         CUDA_CHECK(cudaMemsetAsync(c->ptr, 0, c->bytes, MAIN_STREAM));
     }
-    return FlashScratch{(float*)p, (float*)(p + d_bytes), (int*)c->ptr};
+    scratch_take(c, MAIN_STREAM);
+    static int launches = 0;
+    launches = launches % ((1 << (31 - FLASH_TURN_BITS)) - 1) + 1;
+    return FlashScratch{(float*)p, (float*)(p + d_bytes), (int*)c->ptr, launches};
 }
 // Sizes the backward's scratch for micro-batches of up to (B,T), so that no training step allocates.
 template <typename F> void flash_attention_reserve(int B, int T, int C, int NH) { flash_scratch(B, T, C, NH); }
@@ -695,7 +707,7 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
     if (ORDERED) emu::keep_block_order(flash_attention_backward_kernel<F, HS, ORDERED, WARPS>);
 #endif
     KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED KEEL_COMMA WARPS>, dim3(ceil_div(T, 16 * WARPS), B * NH), 32 * WARPS,
-                smem, MAIN_STREAM)(dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, T, C, NH, *o, sc, alpha, dinp_write);
+                smem, MAIN_STREAM)(dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, sc_.tag, T, C, NH, *o, sc, alpha, dinp_write);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -736,6 +748,8 @@ void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated
         keel_die("flash attention: head size %d with %zu-byte floats is not supported (hs 64 or 128, bf16/fp16); use the GEMM path", hs, sizeof(F));
     if ((size_t)B * NH * T == 0) return;
     if ((size_t)B * NH > 65535) keel_die("flash attention: B·NH = %zu head-batches exceed the grid's 65535 rows (gridDim.y)", (size_t)B * NH);
+    if (ceil_div(T, 16 * FLASH_WARPS) >= (1u << FLASH_TURN_BITS))
+        keel_die("flash attention: T = %d has more key tiles than the dQ chain's counter holds (%d)", T, (1 << FLASH_TURN_BITS) - 1);
     if constexpr (sizeof(F) == 2) {
         bool w8 = flash_backward_warps() == 8;
         if (hs == 64 && w8) flash_backward_launch<F, 64, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);

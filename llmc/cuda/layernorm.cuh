@@ -59,10 +59,34 @@ static inline int layernorm_backward_rows(int N) {
 }
 // (layernorm_backward_max_blocks(N_max), llmc/ops.h: the most blocks any N <= N_max launches.)
 
+// The blocks of one backward count themselves done in a device word: (launch tag << 8) | blocks done.
+// Each launch has its own tag (the host's launch count, 1..2^24 - 1, then again from 1), so a block
+// that finds another tag there starts the count afresh: nothing has to reset the word between
+// launches, and a launch that stopped part-way (an aborted kernel, a stale value) leaves nothing the
+// next launch counts. (A stale count could be taken for the running launch's only if it carried the
+// same tag: 2^24 - 1 launches later.)
+enum { LN_DONE_COUNT_BITS = 8 };
+static_assert(LN_BWD_MAX_BLOCKS < (1 << LN_DONE_COUNT_BITS), "a launch's block count fits the counter's low bits");
 struct LayerNormScratch {
     DeviceScratch partial;       // (blocks, 2, C) fp32: dweight then dbias per block
-    unsigned* done = nullptr;    // blocks finished in the running backward; 0 between launches
+    unsigned* done = nullptr;    // the running backward's tag and count (above); 0 when allocated
+    unsigned launches = 0;       // backward launches so far: the next launch's tag
 };
+static inline unsigned layernorm_next_tag(LayerNormScratch* s) {
+    s->launches = s->launches % ((1u << (32 - LN_DONE_COUNT_BITS)) - 1) + 1;  // 1..2^24 - 1: never the fresh word's 0
+    return s->launches << LN_DONE_COUNT_BITS;
+}
+// Thread 0 of a finishing block: counts the block into `done` under this launch's tag; true for the
+// launch's last block. (A word under another tag is a previous launch's: the count starts at 1.)
+__device__ inline bool layernorm_count_done(unsigned* done, unsigned tag, unsigned blocks) {
+    unsigned seen = *(volatile unsigned*)done, expected, next;
+    do {
+        expected = seen;
+        next = (expected & ~((1u << LN_DONE_COUNT_BITS) - 1)) == tag ? expected + 1 : tag + 1;
+        seen = atomicCAS(done, expected, next);
+    } while (seen != expected);
+    return next == tag + blocks;
+}
 static inline LayerNormScratch* layernorm_scratch() {
     static LayerNormScratch s;
     return &s;
@@ -251,6 +275,7 @@ static inline int layernorm_backward_slices(int C, int V, int rows) {
 template <typename F>
 __global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,  // (N,C) (C) (C), accumulated into
                                           float* partial, unsigned* done,        // (gridDim.x, 2, C), counter
+                                          unsigned tag,                          // this launch's (layernorm_next_tag)
                                           const F* dout, const F* inp,           // (N,C), (N,C)
                                           const F* weight,                       // (C)
                                           const float* mean, const float* rstd,  // (N), (N)
@@ -301,9 +326,8 @@ __global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,
     grid_fence();  // this thread's slot writes are visible device-wide before the count below
     __syncthreads();
     if (threadIdx.x == 0) {
-        unsigned before = atomicAdd(done, 1u);
+        is_last = layernorm_count_done(done, tag, gridDim.x);
         grid_fence();  // acquire side: the slots counted before ours are read after this point
-        is_last = before == gridDim.x - 1;
     }
     __syncthreads();
     if (!is_last) return;
@@ -317,7 +341,6 @@ __global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,
         dweight[c] = (dweight_write ? 0.0f : dweight[c]) + w;
         dbias[c] = (dweight_write ? 0.0f : dbias[c]) + b;
     }
-    if (threadIdx.x == 0) *done = 0;  // for the next launch (ordered by the launch boundary)
 }
 
 // ---- launchers -------------------------------------------------------------------------------------------
@@ -368,7 +391,7 @@ void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) 
     layernorm_scratch_size(s, blocks, C);  // no-op once layernorm_reserve sized it
     bool vec = ln_vec_ok<F>(C, {dinp, dout, inp, weight});
     KEEL_LAUNCH(layernorm_backward_kernel<F>, blocks, LN_BWD_WARPS * 32, smem, MAIN_STREAM)(
-        dinp, dweight, dbias, (float*)s->partial.ptr, s->done, dout, inp, weight, mean, rstd, N, C, rows, S, vec, dinp_write, dweight_write);
+        dinp, dweight, dbias, (float*)s->partial.ptr, s->done, layernorm_next_tag(s), dout, inp, weight, mean, rstd, N, C, rows, S, vec, dinp_write, dweight_write);
     CUDA_CHECK_LAUNCH();
 }
 

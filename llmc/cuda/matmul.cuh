@@ -64,14 +64,14 @@ template <> struct cuda_type<__half> { static const cudaDataType_t value = CUDA_
 // The library handle and its workspace, created on first use (one GPU per process).
 struct LtContext {
     cublasLtHandle_t handle = nullptr;
-    void* workspace = nullptr;
+    DeviceScratch workspace;  // shared by every product: taken by the stream each product runs on
     size_t workspace_bytes = LT_WORKSPACE_BYTES;  // (llmc/ops.h)
 };
 static inline LtContext* lt_context() {
     static LtContext ctx;
     if (!ctx.handle) {
         CUBLAS_CHECK(cublasLtCreate(&ctx.handle));
-        CUDA_CHECK(cudaMalloc(&ctx.workspace, ctx.workspace_bytes));
+        scratch_reserve(&ctx.workspace, ctx.workspace_bytes);
     }
     return &ctx;
 }
@@ -190,8 +190,8 @@ static void lt_matmul(Out* d, const F* a, const F* b, const Out* bias, int m, in
                           trans_b, epi, batch.count);
         found_algo = lt_algo_cache().emplace(key, heur.algo).first;
     }
-    CUBLAS_CHECK(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &found_algo->second, ctx->workspace,
-                                ctx->workspace_bytes, MAIN_STREAM));
+    CUBLAS_CHECK(cublasLtMatmul(ctx->handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld, &found_algo->second,
+                                scratch_reserve(&ctx->workspace, ctx->workspace_bytes), ctx->workspace_bytes, MAIN_STREAM));
     cublasLtMatrixLayoutDestroy(la);
     cublasLtMatrixLayoutDestroy(lb);
     cublasLtMatrixLayoutDestroy(ld);

@@ -34,6 +34,25 @@ static inline cudaStream_t keel_stream_at(int which) {
     return streams[which];
 }
 static inline cudaStream_t keel_stream() { return keel_stream_at(0); }
+// The stream the ops of llmc/cuda/*.cuh issue on (MAIN_STREAM): keel_stream(), unless an OpStreamScope
+// on this thread names another. The trainer never opens one; a test that runs ops on two streams at
+// once does (the ops' shared scratch buffers order themselves across streams: DeviceScratch in
+// cuda/common.cuh).
+static inline cudaStream_t& keel_op_stream_override() {
+    static thread_local cudaStream_t s = nullptr;
+    return s;
+}
+static inline cudaStream_t keel_op_stream() {
+    cudaStream_t s = keel_op_stream_override();
+    return s ? s : keel_stream();
+}
+struct OpStreamScope {
+    cudaStream_t prev;
+    explicit OpStreamScope(cudaStream_t s) : prev(keel_op_stream_override()) { keel_op_stream_override() = s; }
+    ~OpStreamScope() { keel_op_stream_override() = prev; }
+    OpStreamScope(const OpStreamScope&) = delete;
+    OpStreamScope& operator=(const OpStreamScope&) = delete;
+};
 static inline cudaStream_t keel_comm_stream() { return keel_stream_at(1); }
 // `waiter` waits (on the GPU, not the host) for everything issued on `after` so far.
 static inline void keel_stream_wait(cudaStream_t waiter, cudaStream_t after) {

@@ -17,7 +17,7 @@ template void keel_cuda::residual_backward<__half>(__half*, __half*, const __hal
 #include "llmc/cuda/flash_attention.cuh"
 #define KEEL_FLASH_BWD8(F, HS)                                                                                                   \
     template __global__ void keel_cuda::flash_attention_backward_kernel<F, HS, true, 8>(                                         \
-        F*, const F*, const F*, const float*, const float*, float*, int*, int, int, int, AttentionOpts, keel_cuda::AttnScoreScale, \
+        F*, const F*, const F*, const float*, const float*, float*, int*, int, int, int, int, AttentionOpts, keel_cuda::AttnScoreScale, \
         float, bool);
 KEEL_FLASH_BWD8(__nv_bfloat16, 64)
 KEEL_FLASH_BWD8(__nv_bfloat16, 128)

@@ -1,0 +1,299 @@
+// test_cuda_streams — the ops' shared scratch on two streams, and the device counters a stopped
+// launch leaves behind.
+//
+// Every op that needs scratch (the GEMM attention path's head-major copies and score blocks, the flash
+// backward's D and dQ buffers, the bias gradient's partial sums and cuBLASLt's workspace, the LayerNorm
+// backward's per-block partials) has one static buffer per process (cuda/common.cuh DeviceScratch). A
+// call on another stream than the buffer's last user is ordered after that user by an event. Here two
+// calls over different inputs go to two streams back to back; under the emulation the streams' queued
+// work runs in a random interleaving (KEEL_EMU_STREAMS=async:SEED, set per seed below) that keeps only
+// what CUDA guarantees, so without the hand-over one call's kernels read the other's scratch between
+// its own launches — a wrong result, caught byte for byte against the same call made alone. Built for
+// a GPU (make test-gpu), the two streams run concurrently on the hardware.
+//
+// The counters: the LayerNorm backward's blocks count themselves done, and the flash backward's dQ
+// chain passes turns, in device words that outlive a launch. A launch that stopped part-way (an
+// aborted kernel) or any stale value must not change or stall a later launch: the words are planted
+// with stale values and the next launch must give the bytes of a clean one (each launch tags its
+// counts; nothing is reset between launches).
+#include <cstring>
+#include <functional>
+
+#include "llmc/cuda/attention.cuh"
+#include "llmc/cuda/flash_attention.cuh"
+#include "llmc/cuda/layernorm.cuh"
+#include "llmc/cuda/matmul.cuh"
+#include "test/cuda_test.h"
+
+typedef __nv_bfloat16 bf16;
+
+// One op over two input sets: issue(k) queues it on the current op stream for set k (writing, not
+// accumulating, every output), outputs(k) reads set k's outputs as bytes, clear(k) fills them with
+// 0xff bytes (NaN) on the legacy stream first, so an output left unwritten shows.
+struct OpCase {
+    std::string name;
+    std::function<void(int)> issue;
+    std::function<std::vector<uint8_t>(int)> outputs;
+    std::function<void(int)> clear;
+};
+
+template <typename T> static std::vector<uint8_t> bytes_of(const T* d, size_t n) {
+    std::vector<uint8_t> h(n * sizeof(T));
+    if (n) CUDA_CHECK(cudaMemcpy(h.data(), d, h.size(), cudaMemcpyDeviceToHost));
+    return h;
+}
+template <typename T> static void fill_nan(T* d, size_t n) { CUDA_CHECK(cudaMemset(d, 0xff, n * sizeof(T))); }
+template <typename T> static T* upload_as(const std::vector<float>& v) { return dev_upload(lowp_store<T>(v)); }
+
+// The GEMM attention path, forward then backward (its scratch holds the head-major q, k, v, the
+// scores and dP across the op's launches), fp32.
+static OpCase gemm_attention_case() {
+    const int B = 2, T = 37, C = 32, NH = 4;
+    static AttentionOpts o;
+    static float *inp[2], *dout[2], *out[2], *att[2], *dinp[2];
+    size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_att = (size_t)B * NH * T * T;
+    for (int k = 0; k < 2; k++) {
+        inp[k] = upload_as<float>(randn(n_inp, 100 + k));
+        dout[k] = upload_as<float>(randn(n_out, 110 + k));
+        out[k] = upload_as<float>(std::vector<float>(n_out));
+        att[k] = upload_as<float>(std::vector<float>(n_att));
+        dinp[k] = upload_as<float>(std::vector<float>(n_inp));
+    }
+    keel_cuda::attention_reserve<float>(B, T, C, NH);
+    return {"GEMM attention forward + backward",
+            [=](int k) {
+                keel_cuda::attention_forward(out[k], att[k], inp[k], B, T, C, NH, &o);
+                keel_cuda::attention_backward(dinp[k], dout[k], inp[k], att[k], B, T, C, NH, &o, true);
+            },
+            [=](int k) {
+                std::vector<uint8_t> r = bytes_of(out[k], n_out), d = bytes_of(dinp[k], n_inp);
+                r.insert(r.end(), d.begin(), d.end());
+                return r;
+            },
+            [=](int k) {
+                fill_nan(out[k], n_out);
+                fill_nan(dinp[k], n_inp);
+            }};
+}
+
+// The flash backward (D by one kernel, then the backward reading it and passing dQ turns), bf16, at
+// 4 and 8 warps a block: T = 160 has 3 key tiles of 64 (2 of 128), so each query step's dQ chain has
+// several parts.
+template <int WARPS> static OpCase flash_case() {
+    const int B = 2, T = 160, C = 128, NH = 2;
+    static AttentionOpts o;
+    static bf16 *inp[2], *dout[2], *out[2], *dinp[2];
+    static float* lse[2];
+    size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C, n_lse = (size_t)B * NH * T;
+    for (int k = 0; k < 2; k++) {
+        inp[k] = upload_as<bf16>(randn(n_inp, 200 + k));
+        dout[k] = upload_as<bf16>(randn(n_out, 210 + k));
+        out[k] = upload_as<bf16>(std::vector<float>(n_out));
+        lse[k] = dev_upload(std::vector<float>(n_lse));
+        dinp[k] = upload_as<bf16>(std::vector<float>(n_inp));
+        keel_cuda::flash_attention_forward(out[k], lse[k], inp[k], B, T, C, NH, &o);  // the backward's inputs
+    }
+    keel_cuda::flash_attention_reserve<bf16>(B, T, C, NH);
+    return {"flash attention backward, " + std::to_string(WARPS) + " warps a block",
+            [=](int k) { keel_cuda::flash_backward_launch<bf16, 64, true, WARPS>(dinp[k], dout[k], inp[k], out[k], lse[k], B, T, C, NH, &o, true); },
+            [=](int k) { return bytes_of(dinp[k], n_inp); }, [=](int k) { fill_nan(dinp[k], n_inp); }};
+}
+
+// matmul_backward with a bias: cuBLASLt's products (its workspace) and the bias gradient's two-stage
+// column sum (its partials), fp32; every output written.
+static OpCase matmul_case() {
+    const int N = 600, C = 24, OC = 40;  // 600 rows: the bias gradient sums several 256-row chunks
+    static float *dout[2], *inp[2], *w[2], *dinp[2], *dw[2], *db[2];
+    for (int k = 0; k < 2; k++) {
+        dout[k] = upload_as<float>(randn((size_t)N * OC, 300 + k));
+        inp[k] = upload_as<float>(randn((size_t)N * C, 310 + k));
+        w[k] = upload_as<float>(randn((size_t)OC * C, 320 + k));
+        dinp[k] = upload_as<float>(std::vector<float>((size_t)N * C));
+        dw[k] = upload_as<float>(std::vector<float>((size_t)OC * C));
+        db[k] = upload_as<float>(std::vector<float>(OC));
+    }
+    keel_cuda::matmul_reserve(N, OC);
+    return {"matmul backward with bias",
+            [=](int k) { keel_cuda::matmul_backward(dinp[k], dw[k], db[k], dout[k], inp[k], w[k], N, C, OC, true, true); },
+            [=](int k) {
+                std::vector<uint8_t> r = bytes_of(dinp[k], (size_t)N * C), a = bytes_of(dw[k], (size_t)OC * C), b = bytes_of(db[k], OC);
+                r.insert(r.end(), a.begin(), a.end());
+                r.insert(r.end(), b.begin(), b.end());
+                return r;
+            },
+            [=](int k) {
+                fill_nan(dinp[k], (size_t)N * C);
+                fill_nan(dw[k], (size_t)OC * C);
+                fill_nan(db[k], OC);
+            }};
+}
+
+// The LayerNorm backward: 128 rows in 8 blocks of 16, whose partials the last block to finish adds.
+static const int LN_N = 128, LN_C = 48;
+struct LNData {
+    float *dout[2], *inp[2], *w, *mean[2], *rstd[2], *dinp[2], *dw[2], *db[2];
+};
+static LNData* ln_data() {
+    static LNData d;
+    static bool made = false;
+    if (made) return &d;
+    made = true;
+    size_t NC = (size_t)LN_N * LN_C;
+    d.w = upload_as<float>(randn(LN_C, 409));
+    for (int k = 0; k < 2; k++) {
+        std::vector<float> x = randn(NC, 400 + k), mean(LN_N), rstd(LN_N);
+        for (int r = 0; r < LN_N; r++) {
+            double s = 0, ss = 0;
+            for (int c = 0; c < LN_C; c++) s += x[(size_t)r * LN_C + c];
+            for (int c = 0; c < LN_C; c++) ss += (x[(size_t)r * LN_C + c] - s / LN_C) * (x[(size_t)r * LN_C + c] - s / LN_C);
+            mean[r] = (float)(s / LN_C), rstd[r] = (float)(1.0 / std::sqrt(ss / LN_C + 1e-5));
+        }
+        d.inp[k] = upload_as<float>(x);
+        d.dout[k] = upload_as<float>(randn(NC, 410 + k));
+        d.mean[k] = dev_upload(mean);
+        d.rstd[k] = dev_upload(rstd);
+        d.dinp[k] = upload_as<float>(std::vector<float>(NC));
+        d.dw[k] = upload_as<float>(std::vector<float>(LN_C));
+        d.db[k] = upload_as<float>(std::vector<float>(LN_C));
+    }
+    keel_cuda::layernorm_reserve(LN_N, LN_C);
+    return &d;
+}
+static OpCase layernorm_case() {
+    LNData* d = ln_data();
+    size_t NC = (size_t)LN_N * LN_C;
+    return {"layernorm backward",
+            [=](int k) {
+                keel_cuda::layernorm_backward(d->dinp[k], d->dw[k], d->db[k], d->dout[k], d->inp[k], d->w, d->mean[k], d->rstd[k], LN_N,
+                                              LN_C, true, true);
+            },
+            [=](int k) {
+                std::vector<uint8_t> r = bytes_of(d->dinp[k], NC), a = bytes_of(d->dw[k], LN_C), b = bytes_of(d->db[k], LN_C);
+                r.insert(r.end(), a.begin(), a.end());
+                r.insert(r.end(), b.begin(), b.end());
+                return r;
+            },
+            [=](int k) {
+                fill_nan(d->dinp[k], NC);
+                fill_nan(d->dw[k], LN_C);
+                fill_nan(d->db[k], LN_C);
+            }};
+}
+
+static void streams_async(bool on, uint64_t seed) {
+#ifdef KEEL_CUDA_EMULATION
+    emu::set_streams(on, seed);
+#else
+    (void)on, (void)seed;  // a GPU's streams run concurrently by themselves
+#endif
+}
+
+// Set 0 on stream a and set 1 on stream b, issued back to back, against each made alone.
+static const int SEEDS = 16;
+static void two_streams(const OpCase& c, cudaStream_t a, cudaStream_t b) {
+    std::vector<uint8_t> want[2];
+    for (int k = 0; k < 2; k++) {
+        c.clear(k);
+        c.issue(k);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        want[k] = c.outputs(k);
+    }
+    check_true(c.name + ": the two input sets give different outputs (the check below can tell them apart)", want[0] != want[1]);
+    int bad = 0;
+    for (int seed = 1; seed <= SEEDS; seed++) {
+        for (int k = 0; k < 2; k++) c.clear(k);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        streams_async(true, (uint64_t)seed);
+        {
+            OpStreamScope on_a(a);
+            c.issue(0);
+        }
+        {
+            OpStreamScope on_b(b);
+            c.issue(1);
+        }
+        CUDA_CHECK(cudaDeviceSynchronize());
+        streams_async(false, 0);
+        if (c.outputs(0) != want[0] || c.outputs(1) != want[1]) bad++;
+    }
+    check_true(c.name + ": on two streams issued back to back, both calls give the bytes of each made alone (" + std::to_string(SEEDS) +
+                   " interleavings, " + std::to_string(bad) + " wrong)",
+               bad == 0);
+    // and back on keel's own stream, after the other two
+    c.clear(0);
+    c.issue(0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    check_true(c.name + ": the next call on keel's stream after them the same", c.outputs(0) == want[0]);
+}
+
+// ---- counters left by a stopped launch --------------------------------------------------------------------
+static void stale_layernorm_counter() {
+    OpCase c = layernorm_case();
+    std::vector<uint8_t> want[2];
+    for (int k = 1; k >= 0; k--) {  // set 0 last: its partials in the scratch
+        c.clear(k);
+        c.issue(k);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        want[k] = c.outputs(k);
+    }
+    unsigned* done = keel_cuda::layernorm_scratch()->done;
+    const unsigned B = keel_cuda::LN_DONE_COUNT_BITS;
+    int bad = 0;
+    for (int kind = 0; kind < 4; kind++) {
+        // the partial slots hold the other set's sums: a launch that miscounted would add them in
+        c.clear(1);
+        c.issue(1);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        unsigned last_tag = keel_cuda::layernorm_scratch()->launches << B;
+        // a stale word: what a launch that stopped after 5 of its 8 blocks leaves (its tag, count 5),
+        // a count of 3 under tag 0 (no launch's), another tag's full count, all bits set
+        const unsigned stale[] = {last_tag | 5u, 3u, (last_tag + (9u << B)) | 8u, 0xffffffffu};
+        CUDA_CHECK(cudaMemcpy(done, &stale[kind], sizeof(unsigned), cudaMemcpyHostToDevice));
+        c.clear(0);
+        c.issue(0);  // the launch after the stale word
+        c.clear(1);
+        c.issue(1);  // and the one after that
+        CUDA_CHECK(cudaDeviceSynchronize());
+        if (c.outputs(0) != want[0] || c.outputs(1) != want[1]) bad++;
+    }
+    check_true("layernorm backward: a stale done word (4 kinds, a stopped launch's among them) changes neither the next launch nor the one "
+               "after (" + std::to_string(bad) + " wrong)",
+               bad == 0);
+}
+
+template <int WARPS> static void stale_flash_turns() {
+    OpCase c = flash_case<WARPS>();
+    c.clear(0);
+    c.issue(0);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint8_t> want = c.outputs(0);
+    keel_cuda::DeviceScratch* turns = keel_cuda::flash_attention_counters();
+    size_t n = turns->bytes / sizeof(int);
+    // stale turns: another launch's tag at a middle turn, a bare turn (no tag), junk
+    const int stale[] = {keel_cuda::flash_turn_value(777, 1), 1, 2, 0x5a5a5a5a};
+    int bad = 0;
+    for (int v : stale) {
+        CUDA_CHECK(cudaMemcpy(turns->ptr, std::vector<int>(n, v).data(), n * sizeof(int), cudaMemcpyHostToDevice));
+        c.clear(0);
+        c.issue(0);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        if (c.outputs(0) != want) bad++;
+    }
+    check_true(c.name + ": stale dQ turn counters (4 kinds) neither stall nor change the next launch (" + std::to_string(bad) + " wrong)",
+               bad == 0);
+}
+
+int main() {
+    cudaStream_t a, b;
+    CUDA_CHECK(cudaStreamCreate(&a));
+    CUDA_CHECK(cudaStreamCreate(&b));
+    two_streams(gemm_attention_case(), a, b);
+    two_streams(flash_case<4>(), a, b);
+    two_streams(flash_case<8>(), a, b);
+    two_streams(matmul_case(), a, b);
+    two_streams(layernorm_case(), a, b);
+    stale_layernorm_counter();
+    stale_flash_turns<4>();
+    stale_flash_turns<8>();
+    return cuda_test_finish();
+}
