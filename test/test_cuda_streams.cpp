@@ -180,13 +180,21 @@ static OpCase layernorm_case() {
             }};
 }
 
-static void streams_async(bool on, uint64_t seed) {
+// The emulator's streams run apart, from `seed`, for the scope (then as the environment set them:
+// KEEL_EMU_STREAMS, which test_emu_sanitize varies).
+struct StreamsApart {
 #ifdef KEEL_CUDA_EMULATION
-    emu::set_streams(on, seed);
+    bool async;
+    uint64_t rng;
+    explicit StreamsApart(uint64_t seed) : async(emu::streams().async), rng(emu::streams().rng) { emu::set_streams(true, seed); }
+    ~StreamsApart() {
+        CUDA_CHECK(cudaDeviceSynchronize());
+        emu::set_streams(async, rng);
+    }
 #else
-    (void)on, (void)seed;  // a GPU's streams run concurrently by themselves
+    explicit StreamsApart(uint64_t) {}  // a GPU's streams run concurrently by themselves
 #endif
-}
+};
 
 // Set 0 on stream a and set 1 on stream b, issued back to back, against each made alone.
 static const int SEEDS = 16;
@@ -203,17 +211,17 @@ static void two_streams(const OpCase& c, cudaStream_t a, cudaStream_t b) {
     for (int seed = 1; seed <= SEEDS; seed++) {
         for (int k = 0; k < 2; k++) c.clear(k);
         CUDA_CHECK(cudaDeviceSynchronize());
-        streams_async(true, (uint64_t)seed);
         {
-            OpStreamScope on_a(a);
-            c.issue(0);
+            StreamsApart apart((uint64_t)seed);
+            {
+                OpStreamScope on_a(a);
+                c.issue(0);
+            }
+            {
+                OpStreamScope on_b(b);
+                c.issue(1);
+            }
         }
-        {
-            OpStreamScope on_b(b);
-            c.issue(1);
-        }
-        CUDA_CHECK(cudaDeviceSynchronize());
-        streams_async(false, 0);
         if (c.outputs(0) != want[0] || c.outputs(1) != want[1]) bad++;
     }
     check_true(c.name + ": on two streams issued back to back, both calls give the bytes of each made alone (" + std::to_string(SEEDS) +

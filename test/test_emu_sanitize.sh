@@ -26,12 +26,12 @@ unset KEEL_EMU_SCHEDULE KEEL_EMU_POISON KEEL_EMU_STREAMS KEEL_EMU_PROFILE KEEL_E
 export KEEL_EMU_REGISTERS=strict
 FULL=$([ "${KEEL_EMU_SANITIZE:-}" = full ] && echo 1 || echo 0)
 if [ $FULL = 1 ]; then
-  KERNELS="emu elementwise matmul layers attention optimizer flash"
+  KERNELS="emu elementwise matmul layers attention optimizer flash streams"
   VARIANTS="KEEL_EMU_SCHEDULE=reverse KEEL_EMU_SCHEDULE=random:1 KEEL_EMU_SCHEDULE=random:2 KEEL_EMU_STREAMS=async:1 KEEL_EMU_STREAMS=async:2
             KEEL_EMU_POISON=nan KEEL_EMU_POISON=ones KEEL_EMU_POISON=random:5"
   CHECKED=$KERNELS
 else
-  KERNELS="emu elementwise matmul layers"
+  KERNELS="emu elementwise matmul layers streams"
   VARIANTS="KEEL_EMU_SCHEDULE=reverse KEEL_EMU_SCHEDULE=random:1 KEEL_EMU_STREAMS=async:1 KEEL_EMU_POISON=ones"
   CHECKED="emu elementwise matmul"
 fi
