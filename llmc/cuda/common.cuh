@@ -171,12 +171,9 @@ static inline void host_upload(void* dst, const void* src, size_t bytes) {
 
 // A device buffer that grows on demand and is kept for the next call (reduction partials, the
 // attention backward's ds, the chunk table): one cudaMalloc per size increase, none in the steady state.
-// Each op's scratch is one static buffer, which is safe because every op that uses one launches on
-// keel's compute stream (MAIN_STREAM) and nothing on the communication stream touches it: stream
-// order serializes its users. An op moved to another stream must bring its own buffer. Counters kept
-// in scratch (LayerNorm's blocks-done, flash attention's dQ turns) are left at 0 by every launch that
-// completes; a launch that does not complete (a fault) leaves the CUDA context unusable, so no later
-// launch of the process can read a stale count.
+// Counters kept in scratch (LayerNorm's blocks-done, flash attention's dQ turns) carry each launch's
+// tag and are never reset, so a launch that stopped part-way leaves nothing a later one reads as its
+// own (cuda/layernorm.cuh, cuda/flash_attention.cuh).
 // An op's scratch: one device buffer shared by every call of the op (reserved once at set-up, no
 // allocation in a step). Calls on one stream are ordered by the stream. A call on another stream
 // than the last user's is ordered after everything that stream had been given so far (an event

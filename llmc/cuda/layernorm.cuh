@@ -30,9 +30,10 @@
 //   3. the last block to finish adds the slots in block order into dweight/dbias. "Last" is decided by
 //      an integer atomic counter; which block is last depends on timing, but what it computes does
 //      not: every slot is complete when it reads them and it adds them in block order 0, 1, ....
-//      That block resets the counter to 0 for the next launch.
+//      The counter carries the launch's tag (layernorm_next_tag): nothing resets it, and a count a
+//      stopped launch left is another tag's, which the next launch's first block replaces.
 //   Memory ordering on the GPU: each thread fences (grid_fence: __threadfence) after writing its slot
-//   entries; __syncthreads; thread 0 then increments the counter. The fence makes the slot writes
+//   entries; __syncthreads; thread 0 then counts the block (a compare-and-swap loop). The fence makes the slot writes
 //   visible device-wide before the increment can be observed. The last block's thread 0 fences after
 //   its atomic (acquire side) and reads the slots through volatile loads, which go to L2 (no stale L1
 //   line can be read). Under the emulation the blocks run one after another.
