@@ -907,30 +907,35 @@ template <typename F> static void gpt_attention_core_forward(GPT<F>* m, int l, s
     gpt_stored(m, atty, (size_t)B * T * Ca);
 }
 
-// residual2 = residual + branch, then the MLP branch's ln2 = LayerNorm(residual2) (layer-local
-// offsets lc of the (B,T,C) slices, lr of the statistics): one pass on the GPU, whose LayerNorm
-// reads the residual it stored, so under the CPU's --bf16 the two ops run apart with the sum rounded.
-template <typename F> static void gpt_residual_ln2_forward(GPT<F>* m, int l, size_t lc, size_t lr, const F* residual, const F* branch,
-                                                           size_t BT) {
+// sum = residual + branch, then ln = LayerNorm(sum) with (w, b) and its statistics: one pass on the
+// GPU, whose LayerNorm reads the sum it stored, so under the CPU's --bf16 the two ops run apart with
+// the sum rounded. Every residual add of the forward meets a LayerNorm this way: the attention
+// branch's with the layer's LN2, the MLP branch's with the next layer's LN1, or with the final
+// LayerNorm after the stage's last layer (gpt_layer_forward's `next`).
+template <typename F, typename S>
+static void gpt_residual_ln_forward(GPT<F>* m, F* sum, F* ln, S* mean, S* rstd, const F* residual, const F* branch, const F* w, const F* b,
+                                    size_t BT) {
     int C = m->config.channels;
-    Activations<F>* a = &m->acts;
-    F* residual2 = a->residual2 + lc;
-    F* ln2 = a->ln2 + lc;
-    const F* w = m->p[P_LN2W] + l * C;
-    const F* b = m->p[P_LN2B] + l * C;
     if (m->config.round_bf16) {
-        residual_forward(residual2, residual, branch, BT * C);
-        gpt_stored(m, residual2, BT * C);
-        layernorm_forward(ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual2, w, b, (int)BT, C);
+        residual_forward(sum, residual, branch, BT * C);
+        gpt_stored(m, sum, BT * C);
+        layernorm_forward(ln, mean, rstd, sum, w, b, (int)BT, C);
     } else {
-        residual_layernorm_forward(residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, w, b, (int)BT, C);
+        residual_layernorm_forward(sum, ln, mean, rstd, residual, branch, w, b, (int)BT, C);
     }
-    gpt_stored(m, ln2, BT * C);
+    gpt_stored(m, ln, BT * C);
 }
+
+// What layer l's forward does with the residual stream it leaves (residual3): LN_NEXT_NONE stores it
+// alone; LN_NEXT_LAYER also forms the next layer's LN1 in the same pass (that layer then starts from
+// it: gpt_layer_forward's ln1_ready); LN_NEXT_FINAL the final LayerNorm (the stage's last layer on the
+// last stage). The forward pass fuses; the backward's recomputation under --checkpoint-activations
+// does not (its slot of the next layer's activations is the recomputed layer's own).
+enum LnNext { LN_NEXT_NONE, LN_NEXT_LAYER, LN_NEXT_FINAL };
 
 // Layer l of the stage, forward: reads the residual stream entering it, writes its activations and
 // the stream leaving it (residual3 of layer l).
-template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int T) {
+template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int T, LnNext next = LN_NEXT_NONE, bool ln1_ready = false) {
     const GPTConfig* cfg = &m->config;
     TPDims td = gpt_tp_dims(cfg);  // under tensor parallelism: this rank's heads (Ca channels) and MLP slice (H)
     int L0 = cfg->stage_layer_first, C = cfg->channels, NH = td.NH, Ca = td.C, H = td.H;
@@ -949,8 +954,10 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     bool bias_here = cfg->tp_rank == 0;
     // attention branch
     size_t BTC = BT * C;
-    layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
-    gpt_stored(m, ln1, BTC);
+    if (!ln1_ready) {  // (else the previous layer's residual add formed it)
+        layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
+        gpt_stored(m, ln1, BTC);
+    }
     matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CCa, p[P_QKVB] + l * 3 * Ca, (int)BT, C, 3 * Ca);  // column-parallel
     gpt_stored(m, qkv, BT * 3 * Ca);
     gpt_attention_core_forward(m, l, k, B, T);
@@ -971,7 +978,7 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
     if (d.p > 0) dropout_forward(branch, branch, B, (size_t)T * C, &d);
     gpt_stored(m, branch, BTC);
-    gpt_residual_ln2_forward(m, l, lc, lr, residual, branch, BT);  // residual2, ln2
+    gpt_residual_ln_forward(m, residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, p[P_LN2W] + l * C, p[P_LN2B] + l * C, BT);
     // MLP branch
     // column-parallel; GeLU: one op, on the GPU one GEMM whose epilogue also keeps fch for the backward
     if (cfg->activation == ACT_GELU) {  // (the GPU's GeLU reads the fp32 product when fused, the bf16 one when not)
@@ -995,7 +1002,15 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
     if (d.p > 0) dropout_forward(fcproj, fcproj, B, (size_t)T * C, &d);
     gpt_stored(m, fcproj, BTC);
-    residual_forward(residual3, residual2, fcproj, BTC);
+    if (next == LN_NEXT_LAYER) {  // residual3 and layer l + 1's ln1
+        size_t k1 = gpt_act_layer(m, l + 1), lc1 = k1 * BTmax * C, lr1 = k1 * BTmax;
+        gpt_residual_ln_forward(m, residual3, a->ln1 + lc1, a->ln1_mean + lr1, a->ln1_rstd + lr1, residual2, fcproj, p[P_LN1W] + (l + 1) * C,
+                                p[P_LN1B] + (l + 1) * C, BT);
+    } else if (next == LN_NEXT_FINAL) {  // residual3 and the final LayerNorm
+        gpt_residual_ln_forward(m, residual3, a->lnf, a->lnf_mean, a->lnf_rstd, residual2, fcproj, p[P_LNFW], p[P_LNFB], BT);
+    } else {
+        residual_forward(residual3, residual2, fcproj, BTC);
+    }
     gpt_stored(m, residual3, BTC);
 }
 
@@ -1070,7 +1085,7 @@ double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, i
     int L = gpt_stage_layers(cfg);
     int C = cfg->channels, V = cfg->vocab_size;
     if (B * T > m->B * m->T || T > m->T) keel_die("gpt_forward: batch (%d,%d) exceeds the allocated (%d,%d)", B, T, m->B, m->T);
-    size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
+    size_t BT = (size_t)B * T;
     Activations<F>* a = &m->acts;
     F** p = m->p;
     TPDims td = gpt_tp_dims(cfg);
@@ -1084,11 +1099,13 @@ double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, i
         backend_upload(a->wte_groups, m->groups_host.data(), (size_t)used * sizeof(int));
         gpt_embed_forward(m, B, T);
     }
-    for (int l = 0; l < L; l++) gpt_layer_forward(m, l, B, T);
+    for (int l = 0; l < L; l++)  // each residual add with the LayerNorm after it (LnNext)
+        gpt_layer_forward(m, l, B, T, l + 1 < L ? LN_NEXT_LAYER : cfg->stage_last ? LN_NEXT_FINAL : LN_NEXT_NONE, l > 0);
     if (!cfg->stage_last) return 0.0;
-    F* last = L > 0 ? a->residual3 + (L - 1) * BTmax * C : a->encoded;
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, last, p[P_LNFW], p[P_LNFB], (int)BT, C);
-    gpt_stored(m, a->lnf, BT * C);
+    if (L == 0) {  // (a stage without layers: the final LayerNorm on the embeddings)
+        layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->encoded, p[P_LNFW], p[P_LNFB], (int)BT, C);
+        gpt_stored(m, a->lnf, BT * C);
+    }
     if (!targets_host) {  // generation: the logits of the last head_rows positions (the next token's row among them)
         size_t r0 = BT > m->head_rows ? BT - m->head_rows : 0;
         matmul_forward(a->logits, a->lnf + r0 * C, p[P_WTE], (const F*)nullptr, (int)(BT - r0), C, td.Vl);

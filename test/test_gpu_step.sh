@@ -18,6 +18,9 @@
 #        their first op (llmc/model.h gpt_grads_begin), as are the LM head's and the final
 #        LayerNorm's input gradients — a zero-fill of the gradient buffer (4 bytes a parameter) or
 #        of an activation gradient per micro-batch shows here;
+#      - every residual add of the forward in one pass with the LayerNorm after it (LN2, the next
+#        layer's LN1, the final LayerNorm: 2·L launches per micro-batch), no lone residual add, and one
+#        lone LayerNorm per micro-batch (layer 0's LN1);
 #   3. --gelu-fusion (cuda/matmul.cuh's GeLU epilogues): the fp32 run fused (on) and unfused (off)
 #      agree within 1e-6 relative (loss, grad norm), and the fused run's profile is the unfused one's
 #      less exactly the GeLU kernels — 2 launches per layer and micro-batch (forward, backward), none
@@ -90,7 +93,7 @@ memory "DP=2 ZeRO-1 rank $big" "$TMP/dp.json.$big" "$total" && ok "DP=2 ZeRO-1: 
 
 # ---- 2. one steady-state iteration ------------------------------------------------------------------
 VP=$(sed -nE 's/.*V=[0-9]+ \(padded ([0-9]+)\).*/\1/p' "$TMP/bf16_2.log" | head -1)
-python3 - "$TMP" $L $C $T $B "${VP:-0}" <<'PY' && ok "one iteration: no allocation, every product on tensor cores and exactly the model's FLOPs, syncs independent of micro-batches, one memset (the position gradient's)" || fail "steady-state structure"
+python3 - "$TMP" $L $C $T $B "${VP:-0}" <<'PY' && ok "one iteration: no allocation, every product on tensor cores and exactly the model's FLOPs, syncs independent of micro-batches, one memset (the position gradient's), every residual add fused into the LayerNorm after it" || fail "steady-state structure"
 import json, sys
 tmp, L, C, T, B, Vp = sys.argv[1], *map(int, sys.argv[2:])
 load = lambda n: json.load(open(f"{tmp}/{n}.json"))
@@ -114,6 +117,13 @@ wpe = T * C * 4  # the position table's gradient (maxT = T here)
 check(f"memsets per iteration: {it2['memsets']} of {it2['memset_bytes']} bytes with 2 micro-batches, {it1['memsets']} of "
       f"{it1['memset_bytes']} with 1 (1 of {wpe}: the position table's gradient only)",
       it2["memsets"] == it1["memsets"] == 1 and it2["memset_bytes"] == it1["memset_bytes"] == wpe)
+# every residual add of the forward in one pass with the LayerNorm after it (LN2, the next layer's LN1,
+# the final LayerNorm): per micro-batch 2·L fused launches, one plain LayerNorm (layer 0's LN1), no lone residual add
+k2, k3 = load("bf16_2")["launches_by_kernel"], load("bf16_3")["launches_by_kernel"]
+kd = {k: k3.get(k, 0) - k2.get(k, 0) for k in set(k2) | set(k3)}
+fused, plain, lone = (kd.get(f"{n}_kernel<F>", 0) for n in ("residual_layernorm_forward", "layernorm_forward", "residual_forward"))
+check(f"forward per iteration (2 micro-batches): {fused} residual + LayerNorm passes (2·L·2 = {4 * L}), {plain} lone LayerNorms (2), "
+      f"{lone} lone residual adds (0)", fused == 4 * L and plain == 2 and lone == 0)
 print(f"launches per iteration: {it2['launches']} (2 micro-batches), {it1['launches']} (1)")
 sys.exit(1 if bad else 0)
 PY
