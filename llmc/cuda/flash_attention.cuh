@@ -40,9 +40,10 @@
 //   buffer (dq_acc), and tile 0 adds the total into dinp. The counter's high bits carry the launch's
 //   tag (flash_scratch), so nothing resets it between launches and a launch that stopped part-way
 //   leaves nothing a later one waits on: the diagonal tile goes first without reading it, and every
-//   other waits for its own launch's tag. Blocks are numbered so that higher key tiles start first (blockIdx.x = 0 is the last
-//   tile): a block only ever waits for one that started before it, so the spin cannot deadlock, and
-//   under the emulation (blocks one after another in launch order) the turn has always come.
+//   other waits for its own launch's tag. Blocks are numbered so that higher key tiles start first
+//   (blockIdx.x = 0 is the last tile): a block only ever waits for one that started before it, so
+//   the spin cannot deadlock, and under the emulation (blocks one after another in launch order)
+//   the turn has always come.
 //   Every output element is produced by one warp or one ordered chain, summed in an order fixed by
 //   the shape: the same bits run to run.
 // Numerics vs the GEMM path (cuda/attention.cuh): both multiply F operands exactly and sum in fp32.
@@ -350,11 +351,11 @@ __device__ inline void flash_turn_store(int* counter, int v) {
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(counter), "r"(v) : "memory");
 #endif
 }
-// Thread 0 waits until the counter, first read into `seen` (issued early, so its latency hides
-// behind other work), equals `turn`.
 // The counter's value for a launch's turn: (tag << FLASH_TURN_BITS) | turn (flash_scratch).
 enum { FLASH_TURN_BITS = 16 };
 __device__ __host__ inline int flash_turn_value(int tag, int turn) { return tag << FLASH_TURN_BITS | turn; }
+// Thread 0 waits until the counter, first read into `seen` (issued early, so its latency hides
+// behind other work), equals `turn` (a flash_turn_value).
 __device__ inline void flash_wait_turn(const int* counter, int seen, int turn) {
 #ifdef KEEL_CUDA_EMULATION
     if (seen != turn) {
