@@ -1256,7 +1256,9 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     bool nf = cfg->normformer;
     auto zero = [](F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); };
     // --checkpoint-activations: the layer's forward again, from its kept input; the same ops on
-    // the same inputs with the same dropout masks give the same bytes as the first time
+    // the same inputs with the same dropout masks give the same bytes as the first time (its LN1
+    // and last residual add run apart here, fused the first time: the fused pass gives the two ops'
+    // bytes, test_cuda_layers)
     if (cfg->checkpoint_activations) gpt_layer_forward(m, l, B, T);
     F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
     size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, la = k * BTmax * Ca, lh = k * BTmax * H, lr = k * BTmax;

@@ -121,7 +121,7 @@ static void test_layernorm(int N, int C) {
     check_close("layernorm_backward dinp" + sz, got.dx, want.dx, 1e-5, 1e-5);
     check_close("layernorm_backward dweight" + sz, got.dw, want.dw, 1e-5, 1e-4);
     check_close("layernorm_backward dbias" + sz, got.db, want.db, 1e-5, 1e-4);
-    // twice: the last-block counter was reset, and the reduction order does not depend on timing
+    // twice: the blocks-done count starts afresh under the next launch's tag, and the reduction order does not depend on timing
     check_true("layernorm_backward twice: same bytes" + sz, same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 0), got));
     check_true("layernorm_backward misaligned (scalar path): same bytes" + sz,
                same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 1), got));

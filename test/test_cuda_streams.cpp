@@ -16,6 +16,7 @@
 // aborted kernel) or any stale value must not change or stall a later launch: the words are planted
 // with stale values and the next launch must give the bytes of a clean one (each launch tags its
 // counts; nothing is reset between launches).
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -79,8 +80,9 @@ static OpCase gemm_attention_case() {
 // The flash backward (D by one kernel, then the backward reading it and passing dQ turns), bf16, at
 // 4 and 8 warps a block: T = 160 has 3 key tiles of 64 (2 of 128), so each query step's dQ chain has
 // several parts.
+static const int FL_B = 2, FL_T = 160, FL_C = 128, FL_NH = 2;  // head size 64
 template <int WARPS> static OpCase flash_case() {
-    const int B = 2, T = 160, C = 128, NH = 2;
+    const int B = FL_B, T = FL_T, C = FL_C, NH = FL_NH;
     static AttentionOpts o;
     static bf16 *inp[2], *dout[2], *out[2], *dinp[2];
     static float* lse[2];
@@ -271,23 +273,36 @@ static void stale_layernorm_counter() {
 
 template <int WARPS> static void stale_flash_turns() {
     OpCase c = flash_case<WARPS>();
-    c.clear(0);
-    c.issue(0);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    std::vector<uint8_t> want = c.outputs(0);
+    std::vector<uint8_t> want[2];
+    for (int k = 0; k < 2; k++) {
+        c.clear(k);
+        c.issue(k);
+        CUDA_CHECK(cudaDeviceSynchronize());
+        want[k] = c.outputs(k);
+    }
     keel_cuda::DeviceScratch* turns = keel_cuda::flash_attention_counters();
     size_t n = turns->bytes / sizeof(int);
-    // stale turns: another launch's tag at a middle turn, a bare turn (no tag), junk
+    // a completed launch leaves every counter it used — one per head-batch and query step — at 0, no
+    // launch's turn: a later launch of another shape (its chains on other counters) finds no tag of
+    // an older one there
+    size_t used = (size_t)FL_B * FL_NH * ((FL_T + keel_cuda::flash_bq(64) - 1) / keel_cuda::flash_bq(64));
+    std::vector<int> left = dev_download((const int*)turns->ptr, used);
+    check_true(c.name + ": a completed launch leaves its " + std::to_string(used) + " dQ turn counters at 0",
+               used <= n && std::count(left.begin(), left.end(), 0) == (long)used);
+    // stale turns: another launch's tag at a middle turn, bare turns (no tag), junk
     const int stale[] = {keel_cuda::flash_turn_value(777, 1), 1, 2, 0x5a5a5a5a};
     int bad = 0;
     for (int v : stale) {
         CUDA_CHECK(cudaMemcpy(turns->ptr, std::vector<int>(n, v).data(), n * sizeof(int), cudaMemcpyHostToDevice));
         c.clear(0);
-        c.issue(0);
+        c.issue(0);  // the launch after the stale words
+        c.clear(1);
+        c.issue(1);  // and the one after that
         CUDA_CHECK(cudaDeviceSynchronize());
-        if (c.outputs(0) != want) bad++;
+        if (c.outputs(0) != want[0] || c.outputs(1) != want[1]) bad++;
     }
-    check_true(c.name + ": stale dQ turn counters (4 kinds) neither stall nor change the next launch (" + std::to_string(bad) + " wrong)",
+    check_true(c.name + ": stale dQ turn counters (4 kinds) neither stall nor change the next launch nor the one after (" + std::to_string(bad) +
+                   " wrong)",
                bad == 0);
 }
 

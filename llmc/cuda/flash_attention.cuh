@@ -37,10 +37,10 @@
 //   dQ in a fixed order: a query step's parts are added by its key tiles from the diagonal tile down
 //   to tile 0, each in turn: a per-(head-batch, step) counter in device memory says whose turn it is
 //   (a block spins until it equals the number of tiles before it), the partial sum waits in an fp32
-//   buffer (dq_acc), and tile 0 adds the total into dinp. The counter's high bits carry the launch's
-//   tag (flash_scratch), so nothing resets it between launches and a launch that stopped part-way
-//   leaves nothing a later one waits on: the diagonal tile goes first without reading it, and every
-//   other waits for its own launch's tag. Blocks are numbered so that higher key tiles start first
+//   buffer (dq_acc), and tile 0 adds the total into dinp and sets the counter to 0 (no launch's
+//   turn). The counter's high bits carry the launch's tag (flash_scratch), so a launch that stopped
+//   part-way leaves nothing a later one waits on: the diagonal tile goes first without reading the
+//   counter, and every other waits for its own launch's tag. Blocks are numbered so that higher key tiles start first
 //   (blockIdx.x = 0 is the last tile): a block only ever waits for one that started before it, so
 //   the spin cannot deadlock, and under the emulation (blocks one after another in launch order)
 //   the turn has always come.
@@ -60,8 +60,8 @@
 //   backward  K, V (64·hs F) + Q, dO (2 buffers each, BQ·hs F) + dSᵀ (64·BQ F) + lse, D (2·2·BQ fp32)
 //                                                                           hs 64: 57 KB, 128: 68.5 KB
 // Scratch (flash_attention_scratch_bytes, reserved once by flash_attention_reserve): D (B,NH,T) fp32,
-// dq_acc (B,NH,T,hs) fp32, the dQ counters (B,NH,⌈T/BQ⌉) int (zeroed when allocated; every launch
-// leaves them zero). The caller keeps lse (B,NH,T) fp32 per layer instead of att (B,NH,T,T).
+// dq_acc (B,NH,T,hs) fp32, the dQ counters (B,NH,⌈T/BQ⌉) int (zeroed when allocated; a launch that
+// completes leaves every counter it used at 0, one that stopped leaves its tag's turns). The caller keeps lse (B,NH,T) fp32 per layer instead of att (B,NH,T,T).
 // Grid: (⌈T/64⌉, B·NH): B·NH ≤ 65535 (gridDim.y).
 #pragma once
 
@@ -564,7 +564,7 @@ __global__ void __launch_bounds__(32 * WARPS)
         // counter's first read goes out now and lands while the part is computed
         const int last_kt = q0 / BC;
         int* turn = dq_turn + (size_t)bh * nqs + q0 / BQ;
-        int seen = ORDERED && threadIdx.x == 0 ? flash_turn_load(turn) : 0;
+        int seen = ORDERED && threadIdx.x == 0 && kt != last_kt ? flash_turn_load(turn) : 0;
         // the step's dQ part: rows qm.. of the step (16 queries), channels ch0..ch0+DQW, Σ over the tile's keys
         const int qm = q0 + mq * 16, qm_last = flash_imin(qm + 15, T - 1);
         float dq[DT][4];
@@ -607,7 +607,10 @@ __global__ void __launch_bounds__(32 * WARPS)
                 }
             }
         __syncthreads();  // the whole part is written (and the step's buffers read) before the turn passes
-        if (ORDERED && threadIdx.x == 0 && kt != 0) flash_turn_store(turn, flash_turn_value(tag, last_kt - kt + 1));
+        // the next tile's turn; after the last part 0, which is no launch's (tags start at 1): a counter
+        // of a completed launch holds no tag, so a later launch of another shape, whose chains reuse
+        // the counters, never finds its own tag left there by an older one
+        if (ORDERED && threadIdx.x == 0) flash_turn_store(turn, kt == 0 ? 0 : flash_turn_value(tag, last_kt - kt + 1));
     }
     // dK, dV of the lane's two key rows into dinp's k and v sections
     KEEL_UNROLL
@@ -636,9 +639,10 @@ static inline DeviceScratch* flash_attention_counters() {
 // The backward's scratch for (B,T,C,NH) (flash_attention_gpu_scratch_bytes in all): D and dq_acc in
 // one buffer, the dQ counters in another, zeroed when it is allocated (so no fresh counter holds a
 // tag: tags start at 1), and the launch's tag: the host's count of backward launches, 1..32767 and
-// then again from 1. A counter left by a launch that stopped part-way carries another tag, so no
-// later launch takes it for its own turn (unless 32767 launches later, and only if no launch over
-// the same rows wrote the counter in between).
+// then again from 1. A launch that completes leaves its counters at 0; a counter left by one that
+// stopped part-way carries that launch's tag, so no later launch takes it for its own turn (unless
+// its tag comes round again, 32767 launches later, with no completed launch over the same chain
+// in between).
 struct FlashScratch {
     float* D;
     float* dq_acc;
