@@ -69,7 +69,8 @@ namespace keel_cuda {
 
 // keel runs its ops on one stream, in program order (cuda/stream.h: a created stream, never the
 // legacy default one; the NCCL backend issues on it too, llmc/comm.h). An OpStreamScope can move the
-// ops to another stream (tests); the scratch they share then orders itself (DeviceScratch below).
+// ops' kernels to another stream (tests); the scratch they share then orders itself (DeviceScratch
+// below), while NCCL calls and the optimizer's tables stay ordered against keel_stream().
 #define MAIN_STREAM (keel_op_stream())
 
 static inline unsigned ceil_div(size_t n, size_t d) { return (unsigned)((n + d - 1) / d); }
