@@ -198,16 +198,31 @@ struct StreamsApart {
 #endif
 };
 
-// Set 0 on stream a and set 1 on stream b, issued back to back, against each made alone.
-static const int SEEDS = 16;
-static void two_streams(const OpCase& c, cudaStream_t a, cudaStream_t b) {
-    std::vector<uint8_t> want[2];
-    for (int k = 0; k < 2; k++) {
+// Each input set's outputs with the op made alone on keel's stream, set `last` made last (its
+// partials are then the ones left in the op's scratch).
+static void made_alone(const OpCase& c, std::vector<uint8_t> want[2], int last = 1) {
+    for (int k : {1 - last, last}) {
         c.clear(k);
         c.issue(k);
         CUDA_CHECK(cudaDeviceSynchronize());
         want[k] = c.outputs(k);
     }
+}
+// The next two calls (set 0, then set 1) give the bytes of each made alone.
+static bool next_two_match(const OpCase& c, const std::vector<uint8_t> want[2]) {
+    c.clear(0);
+    c.issue(0);
+    c.clear(1);
+    c.issue(1);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    return c.outputs(0) == want[0] && c.outputs(1) == want[1];
+}
+
+// Set 0 on stream a and set 1 on stream b, issued back to back, against each made alone.
+static const int SEEDS = 16;
+static void two_streams(const OpCase& c, cudaStream_t a, cudaStream_t b) {
+    std::vector<uint8_t> want[2];
+    made_alone(c, want);
     check_true(c.name + ": the two input sets give different outputs (the check below can tell them apart)", want[0] != want[1]);
     int bad = 0;
     for (int seed = 1; seed <= SEEDS; seed++) {
@@ -240,12 +255,7 @@ static void two_streams(const OpCase& c, cudaStream_t a, cudaStream_t b) {
 static void stale_layernorm_counter() {
     OpCase c = layernorm_case();
     std::vector<uint8_t> want[2];
-    for (int k = 1; k >= 0; k--) {  // set 0 last: its partials in the scratch
-        c.clear(k);
-        c.issue(k);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        want[k] = c.outputs(k);
-    }
+    made_alone(c, want, 0);
     unsigned* done = keel_cuda::layernorm_scratch()->done;
     const unsigned B = keel_cuda::LN_DONE_COUNT_BITS;
     int bad = 0;
@@ -259,12 +269,7 @@ static void stale_layernorm_counter() {
         // a count of 3 under tag 0 (no launch's), another tag's full count, all bits set
         const unsigned stale[] = {last_tag | 5u, 3u, (last_tag + (9u << B)) | 8u, 0xffffffffu};
         CUDA_CHECK(cudaMemcpy(done, &stale[kind], sizeof(unsigned), cudaMemcpyHostToDevice));
-        c.clear(0);
-        c.issue(0);  // the launch after the stale word
-        c.clear(1);
-        c.issue(1);  // and the one after that
-        CUDA_CHECK(cudaDeviceSynchronize());
-        if (c.outputs(0) != want[0] || c.outputs(1) != want[1]) bad++;
+        if (!next_two_match(c, want)) bad++;
     }
     check_true("layernorm backward: a stale done word (4 kinds, a stopped launch's among them) changes neither the next launch nor the one "
                "after (" + std::to_string(bad) + " wrong)",
@@ -274,12 +279,7 @@ static void stale_layernorm_counter() {
 template <int WARPS> static void stale_flash_turns() {
     OpCase c = flash_case<WARPS>();
     std::vector<uint8_t> want[2];
-    for (int k = 0; k < 2; k++) {
-        c.clear(k);
-        c.issue(k);
-        CUDA_CHECK(cudaDeviceSynchronize());
-        want[k] = c.outputs(k);
-    }
+    made_alone(c, want);
     keel_cuda::DeviceScratch* turns = keel_cuda::flash_attention_counters();
     size_t n = turns->bytes / sizeof(int);
     // a completed launch leaves every counter it used — one per head-batch and query step — at 0, no
@@ -294,12 +294,7 @@ template <int WARPS> static void stale_flash_turns() {
     int bad = 0;
     for (int v : stale) {
         CUDA_CHECK(cudaMemcpy(turns->ptr, std::vector<int>(n, v).data(), n * sizeof(int), cudaMemcpyHostToDevice));
-        c.clear(0);
-        c.issue(0);  // the launch after the stale words
-        c.clear(1);
-        c.issue(1);  // and the one after that
-        CUDA_CHECK(cudaDeviceSynchronize());
-        if (c.outputs(0) != want[0] || c.outputs(1) != want[1]) bad++;
+        if (!next_two_match(c, want)) bad++;
     }
     check_true(c.name + ": stale dQ turn counters (4 kinds) neither stall nor change the next launch nor the one after (" + std::to_string(bad) +
                    " wrong)",
