@@ -173,8 +173,8 @@ static inline void host_upload(void* dst, const void* src, size_t bytes) {
 // A device buffer that grows on demand and is kept for the next call (reduction partials, the
 // attention backward's ds, the chunk table): one cudaMalloc per size increase, none in the steady state.
 // Counters kept in scratch (LayerNorm's blocks-done, flash attention's dQ turns) carry each launch's
-// tag and are never reset, so a launch that stopped part-way leaves nothing a later one reads as its
-// own (cuda/layernorm.cuh, cuda/flash_attention.cuh).
+// tag, so a launch that stopped part-way leaves nothing a later one reads as its own
+// (cuda/layernorm.cuh, cuda/flash_attention.cuh).
 // An op's scratch: one device buffer shared by every call of the op (reserved once at set-up, no
 // allocation in a step). Calls on one stream are ordered by the stream. A call on another stream
 // than the last user's is ordered after everything that stream had been given so far (an event

@@ -33,8 +33,8 @@
 //      The counter carries the launch's tag (layernorm_next_tag): nothing resets it, and a count a
 //      stopped launch left is another tag's, which the next launch's first block replaces.
 //   Memory ordering on the GPU: each thread fences (grid_fence: __threadfence) after writing its slot
-//   entries; __syncthreads; thread 0 then counts the block (a compare-and-swap loop). The fence makes the slot writes
-//   visible device-wide before the increment can be observed. The last block's thread 0 fences after
+//   entries; __syncthreads; thread 0 then counts the block (a compare-and-swap loop). The fence makes
+//   the slot writes visible device-wide before the count can be observed. The last block's thread 0 fences after
 //   its atomic (acquire side) and reads the slots through volatile loads, which go to L2 (no stale L1
 //   line can be read). Under the emulation the blocks run one after another.
 // Scratch: the partials and the counter are sized by layernorm_reserve(N_max, C_max) at set-up (no
