@@ -20,6 +20,7 @@
 #include <cstring>
 #include <functional>
 
+#include "llmc/cpu/layernorm.h"
 #include "llmc/cuda/attention.cuh"
 #include "llmc/cuda/flash_attention.cuh"
 #include "llmc/cuda/layernorm.cuh"
@@ -143,13 +144,8 @@ static LNData* ln_data() {
     size_t NC = (size_t)LN_N * LN_C;
     d.w = upload_as<float>(randn(LN_C, 409));
     for (int k = 0; k < 2; k++) {
-        std::vector<float> x = randn(NC, 400 + k), mean(LN_N), rstd(LN_N);
-        for (int r = 0; r < LN_N; r++) {
-            double s = 0, ss = 0;
-            for (int c = 0; c < LN_C; c++) s += x[(size_t)r * LN_C + c];
-            for (int c = 0; c < LN_C; c++) ss += (x[(size_t)r * LN_C + c] - s / LN_C) * (x[(size_t)r * LN_C + c] - s / LN_C);
-            mean[r] = (float)(s / LN_C), rstd[r] = (float)(1.0 / std::sqrt(ss / LN_C + 1e-5));
-        }
+        std::vector<float> x = randn(NC, 400 + k), y(NC), mean(LN_N), rstd(LN_N), w = randn(LN_C, 409), b(LN_C);
+        layernorm_forward(y.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), LN_N, LN_C);  // the statistics (CPU op)
         d.inp[k] = upload_as<float>(x);
         d.dout[k] = upload_as<float>(randn(NC, 410 + k));
         d.mean[k] = dev_upload(mean);
