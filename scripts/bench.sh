@@ -3,7 +3,8 @@
 # (GPT-2 vocabulary, padded 50304). FLOPs per token = 6·N + 6·L·C·T (N = parameters including
 # the padded vocabulary, which the classifier multiplies). Iteration 1 is warm-up and not counted;
 # the figures are the mean of the timed iterations. Timing is printed, never asserted. Then the
-# step's wait at a checkpoint save, synchronous and --async-save (BENCH_ONLY=save: that alone).
+# step's wait at a checkpoint save, synchronous and --async-save (BENCH_ONLY=save: that alone), then
+# the GPU rows where a GPU is found (BENCH_ONLY=gpu: those alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ITERS=${BENCH_ITERS:-4}
@@ -47,6 +48,7 @@ bench_save() {
     }'
 }
 if [ "${BENCH_ONLY:-}" = save ]; then bench_save; exit 0; fi
+if [ "${BENCH_ONLY:-}" != gpu ]; then
 
 peak_probe() { ./build/fma_peak | awk '$2 != "threads" { if ($3 > best) { best = $3; isa = $2 } } END { printf "%s %s\n", best + 0, isa }'; }
 read -r PEAK PEAK_ISA < <(peak_probe)
@@ -75,8 +77,9 @@ echo "fp32 FMA peak, measured: $PEAK GFLOP/s ($PEAK_ISA) before the runs, $PEAK2
 ./build/fma_peak | awk '$2 != "threads" && $2 != "'"$PEAK_ISA"'" { printf "  (%s: %s GFLOP/s)\n", $2, $3 }'
 echo "threads: ${OMP_NUM_THREADS:-$(nproc)} | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //') | $(grep -m1 -o 'backend: [^|]*' "$tmp/tiny.log" || true)"
 bench_save
+fi  # (BENCH_ONLY=gpu skips the CPU rows)
 
-# ---- GPU: train_gpt at GPT-2 124M, 350M and 1.5B (B=16, T=1024, bf16) ---------------------------------
+# ---- GPU: train_gpt at GPT-2 124M (both attention paths, T=1024 and 2048), 350M and 1.5B (bf16) --------
 # ms/iteration: the median of the iterations after the first (start-up, allocation, cuBLASLt's
 # heuristics); tokens/s = B·T / that. Model FLOPs per token = 6·N + 12·L·C·T (N = parameters
 # including the padded vocabulary; attention counted at full T×T, the PaLM / llm.c convention), so
@@ -103,11 +106,11 @@ echo
 echo "GPU: $GPU_NAME | bf16 dense peak: $([ "$GPU_PEAK" -gt 0 ] && echo "$GPU_PEAK TFLOP/s" || echo "unknown for this GPU (MFU n/a)") | $GPU_ITERS iterations, median of 2..$GPU_ITERS"
 echo "model FLOPs per token = 6·N + 12·L·C·T (N: parameters incl. padded vocabulary; attention at full T×T)"
 printf '%-6s %-28s %10s %12s %9s %7s %12s\n' config shape ms/iter tok/s TFLOP/s MFU "peak mem"
-gpu_bench() { # name L C NH T B
-  local name=$1 L=$2 C=$3 NH=$4 T=$5 B=$6 sampler P peak rc=0
+gpu_bench() { # name L C NH T B [more flags]
+  local name=$1 L=$2 C=$3 NH=$4 T=$5 B=$6 sampler P peak rc=0; shift 6
   nvidia-smi -i "$GPU_INDEX" --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$tmp/$name.mem" 2>/dev/null &
   sampler=$!
-  timeout -k 10 900 ./train_gpt --bf16 --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length "$T" \
+  timeout -k 10 900 ./train_gpt "$@" --bf16 --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length "$T" \
     --micro-batch-size "$B" --train-iters "$GPU_ITERS" --lr 1e-4 --train-data-path data/brown/brown_train.bin \
     --log-interval 1000 --hidden-dropout 0 --attention-dropout 0 --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 || rc=$?
   kill "$sampler" 2>/dev/null || true
@@ -127,6 +130,11 @@ gpu_bench() { # name L C NH T B
       }'
 }
 gpu_bench 124M 12 768 12 1024 16
-KEEL_FLASH_BWD_WARPS=8 gpu_bench 124Mb8 12 768 12 1024 16  # the same with the flash backward at 8 warps a block (llmc/cuda/flash_attention.cuh)
+KEEL_FLASH_BWD_WARPS=4 gpu_bench 124Mb4 12 768 12 1024 16  # the same with the flash backward at 4 warps a block (llmc/cuda/flash_attention.cuh)
+gpu_bench 124Mg 12 768 12 1024 16 --attention-impl gemm   # the GEMM attention path (the fallback for head sizes flash lacks)
+gpu_bench 124MT2 12 768 12 2048 8                         # T = 2048: flash, then the GEMM path
+gpu_bench 124MT2g 12 768 12 2048 8 --attention-impl gemm
+gpu_bench h128 12 1536 12 1024 8                          # head size 128 (BLOOM's): flash, then the GEMM path
+gpu_bench h128g 12 1536 12 1024 8 --attention-impl gemm
 gpu_bench 350M 24 1024 16 1024 16
 gpu_bench 1.5B 48 1600 25 1024 16   # flash attention (the default at head size 64): fits 80 GB without --checkpoint-activations

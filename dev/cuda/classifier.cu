@@ -36,11 +36,16 @@ __global__ void classifier_naive_kernel(float* losses, bf16* logits, const int* 
     int t = targets[n];
     float maxv = -INFINITY, sum = 0, lt = t >= 0 && t < V ? to_f32(p[t]) : 0.0f;
     for (int j = 0; j < V; j++) maxv = fmaxf(maxv, to_f32(p[j]));
-    for (int j = 0; j < V; j++) sum += expf(to_f32(p[j]) - maxv);
+    float rest = 0;  // Σ over j ≠ t: p_t - 1 = -rest/sum keeps its bits when p_t ≈ 1
+    for (int j = 0; j < V; j++) {
+        float e = expf(to_f32(p[j]) - maxv);
+        sum += e;
+        if (j != t) rest += e;
+    }
     losses[n] = logf(sum) - (lt - maxv);
     if (dloss == 0.0f) return;
     for (int j = 0; j < Vp; j++) {
-        float g = j < V ? expf(to_f32(p[j]) - maxv) / sum * dloss - (j == t ? dloss : 0.0f) : 0.0f;
+        float g = j >= V ? 0.0f : j == t ? -rest / sum * dloss : expf(to_f32(p[j]) - maxv) / sum * dloss;
         p[j] = from_f32<bf16>(g);
     }
 }

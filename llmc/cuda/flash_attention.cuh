@@ -112,6 +112,9 @@ __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; 
 #define FLASH_LOG2E 1.4426950408889634f
 #define FLASH_LN2 0.6931471805599453f
 
+// A compile-time flag as an argument, for the kernels' lambdas compiled once per value.
+template <bool V> struct FlashConst { static constexpr bool value = V; };
+
 // ---- each lane's shared-memory access, by pattern (element offsets in a swizzled tile of `width`) ----
 // The kernels address shared memory only through these, and test_cuda_flash evaluates each for the
 // 32 lanes of a warp at every offset the kernels use and counts bank conflicts (none).
@@ -201,7 +204,12 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         const F* Vc = Vs + cur * BC * HS;
         // 8-key column blocks with a key ≤ the warp's last query (warp-uniform)
         const int nt = w_first > w_last || w_last < k0 ? 0 : flash_imin(NT, (w_last - k0) / 8 + 1);
-        if (nt > 0) {
+        // The tile's products and online softmax, compiled twice: FULL for a tile whose every key is at
+        // or before every query of the warp, all real (most tiles), without a mask test or a branch
+        // between the fragment loads and the products, so the loads of later products issue ahead of
+        // earlier ones; the other for the diagonal tile and the rows at T.
+        auto warp_tile = [&](auto full_c) {
+            constexpr bool FULL = decltype(full_c)::value;
             float s[NT][4];
             KEEL_UNROLL
             for (int j = 0; j < NT; j++)
@@ -210,21 +218,19 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             for (int kk = 0; kk < KS; kk++) {
                 KEEL_UNROLL
                 for (int j = 0; j < NT; j += 2) {
-                    if (j >= nt) continue;
+                    if (!FULL && j >= nt) continue;
                     uint32_t kb[4];  // Kᵀ as B: (channels 16kk.., keys 8j..) and (.., keys 8j+8..)
                     ldmatrix_x4(kb, Kc + flash_ldm_b(lane, j * 8, kk * 16, HS));
                     const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
                     mma_m16n8k16<F>(s[j], qf[kk], b0);
-                    if (j + 1 < nt) mma_m16n8k16<F>(s[j + 1], qf[kk], b1);
+                    if (FULL || j + 1 < nt) mma_m16n8k16<F>(s[j + 1], qf[kk], b1);
                 }
             }
             // online softmax, in base 2 (one ex2 per element, the exponent's scale folded into the
             // score's): x = s·log2(e); the score variant, the tile's row maxima over the quad, the rescale.
-            // The common case — no ALiBi, no layer coefficient, no element of the tile masked for
-            // this warp — is one multiply per element.
-            const bool full = nt == NT && k0 + BC - 1 <= w_first && w_first + 15 < T;  // warp-uniform
+            // The common case — no ALiBi, no layer coefficient, a FULL tile — is one multiply per element.
             float mt[2] = {-INFINITY, -INFINITY};
-            if (plain && full) {
+            if (FULL && plain) {
                 KEEL_UNROLL
                 for (int j = 0; j < NT; j++)
                     KEEL_UNROLL
@@ -278,7 +284,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             // O += P·V over the 16-key steps with a key ≤ the warp's last query
             KEEL_UNROLL
             for (int k2 = 0; k2 < BC / 16; k2++) {
-                if (2 * k2 >= nt) continue;
+                if (!FULL && 2 * k2 >= nt) continue;
                 const uint32_t pa[4] = {pack2<F>(s[2 * k2][0], s[2 * k2][1]), pack2<F>(s[2 * k2][2], s[2 * k2][3]),
                                         pack2<F>(s[2 * k2 + 1][0], s[2 * k2 + 1][1]), pack2<F>(s[2 * k2 + 1][2], s[2 * k2 + 1][3])};
                 KEEL_UNROLL
@@ -290,7 +296,9 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                     mma_m16n8k16<F>(oacc[n + 1], pa, b1);
                 }
             }
-        }
+        };
+        if (nt == NT && k0 + BC - 1 <= w_first && w_first + 15 < T) warp_tile(FlashConst<true>());  // (warp-uniform)
+        else if (nt > 0) warp_tile(FlashConst<false>());
         __syncthreads();  // every warp is done with this tile's buffers before they are refilled
     }
     // out = F(O / l): the warp's rows into the (free) Q tile, then 16-byte stores of whole rows
@@ -422,6 +430,9 @@ __global__ void __launch_bounds__(32 * WARPS)
     constexpr int DQW = HS * MQ / WARPS;         // channels of the step's dQ per warp (64 with 4 warps, 32 with 8)
     static_assert(DQW % 16 == 0 && WARPS % MQ == 0, "the step's dQ splits into whole 16-channel pairs per warp");
     constexpr int DT = DQW / 8;
+    // The four products compiled twice, for full steps and for the rest (below), except at head size
+    // 128 with 8 warps, where the second copy spills (255 registers; that shape runs 4 warps by default).
+    constexpr bool SPLIT = !(HS == 128 && WARPS == 8);
     KEEL_DYNAMIC_SHARED(F, smem);
     F* Ks = smem;                   // (BC,HS)
     F* Vs = Ks + BC * HS;           // (BC,HS)
@@ -477,88 +488,96 @@ __global__ void __launch_bounds__(32 * WARPS)
         const F* dOc = dOs + cur * BQ * HS;
         const float* lse_c = lse_s + cur * BQ;
         const float* D_c = D_s + cur * BQ;
-        // an 8-query block takes part if it holds a real query ≥ the warp's first real key
-        auto needed = [&](int j) { return u_first < T && q0 + 8 * j < T && q0 + 8 * j + 7 >= u_first; };
-        float s[NQ][4], dp[NQ][4];
-        KEEL_UNROLL
-        for (int j = 0; j < NQ; j++)
-            for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
-        KEEL_UNROLL
-        for (int kk = 0; kk < KS; kk++) {
-            uint32_t ka[4], va[4];  // A: the warp's 16 keys, channels 16kk..
-            ldmatrix_x4(ka, Ks + flash_ldm_a(lane, warp * 16, kk * 16, HS));
-            ldmatrix_x4(va, Vs + flash_ldm_a(lane, warp * 16, kk * 16, HS));
-            KEEL_UNROLL
-            for (int j = 0; j < NQ; j += 2) {
-                if (!needed(j) && !needed(j + 1)) continue;
-                uint32_t qb[4], ob[4];  // Qᵀ, dOᵀ as B: (channels 16kk.., queries 8j..) and (.., 8j+8..)
-                ldmatrix_x4(qb, Qc + flash_ldm_b(lane, j * 8, kk * 16, HS));
-                ldmatrix_x4(ob, dOc + flash_ldm_b(lane, j * 8, kk * 16, HS));
-                const uint32_t q_0[2] = {qb[0], qb[1]}, q_1[2] = {qb[2], qb[3]}, o_0[2] = {ob[0], ob[1]}, o_1[2] = {ob[2], ob[3]};
-                mma_m16n8k16<F>(s[j], ka, q_0);
-                mma_m16n8k16<F>(s[j + 1], ka, q_1);
-                mma_m16n8k16<F>(dp[j], va, o_0);
-                mma_m16n8k16<F>(dp[j + 1], va, o_1);
-            }
-        }
-        // s ← p·drop, dp ← dS (fp32), masked entries 0; p = exp2(x - lse·log2(e)) with x = s·log2(e)
-        // (base 2, as the forward). The common case — plain scores, every query of the step at or
-        // after every key of the warp, all real — takes no mask test and one multiply-add per score.
-        const bool full = q0 >= u_first + 15 && q0 + BQ <= T;  // warp-uniform
-        if (plain && full) {
+        // The warp's four products and the softmax between them, compiled twice: FULL for a step whose
+        // every query is at or after every key of the warp, all real (most steps), without a mask test
+        // or a branch between the fragment loads and the products, so the loads of later products
+        // issue ahead of earlier ones; the other for the steps on the diagonal and at T.
+        auto warp_products = [&](auto full_c) {
+            constexpr bool FULL = decltype(full_c)::value;
+            // an 8-query block takes part if it holds a real query ≥ the warp's first real key
+            auto needed = [&](int j) { return decltype(full_c)::value || (u_first < T && q0 + 8 * j < T && q0 + 8 * j + 7 >= u_first); };
+            float s[NQ][4], dp[NQ][4];
             KEEL_UNROLL
             for (int j = 0; j < NQ; j++)
+                for (int e = 0; e < 4; e++) s[j][e] = dp[j][e] = 0.0f;
+            KEEL_UNROLL
+            for (int kk = 0; kk < KS; kk++) {
+                uint32_t ka[4], va[4];  // A: the warp's 16 keys, channels 16kk..
+                ldmatrix_x4(ka, Ks + flash_ldm_a(lane, warp * 16, kk * 16, HS));
+                ldmatrix_x4(va, Vs + flash_ldm_a(lane, warp * 16, kk * 16, HS));
                 KEEL_UNROLL
-                for (int e = 0; e < 4; e++) {
-                    int tl = 8 * j + 2 * tq + (e & 1);
-                    float p = exp2f(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
-                    float mult = dropout ? attention_drop_mult(o, sc.dscale, b, h, q0 + tl, u_r[e >> 1]) : 1.0f;
-                    s[j][e] = p * mult;
-                    dp[j][e] = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
+                for (int j = 0; j < NQ; j += 2) {
+                    if (!needed(j) && !needed(j + 1)) continue;
+                    uint32_t qb[4], ob[4];  // Qᵀ, dOᵀ as B: (channels 16kk.., queries 8j..) and (.., 8j+8..)
+                    ldmatrix_x4(qb, Qc + flash_ldm_b(lane, j * 8, kk * 16, HS));
+                    ldmatrix_x4(ob, dOc + flash_ldm_b(lane, j * 8, kk * 16, HS));
+                    const uint32_t q_0[2] = {qb[0], qb[1]}, q_1[2] = {qb[2], qb[3]}, o_0[2] = {ob[0], ob[1]}, o_1[2] = {ob[2], ob[3]};
+                    mma_m16n8k16<F>(s[j], ka, q_0);
+                    mma_m16n8k16<F>(s[j + 1], ka, q_1);
+                    mma_m16n8k16<F>(dp[j], va, o_0);
+                    mma_m16n8k16<F>(dp[j + 1], va, o_1);
                 }
-        } else {
-            KEEL_UNROLL
-            for (int j = 0; j < NQ; j++)
+            }
+            // s ← p·drop, dp ← dS (fp32), masked entries 0; p = exp2(x - lse·log2(e)) with x = s·log2(e)
+            // (base 2, as the forward). The common case — plain scores on a FULL step — takes no mask test
+            // and one multiply-add per score.
+            if (FULL && plain) {
                 KEEL_UNROLL
-                for (int e = 0; e < 4; e++) {
-                    int u = u_r[e >> 1], tl = 8 * j + 2 * tq + (e & 1), t = q0 + tl;
-                    float pd = 0.0f, ds = 0.0f;
-                    if (t < T && u <= t) {
-                        float p = exp2f(attention_softmax_input(s[j][e] * alpha, h, u, o, sc) * FLASH_LOG2E - lse_c[tl] * FLASH_LOG2E);
-                        float mult = dropout ? attention_drop_mult(o, sc.dscale, b, h, t, u) : 1.0f;
-                        pd = p * mult;
-                        ds = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
+                for (int j = 0; j < NQ; j++)
+                    KEEL_UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        int tl = 8 * j + 2 * tq + (e & 1);
+                        float p = exp2f(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
+                        float mult = dropout ? attention_drop_mult(o, sc.dscale, b, h, q0 + tl, u_r[e >> 1]) : 1.0f;
+                        s[j][e] = p * mult;
+                        dp[j][e] = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
                     }
-                    s[j][e] = pd;
-                    dp[j][e] = ds;
-                }
-        }
-        // dSᵀ of the warp's 16 keys to shared memory for the dQ product
-        KEEL_UNROLL
-        for (int j = 0; j < NQ; j++) {
-            *(uint32_t*)(dSs + flash_frag(lane, warp * 16, 8 * j, BQ)) = pack2<F>(dp[j][0], dp[j][1]);
-            *(uint32_t*)(dSs + flash_frag(lane, warp * 16 + 8, 8 * j, BQ)) = pack2<F>(dp[j][2], dp[j][3]);
-        }
-        // dV += (P·drop)ᵀ·dO, dK += dSᵀ·Q over the 16-query steps
-        KEEL_UNROLL
-        for (int kq = 0; kq < BQ / 16; kq++) {
-            if (!needed(2 * kq) && !needed(2 * kq + 1)) continue;
-            const uint32_t pa[4] = {pack2<F>(s[2 * kq][0], s[2 * kq][1]), pack2<F>(s[2 * kq][2], s[2 * kq][3]),
-                                    pack2<F>(s[2 * kq + 1][0], s[2 * kq + 1][1]), pack2<F>(s[2 * kq + 1][2], s[2 * kq + 1][3])};
-            const uint32_t da[4] = {pack2<F>(dp[2 * kq][0], dp[2 * kq][1]), pack2<F>(dp[2 * kq][2], dp[2 * kq][3]),
-                                    pack2<F>(dp[2 * kq + 1][0], dp[2 * kq + 1][1]), pack2<F>(dp[2 * kq + 1][2], dp[2 * kq + 1][3])};
-            KEEL_UNROLL
-            for (int n = 0; n < OT; n += 2) {
-                uint32_t ob[4], qb[4];  // dO, Q as B: (queries 16kq.., channels 8n..) and (.., 8n+8..)
-                ldmatrix_x4_trans(ob, dOc + flash_ldm_bt(lane, kq * 16, n * 8, HS));
-                ldmatrix_x4_trans(qb, Qc + flash_ldm_bt(lane, kq * 16, n * 8, HS));
-                const uint32_t o_0[2] = {ob[0], ob[1]}, o_1[2] = {ob[2], ob[3]}, q_0[2] = {qb[0], qb[1]}, q_1[2] = {qb[2], qb[3]};
-                mma_m16n8k16<F>(dv[n], pa, o_0);
-                mma_m16n8k16<F>(dv[n + 1], pa, o_1);
-                mma_m16n8k16<F>(dk[n], da, q_0);
-                mma_m16n8k16<F>(dk[n + 1], da, q_1);
+            } else {
+                KEEL_UNROLL
+                for (int j = 0; j < NQ; j++)
+                    KEEL_UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        int u = u_r[e >> 1], tl = 8 * j + 2 * tq + (e & 1), t = q0 + tl;
+                        float pd = 0.0f, ds = 0.0f;
+                        if (t < T && u <= t) {
+                            float p = exp2f(attention_softmax_input(s[j][e] * alpha, h, u, o, sc) * FLASH_LOG2E - lse_c[tl] * FLASH_LOG2E);
+                            float mult = dropout ? attention_drop_mult(o, sc.dscale, b, h, t, u) : 1.0f;
+                            pd = p * mult;
+                            ds = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
+                        }
+                        s[j][e] = pd;
+                        dp[j][e] = ds;
+                    }
             }
-        }
+            // dSᵀ of the warp's 16 keys to shared memory for the dQ product
+            KEEL_UNROLL
+            for (int j = 0; j < NQ; j++) {
+                *(uint32_t*)(dSs + flash_frag(lane, warp * 16, 8 * j, BQ)) = pack2<F>(dp[j][0], dp[j][1]);
+                *(uint32_t*)(dSs + flash_frag(lane, warp * 16 + 8, 8 * j, BQ)) = pack2<F>(dp[j][2], dp[j][3]);
+            }
+            // dV += (P·drop)ᵀ·dO, dK += dSᵀ·Q over the 16-query steps
+            KEEL_UNROLL
+            for (int kq = 0; kq < BQ / 16; kq++) {
+                if (!needed(2 * kq) && !needed(2 * kq + 1)) continue;
+                const uint32_t pa[4] = {pack2<F>(s[2 * kq][0], s[2 * kq][1]), pack2<F>(s[2 * kq][2], s[2 * kq][3]),
+                                        pack2<F>(s[2 * kq + 1][0], s[2 * kq + 1][1]), pack2<F>(s[2 * kq + 1][2], s[2 * kq + 1][3])};
+                const uint32_t da[4] = {pack2<F>(dp[2 * kq][0], dp[2 * kq][1]), pack2<F>(dp[2 * kq][2], dp[2 * kq][3]),
+                                        pack2<F>(dp[2 * kq + 1][0], dp[2 * kq + 1][1]), pack2<F>(dp[2 * kq + 1][2], dp[2 * kq + 1][3])};
+                KEEL_UNROLL
+                for (int n = 0; n < OT; n += 2) {
+                    uint32_t ob[4], qb[4];  // dO, Q as B: (queries 16kq.., channels 8n..) and (.., 8n+8..)
+                    ldmatrix_x4_trans(ob, dOc + flash_ldm_bt(lane, kq * 16, n * 8, HS));
+                    ldmatrix_x4_trans(qb, Qc + flash_ldm_bt(lane, kq * 16, n * 8, HS));
+                    const uint32_t o_0[2] = {ob[0], ob[1]}, o_1[2] = {ob[2], ob[3]}, q_0[2] = {qb[0], qb[1]}, q_1[2] = {qb[2], qb[3]};
+                    mma_m16n8k16<F>(dv[n], pa, o_0);
+                    mma_m16n8k16<F>(dv[n + 1], pa, o_1);
+                    mma_m16n8k16<F>(dk[n], da, q_0);
+                    mma_m16n8k16<F>(dk[n + 1], da, q_1);
+                }
+            }
+        };
+        if (SPLIT && q0 >= u_first + 15 && q0 + BQ <= T) warp_products(FlashConst<true>());  // (warp-uniform)
+        else warp_products(FlashConst<false>());
         __syncthreads();  // dSᵀ complete
         // the chain: key tiles last_kt, last_kt - 1, ..., 0 add their parts in this order; the
         // counter's first read goes out now and lands while the part is computed
@@ -571,20 +590,24 @@ __global__ void __launch_bounds__(32 * WARPS)
         KEEL_UNROLL
         for (int n = 0; n < DT; n++)
             for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
-        KEEL_UNROLL
-        for (int kb = 0; kb < BC / 16; kb++) {
-            if (k0 + kb * 16 > qm_last) continue;  // keys above every query of the block: dS = 0
-            uint32_t da[4];  // dS as A (queries × keys) from dSᵀ: transposed
-            ldmatrix_x4_trans(da, dSs + flash_ldm_at(lane, kb * 16, mq * 16, BQ));
+        auto dq_product = [&](auto all_c) {  // all_c: every key of the tile ≤ the warp's first query
             KEEL_UNROLL
-            for (int n = 0; n < DT; n += 2) {
-                uint32_t kb4[4];  // K as B: (keys 16kb.., channels ch0 + 8n..) and (.., +8)
-                ldmatrix_x4_trans(kb4, Ks + flash_ldm_bt(lane, kb * 16, ch0 + n * 8, HS));
-                const uint32_t k_0[2] = {kb4[0], kb4[1]}, k_1[2] = {kb4[2], kb4[3]};
-                mma_m16n8k16<F>(dq[n], da, k_0);
-                mma_m16n8k16<F>(dq[n + 1], da, k_1);
+            for (int kb = 0; kb < BC / 16; kb++) {
+                if (!decltype(all_c)::value && k0 + kb * 16 > qm_last) continue;  // keys above every query of the block: dS = 0
+                uint32_t da[4];  // dS as A (queries × keys) from dSᵀ: transposed
+                ldmatrix_x4_trans(da, dSs + flash_ldm_at(lane, kb * 16, mq * 16, BQ));
+                KEEL_UNROLL
+                for (int n = 0; n < DT; n += 2) {
+                    uint32_t kb4[4];  // K as B: (keys 16kb.., channels ch0 + 8n..) and (.., +8)
+                    ldmatrix_x4_trans(kb4, Ks + flash_ldm_bt(lane, kb * 16, ch0 + n * 8, HS));
+                    const uint32_t k_0[2] = {kb4[0], kb4[1]}, k_1[2] = {kb4[2], kb4[3]};
+                    mma_m16n8k16<F>(dq[n], da, k_0);
+                    mma_m16n8k16<F>(dq[n + 1], da, k_1);
+                }
             }
-        }
+        };
+        if (k0 + BC - 1 <= qm) dq_product(FlashConst<true>());  // (warp-uniform)
+        else dq_product(FlashConst<false>());
         if (ORDERED && threadIdx.x == 0 && kt != last_kt) flash_wait_turn(turn, seen, flash_turn_value(tag, last_kt - kt));
         __syncthreads();
         KEEL_UNROLL
@@ -731,16 +754,17 @@ void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)
     }
 }
 
-// The backward's warps a block: 4, or 8 under KEEL_FLASH_BWD_WARPS=8 — a measurement switch (make
-// bench times the 124M step both ways on a GPU) until a GPU has shown which is faster; the two give
-// the same dK and dV bits and dQ summed over 64- or 128-key tiles.
-static inline int flash_backward_warps() {
-    static const int w = [] {
+// The backward's warps a block: 8 (128 keys a block, FlashAttention-2's shape) at head size 64 and 4
+// (64 keys) at head size 128, the faster of the two for each on an H200 (docs/gpu.md: the kernel lab
+// at B=8..16, T=1024..2048, and the 124M step); KEEL_FLASH_BWD_WARPS=4 or 8 sets both, for measuring on
+// other GPUs. The two give the same dK and dV bits and dQ summed over 128- or 64-key tiles.
+static inline int flash_backward_warps(int hs) {
+    static const int forced = [] {
         const char* s = getenv("KEEL_FLASH_BWD_WARPS");
         if (s && *s && strcmp(s, "4") != 0 && strcmp(s, "8") != 0) keel_die("KEEL_FLASH_BWD_WARPS=%s: expected 4 or 8", s);
-        return s && strcmp(s, "8") == 0 ? 8 : 4;
+        return s && *s ? atoi(s) : 0;
     }();
-    return w;
+    return forced ? forced : hs == 64 ? 8 : 4;
 }
 
 template <typename F>
@@ -756,7 +780,7 @@ void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated
     if (ceil_div(T, 16 * FLASH_WARPS) >= (1u << FLASH_TURN_BITS))
         keel_die("flash attention: T = %d has more key tiles than the dQ chain's counter holds (%d)", T, (1 << FLASH_TURN_BITS) - 1);
     if constexpr (sizeof(F) == 2) {
-        bool w8 = flash_backward_warps() == 8;
+        bool w8 = flash_backward_warps(hs) == 8;
         if (hs == 64 && w8) flash_backward_launch<F, 64, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
         else if (hs == 64) flash_backward_launch<F, 64>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
         else if (w8) flash_backward_launch<F, 128, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
