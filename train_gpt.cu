@@ -25,6 +25,7 @@
 // rank checks (errors name the rank's problem on stderr).
 #include <chrono>
 #include <csignal>
+#include <functional>
 #include <string>
 #include <vector>
 #ifdef _OPENMP
@@ -65,6 +66,7 @@ struct Trainer {
     RankGrid grid;
     Config cfg;
     GPTConfig gcfg;          // this rank's part of the model: its stage and tensor-parallel slice
+    std::string attention_why;  // how --attention-impl auto chose the path (trainer_attention_auto), for the start-up line
     ParamTable whole;        // the whole model's parameter table: the canonical layout of checkpoints and exports
     GPT<A> model;
     Optimizer opt;
@@ -1098,7 +1100,8 @@ static void trainer_check_same_flags(const Comm* comm, const Config* c) {
 
 // --dry-run's hardware: --gpu-type's row with the flags' overrides, at the run's precision.
 // --gpu-type auto: the GPU train_gpt finds, with its memory; the CPU trainer, or a GPU not in the table: a100-80gb.
-static StepHw trainer_dry_run_hw(const Config* c) {
+// quiet: nothing printed (the GPU trainer's --attention-impl auto asks it too).
+static StepHw trainer_dry_run_hw(const Config* c, bool quiet = false) {
     std::string device;
     double device_mem = 0;
     bool found = c->gpu_type == "auto" && backend_gpu_found(&device, &device_mem);
@@ -1107,7 +1110,7 @@ static StepHw trainer_dry_run_hw(const Config* c) {
         if (!spec) spec = gpu_spec_find("a100-80gb");
         std::string why = !found ? "no GPU found: the default" : gpu_spec_match(device, device_mem) ? "found " + device
                                                                  : "found " + device + ", not in the table: the default";
-        printf("--gpu-type auto: %s (%s)\n", spec->name, why.c_str());
+        if (!quiet) printf("--gpu-type auto: %s (%s)\n", spec->name, why.c_str());
     }
     if (!spec) keel_usage_error("--gpu-type %s: no such row in the GPU table", c->gpu_type.c_str());  // (the choices are its names)
     if (c->inter_node_gbps < 0 || c->intra_node_gbps < 0 || c->gpu_memory_gb < 0)
@@ -1123,9 +1126,33 @@ static StepHw trainer_dry_run_hw(const Config* c) {
         std::string said, err;
         if (!step_curves_load(c->step_curves, &hw, &said, &err))
             keel_flag_error("fix the file, or leave --step-curves out to plan with the model's own efficiencies", "--step-curves %s", err.c_str());
-        printf("%s\n", said.c_str());
+        if (!quiet) printf("%s\n", said.c_str());
     }
     return hw;
+}
+
+// --attention-impl auto on the GPU, settled before anything is allocated: the step model's time for
+// one layer's attention on each path (llmc/step_model.h step_attention_times: keel's kernels at their
+// rates measured on an H200, on this GPU's row of the GPU table), and the faster one, except that the
+// GEMM path is taken only where its T x T probabilities fit (gemm_fits, asked only then). Sets
+// g->attention_impl to the path chosen and returns why, for the start-up line; "" where auto is not
+// the GPU's to settle (the CPU trainer, a flag naming the path, a shape or precision flash does not
+// cover: the GEMM path). Every rank settles it alike (gemm_fits must answer the same everywhere).
+static std::string trainer_attention_auto(GPTConfig* g, const StepHw* hw, int B, int T, int tp, double es, int cc,
+                                          const std::function<bool()>& gemm_fits) {
+    if (g->attention_impl != ATTN_IMPL_AUTO || !gpt_attention_flash(g, (size_t)es, true, cc)) return "";
+    AttnTimes t = step_attention_times(hw, g, B, T, tp, es);
+    bool gemm = t.gemm_s < t.flash_s;
+    const char* tail = "";
+    if (gemm && !gemm_fits()) {
+        gemm = false;
+        tail = "; the GEMM path's T x T probabilities would not fit: flash";
+    }
+    g->attention_impl = gemm ? ATTN_IMPL_GEMM : ATTN_IMPL_FLASH;
+    char buf[256];
+    snprintf(buf, sizeof buf, ": estimated %.3g ms flash vs %.3g ms gemm per layer on %s, forward + backward (step model)%s", 1e3 * t.flash_s,
+             1e3 * t.gemm_s, hw->gpu.name, tail);
+    return buf;
 }
 
 // --dry-run-json FILE: a plan is an output like the metrics file (llmc/outputs.h): an existing non-empty
@@ -1191,6 +1218,13 @@ static void trainer_dry_run(Config* c, int launched) {
     GPTConfig g;
     gpt_config_from_flags(c, &g);
     Plan p = plan_compute(&g, &l);
+    std::string why = trainer_attention_auto(&g, &hw, (int)l.micro_batch, l.seq, l.tp, c->fp32 ? 4 : 2, hw.gpu.cc, [&] {
+        GPTConfig gg = g;
+        gg.attention_impl = ATTN_IMPL_GEMM;
+        return plan_gpu_bytes(c, &gg, &l).total + p.reserve <= c->gpu_memory_gb * 1024.0 * 1024 * 1024;
+    });
+    if (!why.empty())  // (the layouts --search-layout ranks plan the path chosen here)
+        printf("--attention-impl auto: %s%s\n", g.attention_impl == ATTN_IMPL_GEMM ? "gemm" : "flash", why.c_str());
     bool fits = plan_print(stdout, &g, &l, &p, c->gpu_memory_gb);
     PlanGpu gpu = plan_gpu_bytes(c, &g, &l);
     plan_gpu_print(stdout, &gpu, c, c->gpu_memory_gb, p.reserve);
@@ -1369,19 +1403,10 @@ static void trainer_print_layout(Trainer<A>* tr, int B, int T) {
            g->num_layers, g->channels, ffn.c_str(), g->num_heads, g->max_seq_len, g->vocab_size, g->padded_vocab_size,
            (long long)gpt_num_params_real(&tr->whole, &whole), (long long)tr->whole.total);
     printf("%s\n", optimizer_describe(&tr->opt, &tr->model.table, c).c_str());
-    std::string why;  // auto on the GPU: the cost model's figures (gpt_attention_cost)
-    if (GPT_ON_GPU && g->attention_impl == ATTN_IMPL_AUTO && tr->model.flash &&
-        backend_compute_capability() >= 80) {
-        TPDims td = gpt_tp_dims(g);
-        AttnCost a = gpt_attention_cost(B, T, td.C, td.NH, backend_compute_capability());
-        char buf[160];
-        snprintf(buf, sizeof buf, ": estimated %.3g ms flash vs %.3g ms gemm per layer, forward + backward (cost model)", a.flash_ms, a.gemm_ms);
-        why = buf;
-    }
     printf("attention: %s (--attention-impl %s%s)\n",
            tr->model.flash ? "flash (fused, tensor cores, each row's log-sum-exp kept instead of the T x T probabilities)"
                            : "gemm (the materialized softmax: T x T probabilities kept per layer)",
-           c->attention_impl.c_str(), why.c_str());
+           c->attention_impl.c_str(), tr->attention_why.c_str());
     printf("gelu fusion: %s (--gelu-fusion %s)\n",
            !GPT_ON_GPU                 ? "n/a (the CPU trainer's GeLU ops compute the same values either way)"
            : g->activation != ACT_GELU ? "n/a (--activation relu)"
@@ -1500,12 +1525,17 @@ static void trainer_open_outputs(Trainer<A>* tr) {
 // model that cannot fit is refused with both figures instead of asking the allocator for petabytes
 // or failing halfway through the allocations.
 template <typename A>
-static void trainer_check_memory(Trainer<A>* tr, const ParamTable* table, int B, int T, int slots, int loss_slots, int64_t master) {
+static double trainer_memory_need(Trainer<A>* tr, const GPTConfig* g, const ParamTable* table, int B, int T, int slots, int loss_slots,
+                                  int64_t master) {
     const Config* c = &tr->cfg;
-    GPTDeviceBytes m = gpt_device_bytes<A>(&tr->gcfg, B, T, slots, loss_slots, master);
+    GPTDeviceBytes m = gpt_device_bytes<A>(g, B, T, slots, loss_slots, master);
     size_t chunks = 0;
     size_t optim = plan_optimizer_bytes(table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, &chunks, tr->grid.tp);
-    double need = (double)m.params + m.grads + m.compute_copy + m.activations + m.grad_scratch + m.loss_log + m.other + optim;
+    return (double)m.params + m.grads + m.compute_copy + m.activations + m.grad_scratch + m.loss_log + m.other + optim;
+}
+template <typename A>
+static void trainer_check_memory(Trainer<A>* tr, const ParamTable* table, int B, int T, int slots, int loss_slots, int64_t master) {
+    double need = trainer_memory_need(tr, &tr->gcfg, table, B, T, slots, loss_slots, master);
     double have = backend_memory_available();
     if (have > 0 && need > have)
         keel_die_code(KEEL_EXIT_RUNTIME, "a smaller model or micro-batch, or more ranks with --zero-stage 1 (--dry-run plans one without allocating)",
@@ -1551,7 +1581,17 @@ static void trainer_setup(Trainer<A>* tr) {
     param_table_build(&table, g);
     int64_t master_lo, master_hi;
     optimizer_master_range(&table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, gpt_has_compute_copy<A>(), &master_lo, &master_hi);
-    trainer_check_memory(tr, &table, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), (int)accum_max, master_hi - master_lo);
+    int slots = pipeline_max_in_flight(stage, P, (int)accum_max);
+    if (GPT_ON_GPU) {
+        StepHw hw = trainer_dry_run_hw(c, true);  // this GPU's row of the step model's table
+        tr->attention_why = trainer_attention_auto(g, &hw, B, T, tr->grid.tp, sizeof(A), backend_compute_capability(), [&] {
+            GPTConfig gg = *g;
+            gg.attention_impl = ATTN_IMPL_GEMM;
+            double need = trainer_memory_need(tr, &gg, &table, B, T, slots, (int)accum_max, master_hi - master_lo), have = backend_memory_available();
+            return !comm_any(&tr->world, have > 0 && need > have);  // (flash on every rank if one cannot hold it)
+        });
+    }
+    trainer_check_memory(tr, &table, B, T, slots, (int)accum_max, master_hi - master_lo);
     gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), master_lo, master_hi);
     if (c->log_timers_to_tensorboard) {  // the fused LM head's backward, timed apart (trainer_forward_backward)
         tr->model.clock = [](void* t) { return trainer_timer_now((Trainer<A>*)t); };

@@ -200,7 +200,8 @@ static const Flag FLAGS[] = {
               "scale scores after QK^T, or q and k each by d^-1/4 before it (OPT, Megatron-DeepSpeed PR 118)"),
     KEEL_FLAG(FG_GPU, "attention-impl", NO_MIN, NO_MAX, FT_STR, attention_impl, FK_RUN, "auto|flash|gemm",
               "attention kernels: flash (fused, O(T) memory; GPU: head size 64/128 in bf16/fp16), gemm (materialized "
-              "softmax), auto (flash where the GPU kernels cover the config; the CPU trainer: gemm)"),
+              "softmax), auto (on the GPU the faster of the two by the step model where flash covers the config, gemm only "
+              "where its T x T probabilities fit; the CPU trainer: gemm)"),
     KEEL_FLAG(FG_GPU, "gelu-fusion", NO_MIN, NO_MAX, FT_STR, gelu_fusion, FK_RUN, "auto|on|off",
               "GPU: the MLP's GeLU in cuBLASLt's GEMM epilogues (forward GELU_AUX_BIAS; backward DGELU, not under "
               "--normformer), or a separate kernel each way (off); auto: on from compute capability 9.0. The CPU "

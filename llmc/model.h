@@ -515,47 +515,14 @@ template <typename F> static inline bool gpt_master_part(const GPT<F>* m, int64_
 // the materialized softmax: --attention-impl flash, or auto on a GPU of compute capability cc ≥ 8.0
 // whose flash kernels cover the head size and storage type (fsize bytes). The CPU trainer's auto is
 // the materialized reference.
-// On the GPU, auto also asks the cost model below, which favours flash at every shape the kernels
-// cover (and says so at start-up, with its figures).
-struct AttnCost {
-    double flash_ms, gemm_ms;  // one layer's attention, forward + backward, estimated
-};
-// The cost model of --attention-impl auto: each path's time as the larger of its tensor-core time
-// (products at a fraction of the chip's dense 16-bit peak) and its memory time (bytes it must move
-// at a fraction of the memory bandwidth), for one layer of a micro-batch (B,T), NH heads of size hs
-// (2-byte storage), on a GPU of compute capability cc (sm_80: A100, 312 TFLOP/s, 2.0 TB/s; sm_90 and
-// later: H100, 989 TFLOP/s, 3.35 TB/s — the datasheets' figures).
-//   flash: 7 products of (T×T/2 causal)·hs per head (forward S = Q·Kᵀ, O = P·V; backward S, dP, dV,
-//          dK, dQ) at 35% of peak (FlashAttention-2's share with mma.sync on an H100); bytes: qkv,
-//          out, dout and dqkv once each, lse and D, and the dQ chain's fp32 partial sums (about T/128
-//          parts per query row, each read and written).
-//   gemm:  6 batched products over the whole T×T (forward Q·Kᵀ, att·V; backward dout·Vᵀ, attᵀ·dout,
-//          dS·K, dSᵀ·Q) at 60% of peak (cuBLASLt's share on large products); bytes: per score
-//          element, all 2-byte values, the products writing and reading whole T×T blocks and the
-//          row kernels reading and writing the causal half: forward S written (2) and half read
-//          (1), the probabilities written, zeros included (2), and read by att·V (2); backward dP
-//          written (2), the probabilities read by attᵀ·dout (2), the dS rows reading half of dP and
-//          of the probabilities and writing half of dS (3), dS read by its two products (4):
-//          18 bytes per (b, h, t, u), at 80% of bandwidth.
-// Measured on an H200 (GPT-2 124M, B=16, T=1024 and 2048, the whole step; docs/gpu.md), flash was
-// the faster path at both lengths, as the model predicts.
-static inline AttnCost gpt_attention_cost(int B, int T, int C, int NH, int cc) {
-    double hs = (double)C / NH, bh = (double)B * NH, tt = (double)T * T;
-    double peak = (cc >= 90 ? 989e12 : 312e12), bw = (cc >= 90 ? 3.35e12 : 2.0e12);
-    double flash_flops = 7 * 2 * bh * (tt / 2) * hs, gemm_flops = 6 * 2 * bh * tt * hs;
-    double flash_bytes = 2.0 * B * T * C * (3 + 1 + 1 + 3) + 8.0 * bh * T + 8.0 * B * T * C * (T / 128.0);
-    double gemm_bytes = 18.0 * bh * tt + 2.0 * B * T * C * (3 + 1 + 1 + 3);
-    AttnCost a;
-    a.flash_ms = 1e3 * std::max(flash_flops / (0.35 * peak), flash_bytes / (0.8 * bw));
-    a.gemm_ms = 1e3 * std::max(gemm_flops / (0.6 * peak), gemm_bytes / (0.8 * bw));
-    return a;
-}
+// On the GPU the trainer and --dry-run settle auto first (trainer_attention_auto in train_gpt.cu: the
+// step model's time for each path, llmc/step_model.h step_attention_times, with keel's kernels at
+// their measured rates; the GEMM path only where its T x T probabilities fit), and set
+// attention_impl to the path chosen. An auto nothing settled means flash wherever it is covered:
+// the path that needs less memory.
 static inline bool gpt_attention_flash(const GPTConfig* cfg, size_t fsize, bool gpu, int cc = 80) {
     if (cfg->attention_impl == ATTN_IMPL_FLASH) return true;
-    if (cfg->attention_impl != ATTN_IMPL_AUTO || !gpu || cc < 80 || !flash_attention_gpu_supported(cfg->channels / cfg->num_heads, fsize))
-        return false;
-    AttnCost a = gpt_attention_cost(1, cfg->max_seq_len, cfg->channels, cfg->num_heads, cc);
-    return a.flash_ms <= a.gemm_ms;
+    return cfg->attention_impl == ATTN_IMPL_AUTO && gpu && cc >= 80 && flash_attention_gpu_supported(cfg->channels / cfg->num_heads, fsize);
 }
 // Whether the GeLU ops (matmul_forward_gelu, matmul_backward_gelu) fuse the GeLU into cuBLASLt's
 // epilogues: --gelu-fusion on, or auto on a GPU of compute capability cc ≥ 9.0 (llm.c measured the

@@ -122,12 +122,13 @@ static const double STEP_GEMM_HALF_DIM = 128;
 static const double STEP_GEMM_MISALIGN_COST = 0.115;
 // keel's flash kernels (mma.sync, FlashAttention-2's scheme) as measured, counted as this model
 // counts them (the causal half-products): the kernel lab on an H200 (docs/gpu.md, November 2026,
-// B=16 T=1024 NH=12 hs=64) ran the forward in 0.223 ms (2.58e10 FLOPs: 11.7% of the dense peak)
-// and the backward in 1.233 ms (6.44e10: 5.3%). The backward is no faster than the GEMM path's
-// yet; these are keel's kernels as they are, not what a flash kernel can reach.
-static const double STEP_FLASH_FWD_EFF = 0.117, STEP_FLASH_BWD_EFF = 0.053;
+// B=16 T=1024 NH=12 hs=64, the backward at its default 8 warps) ran the forward in 0.1852 ms
+// (2.58e10 FLOPs: 14.1% of the dense peak) and the backward in 1.0068 ms (6.44e10: 6.47%). The
+// backward is still slower than the GEMM path's; these are keel's kernels as they are, not what a
+// flash kernel can reach (test/kernel_lab_h200_sample.txt holds that run).
+static const double STEP_FLASH_FWD_EFF = 0.141, STEP_FLASH_BWD_EFF = 0.0647;
 // Memory-bound kernels (LayerNorm, residual, dropout, GeLU, softmax, the optimizer): 80% of HBM
-// bandwidth, what a streaming copy reaches (gpt_attention_cost's figure; STREAM-like copies on A100/H100).
+// bandwidth, what a streaming copy reaches (STREAM-like copies on A100/H100).
 static const double STEP_MEM_EFF = 0.80;
 // Collectives: NCCL's ring reaches about 75% of NVLink's one-way bandwidth as bus bandwidth (nccl-tests
 // all_reduce on a DGX A100: about 230 of 300 GB/s) and about 85% of a NIC's line rate (HDR: about 21
@@ -392,13 +393,27 @@ static inline void step_attention(const StepHw* hw, const GPTConfig* g, double b
     // heads; the T×T traffic per score, in elements of the storage type (the products write and read
     // whole blocks, the row kernels the causal half): forward S written and half read, the
     // probabilities written and read by P·V (3.5); backward dP written, the probabilities read by
-    // Pᵀ·dout, the dS rows' halves of dP, the probabilities and dS, dS read twice (5.5) —
-    // gpt_attention_cost's 18 bytes at 2 bytes each. Plus the head-major copies of q, k, v.
+    // Pᵀ·dout, the dS rows' halves of dP, the probabilities and dS, dS read twice (5.5): 18 bytes
+    // per score at 2 bytes each. Plus the head-major copies of q, k, v.
     double full = 2 * bh * s * s * hs;
     o->flops_fwd += 2 * full, o->flops_bwd += 4 * full;
     double qk = step_gemm_s(hw, s, s, hs, bh, es), pv = step_gemm_s(hw, s, hs, s, bh, es);
     o->fwd += qk + pv + step_mem_s(hw, 3.5 * es * bh * s * s + 6 * io) + 2 * hw->curves.kernel_gap_s;
     o->bwd += 2 * qk + 2 * pv + step_mem_s(hw, 5.5 * es * bh * s * s + 6 * io) + 2 * hw->curves.kernel_gap_s;
+}
+
+// --attention-impl auto on a GPU (train_gpt.cu trainer_attention_auto): one layer's attention of a
+// micro-batch of (b, s) on a TP rank, forward + backward, on each path, as step_attention costs it.
+// On an H200 (docs/gpu.md) it orders the paths as the measured steps did: flash faster at head size
+// 64 (T=1024 and 2048), the GEMM path at head size 128 (T=1024).
+struct AttnTimes {
+    double flash_s, gemm_s;
+};
+static inline AttnTimes step_attention_times(const StepHw* hw, const GPTConfig* g, double b, double s, int tp, double es) {
+    StepLayer f, m;
+    step_attention(hw, g, b, s, tp, true, es, &f);
+    step_attention(hw, g, b, s, tp, false, es, &m);
+    return {f.fwd + f.bwd, m.fwd + m.bwd};
 }
 
 // One layer (llmc/model.h gpt_layer_forward/backward): LN1, QKV (column-parallel), attention, the

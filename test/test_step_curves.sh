@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --step-curves FILE (llmc/step_model.h step_curves_load) and scripts/step_curves.sh, which writes such a
 # file from the kernel lab's output on a GPU:
-#   1. derive: test/kernel_lab_h200_sample.txt (the lab's format; its flash rows keel's H200 measurements)
+#   1. derive: test/kernel_lab_h200_sample.txt (a whole kernel-lab run on an H200, read here by a parser of its own)
 #      gives the shares computed here from the sample's shapes and times, taking keel's rows only (not
 #      the naive, GEMM-path or timing-only ones); the flash tables of B=16 T=1024 alone give back the
 #      model's own STEP_FLASH_*_EFF, which were measured there; no lab rows, a share above 1 (another
@@ -22,22 +22,32 @@ within() { python3 -c "import sys; a, b, r = map(float, sys.argv[1:]); sys.exit(
 
 # ---- 1. derive
 bash scripts/step_curves.sh derive "$SAMPLE" h200 >"$TMP/c.txt" || fail "derive on the sample: exit $?"
-# the shares from the sample's own numbers: FLOPs (the model's count) over time over the H200's 989
-# TFLOP/s and 4.8 TB/s; gemm: the best square, over d/(d+128); flash: causal halves, 2 (forward) and 5
-# (backward) x B·NH·T²·hs, both shapes' FLOPs over both times; mem: keel's rows' bytes over their time
-want=$(python3 - <<'PY'
+# the shares from the sample's own numbers, read here by a parser of their own: FLOPs (the model's
+# count) over time over the H200's 989 TFLOP/s and 4.8 TB/s; gemm: the best square, over d/(d+128);
+# flash: causal halves, 2 (forward) and 5 (backward) x B·NH·T²·hs, every table's FLOPs over their
+# times; mem: keel's rows without FLOPs, their bytes (GB/s x time) over their time
+want=$(python3 - "$SAMPLE" <<'PY'
+import re, sys
 peak, hbm = 989e12, 4.8e12
-sq = [(4096, 0.1900), (8192, 1.4500)]
-gemm = max(2 * s**3 / (ms * 1e-3) / peak / (s / (s + 128)) for s, ms in sq)
-shapes = [(16, 1024, 0.223, 1.233), (8, 2048, 0.410, 2.186)]  # B, T, flash forward ms, flash backward ms
-w = sum(b * 12 * t * t * 64 for b, t, _, _ in shapes)
-fwd = 2 * w / (sum(f for _, _, f, _ in shapes) * 1e-3) / peak
-bwd = 5 * w / (sum(x for _, _, _, x in shapes) * 1e-3) / peak
-N, C = 8192, 768
-n = 50304 * C + 1024 * C + 12 * (12 * C * C + 13 * C) + 2 * C
-mem_bytes = [(2.0 * N * C * 2 + 4.0 * C + 8.0 * N, 0.0080), (8.0 * N * C + 18.0 * C + 8.0 * N, 0.0170), (28.0 * n, 0.8500)]
-mem = sum(b for b, _ in mem_bytes) / (sum(t for _, t in mem_bytes) * 1e-3) / hbm
-print(gemm, fwd, bwd, mem)
+# the sample's tables: the title is the line before "  bytes ..."; a row is "  N   name   ms   GB/s   TFLOP/s|-"
+rows, prev, title, flops = [], "", "", False
+for line in open(sys.argv[1]):
+    line = line.rstrip("\n")
+    if line.startswith("  bytes "):
+        title, flops = prev, "FLOPs" in line
+    m = re.match(r"^  \d+ +([a-z]+) +([0-9]+\.[0-9]+) +([0-9]+\.[0-9]+) +([0-9.]+|-) *$", line)
+    if m: rows.append((title, flops, m.group(1), float(m.group(2)), float(m.group(3))))
+    prev = line
+def dims(t):
+    return {k: int(v) for k, v in re.findall(r"\b([A-Z]+)=([0-9]+)", t)}
+gemm = max(2 * d["N"] * d["C"] * d["OC"] / (ms * 1e-3) / peak / (d["N"] / (d["N"] + 128))
+           for t, f, name, ms, _ in rows if f and name == "keel" and "(square)" in t for d in [dims(t)])
+def flash(kind, products):
+    sel = [(dims(t), ms) for t, f, name, ms, _ in rows if f and name == "flash" and t.startswith("attention " + kind)]
+    work = sum(products * d["B"] * d["NH"] * d["T"] ** 2 * d["C"] / d["NH"] for d, _ in sel)
+    return work / (sum(ms for _, ms in sel) * 1e-3) / peak
+mem = [(gbs * 1e9 * ms * 1e-3, ms) for t, f, name, ms, gbs in rows if not f and name == "keel"]
+print(gemm, flash("forward", 2), flash("backward", 5), sum(b for b, _ in mem) / (sum(ms for _, ms in mem) * 1e-3) / hbm)
 PY
 )
 read -r w_gemm w_fwd w_bwd w_mem <<<"$want"
@@ -58,11 +68,12 @@ done
 grep -qE '^(gemm_eff|mem_eff) ' "$TMP/b16c.txt" && fail "derive: a share from no rows: $(cat "$TMP/b16c.txt")" || ok "derive: no GEMM or memory-bound rows, no gemm_eff or mem_eff"
 printf 'nothing of the lab here\n' >"$TMP/empty.log"
 expect_fail 1 "holds no timed row" bash scripts/step_curves.sh derive "$TMP/empty.log" h200
-expect_fail 1 "gemm_eff [0-9.]+, mem_eff [0-9.]+ above 1: the GPU measured is faster than the v100-32gb row" bash scripts/step_curves.sh derive "$SAMPLE" v100-32gb
+expect_fail 1 "gemm_eff [0-9.]+, flash_fwd_eff [0-9.]+, mem_eff [0-9.]+ above 1: the GPU measured is faster than the v100-32gb row" bash scripts/step_curves.sh derive "$SAMPLE" v100-32gb
 expect_fail 2 "'h300' is not in the GPU table" bash scripts/step_curves.sh derive "$SAMPLE" h300
 
 # ---- 2. the file applied
-G=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 16 --global-batch-size 16 --bf16 --gpu-type h200)
+G=(--num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 16 --global-batch-size 16 --bf16 --gpu-type h200
+   --attention-impl flash)  # (auto would take the GEMM path once flash_bwd_eff is halved below)
 plan() { # json file, flags...
   local f=$1; shift; rm -f "$f"; $KEEL --dry-run "$@" --dry-run-json "$f" >"$f.out" 2>&1 || [ $? -eq 1 ] || fail "plan $*: $(tail -2 "$f.out")"; }
 with() { printf '%s\n' "$@" >"$TMP/w.txt"; echo "$TMP/w.txt"; }
@@ -73,17 +84,17 @@ cmp -s "$TMP/own.json" "$TMP/same.json" && grep -q "^--step-curves $TMP/same.txt
   && ok "every key at the model's own value: the plan is the same to the byte ($(wc -l <"$TMP/same.txt") keys), and it says it changed nothing" \
   || fail "own values: $(diff "$TMP/own.json" "$TMP/same.json"; grep step-curves "$TMP/same.json.out")"
 grep -q "step-curves" "$TMP/own.json.out" && fail "a plan without --step-curves mentions it" || ok "without --step-curves, no curves line"
-plan "$TMP/bwd.json" "${G[@]}" --step-curves "$(with "gpu_type h200" "flash_bwd_eff 0.0265  # half")"
-# the flash backward's compute at 0.053 of 989 TFLOP/s: 5 causal half-products per layer, 12 layers;
+plan "$TMP/bwd.json" "${G[@]}" --step-curves "$(with "gpu_type h200" "flash_bwd_eff 0.03235  # half")"
+# the flash backward's compute at 0.0647 of 989 TFLOP/s: 5 causal half-products per layer, 12 layers;
 # at half the share it takes that time once more, and only compute moves
-d=$(python3 -c "print(12 * 5 * (2 * 16 * 12 * 1024 * 1024 / 2 * 64) / (989e12 * 0.053))")
+d=$(python3 -c "print(12 * 5 * (2 * 16 * 12 * 1024 * 1024 / 2 * 64) / (989e12 * 0.0647))")
 r=$(python3 -c "
 import json; a = json.load(open('$TMP/own.json')); b = json.load(open('$TMP/bwd.json')); d = $d
 print(abs((b['step_seconds'] - a['step_seconds']) / d - 1) < 1e-9 and b['breakdown']['optimizer'] == a['breakdown']['optimizer'],
       '%.3f ms' % (1e3 * (b['step_seconds'] - a['step_seconds'])))")
 [ "${r%% *}" = True ] && ok "flash_bwd_eff halved: the step grows by the flash backward's time, ${r#* } (computed: $(python3 -c "print('%.3f' % ($d * 1e3))") ms)" \
   || fail "flash_bwd_eff halved: $r vs $d s"
-grep -q "^--step-curves $TMP/w.txt (measured on h200): flash_bwd_eff 0.053 -> 0.0265; unchanged: gemm_eff 0.8, flash_fwd_eff 0.117, mem_eff 0.8" "$TMP/bwd.json.out" \
+grep -q "^--step-curves $TMP/w.txt (measured on h200): flash_bwd_eff 0.0647 -> 0.03235; unchanged: gemm_eff 0.8, flash_fwd_eff 0.141, mem_eff 0.8" "$TMP/bwd.json.out" \
   && ok "the start-up line names the file, what it changed and what it left" || fail "curves line: $(grep step-curves "$TMP/bwd.json.out")"
 plan "$TMP/mem.json" "${G[@]}" --step-curves "$(with "mem_eff 0.4")"
 r=$(json "$TMP/mem.json" "breakdown['optimizer']")
@@ -132,16 +143,16 @@ expect_fail 2 "give them with --dry-run" $KEEL "${TINY[@]}" --train-iters 1 --st
 
 # ---- 4. compare: what gpu_check.sh puts in its report
 printf '%s\n' "GPU: NVIDIA H200 | bf16 dense peak: 989 TFLOP/s | 10 iterations, median of 2..10" \
-  "124M   L12 C768 NH12 T1024 B16                45.3       361680     288.0   29.1%     20.1 GiB" >"$TMP/bench.log"
+  "124M   L12 C768 NH12 T1024 B16                39.6       413518     355.7   36.0%      8.4 GiB" >"$TMP/bench.log"
 out=$(bash scripts/step_curves.sh compare "$TMP/c.txt" "$TMP/bench.log" h200); rc=$?
 echo "$out"
 plan "$TMP/c124.json" "${G[@]}" --step-curves "$TMP/c.txt"
 row=$(python3 -c "
 import json; a = json.load(open('$TMP/own.json'))['step_seconds'] * 1e3; b = json.load(open('$TMP/c124.json'))['step_seconds'] * 1e3
-print('%.1f (%+.1f%%) %.1f (%+.1f%%)' % (a, 100 * (a / 45.3 - 1), b, 100 * (b / 45.3 - 1)))")
+print('%.1f (%+.1f%%) %.1f (%+.1f%%)' % (a, 100 * (a / 39.6 - 1), b, 100 * (b / 39.6 - 1)))")
 got=$(awk '$1 == "124M" { $1 = $2 = $3 = $4 = $5 = $6 = $7 = ""; print }' <<<"$out" | xargs)
 [ $rc -eq 0 ] && [ "$got" = "$row" ] && grep -qE '^1\.5B .* - +[0-9.]+ +[0-9.]+$' <<<"$out" \
-  && ok "compare: 124M measured 45.3 ms beside the plans ($row); 1.5B has no measured row: '-'" || fail "compare (exit $rc): '$got' vs '$row'"
+  && ok "compare: 124M measured 39.6 ms beside the plans ($row); 1.5B has no measured row: '-'" || fail "compare (exit $rc): '$got' vs '$row'"
 out=$(bash scripts/step_curves.sh compare "$TMP/c.txt" "$TMP/bench.log" a100-80gb 2>&1); rc=$?
 [ $rc -eq 1 ] && grep -q "measured on h200, but the plan is for a100-80gb" <<<"$out" && ok "compare: a plan that fails (the file is another GPU's) fails the step, its error shown" \
   || fail "compare on another GPU: exit $rc: $out"
