@@ -438,16 +438,17 @@ template <typename L> static FlashRun flash_run(const std::vector<float>& inp, c
     return r;
 }
 
-// The backward with 8 warps a block (128 keys; FlashAttention-2's shape) on the 4-warp forward's out and
-// lse, from dinp0: its dinp.
-template <typename L> static std::vector<float> flash_backward8(const std::vector<float>& inp, const std::vector<float>& dout, const FlashRun& f,
-                                                                const std::vector<float>& dinp0, int B, int T, int C, int NH, const AttentionOpts* o) {
+// The backward at WARPS warps a block (4: 64 keys; 8: 128, FlashAttention-2's shape), its dQ chain
+// deferred by a step (DEFER) or not, on the forward's out and lse, from dinp0: its dinp.
+template <typename L, int WARPS, bool DEFER = false>
+static std::vector<float> flash_backward_w(const std::vector<float>& inp, const std::vector<float>& dout, const FlashRun& f,
+                                           const std::vector<float>& dinp0, int B, int T, int C, int NH, const AttentionOpts* o) {
     size_t n_inp = (size_t)B * T * 3 * C;
     L *d_inp = dev_upload(lowp_store<L>(inp)), *d_dout = dev_upload(lowp_store<L>(dout)), *d_dinp = dev_upload(lowp_store<L>(dinp0));
     L* d_out = dev_upload(lowp_store<L>(f.out));
     float* d_lse = dev_upload(f.lse);
-    if (C / NH == 64) keel_cuda::flash_backward_launch<L, 64, true, 8>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
-    else keel_cuda::flash_backward_launch<L, 128, true, 8>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
+    if (C / NH == 64) keel_cuda::flash_backward_launch<L, 64, true, WARPS, DEFER>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
+    else keel_cuda::flash_backward_launch<L, 128, true, WARPS, DEFER>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
     std::vector<float> r = lowp_widen(dev_download(d_dinp, n_inp));
     for (void* p : {(void*)d_inp, (void*)d_dout, (void*)d_dinp, (void*)d_out, (void*)d_lse}) dev_free(p);
     return r;
@@ -477,14 +478,25 @@ template <typename L> static void test_flash(int B, int T, int C, int NH, const 
     check_close(std::string("flash_attention_forward lse (fp32)") + tag, g.lse, want_lse, 2e-6, 2e-6);
     std::vector<float> want_dinp = ref_flash_dinp<L>(&slack_dinp, inp, dout, g.out, g.lse, dinp0, B, T, C, NH, op.host);
     check_lowp(std::string("flash_attention_backward dinp") + tag, absorb(g.dinp, want_dinp, slack_dinp), want_dinp);
-    {  // 8 warps a block: the same reference bound; dK and dV the 4-warp kernel's bits (each warp's 16 keys see
-       // the same query blocks in the same order), dQ summed over 128-key tiles instead of 64 (another order)
-        std::vector<float> d8 = flash_backward8<L>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+    {  // each warp count against the reference; dK and dV the same bits at 4 and 8 (each warp's 16 keys see
+       // the same query blocks in the same order), dQ summed over 64- or 128-key tiles (another order); the
+       // launcher's default (8 warps at head size 64, 4 at 128) is that kernel, byte for byte; and the dQ
+       // chain deferred by a step gives every byte of the undeferred kernel (the same sums in the same order)
+        std::vector<float> d4 = flash_backward_w<L, 4>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+        std::vector<float> d8 = flash_backward_w<L, 8>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+        check_lowp(std::string("flash_attention_backward, 4 warps x 64 keys, dinp") + tag, absorb(d4, want_dinp, slack_dinp), want_dinp);
         check_lowp(std::string("flash_attention_backward, 8 warps x 128 keys, dinp") + tag, absorb(d8, want_dinp, slack_dinp), want_dinp);
         bool kv_same = true;
         for (size_t r = 0; r < (size_t)B * T; r++)
-            kv_same = kv_same && memcmp(&d8[r * 3 * C + C], &g.dinp[r * 3 * C + C], 2 * C * sizeof(float)) == 0;
+            kv_same = kv_same && memcmp(&d8[r * 3 * C + C], &d4[r * 3 * C + C], 2 * C * sizeof(float)) == 0;
         check_true(std::string("flash_attention_backward, 8 warps x 128 keys: dK, dV = the 4-warp kernel's, same bytes") + tag, kv_same);
+        const std::vector<float>& dflt = C / NH == 64 ? d8 : d4;
+        check_true(std::string("flash_attention_backward: the launcher's default is ") + (C / NH == 64 ? "8" : "4") + " warps, same bytes" + tag,
+                   g.dinp == dflt);
+        std::vector<float> d4d = flash_backward_w<L, 4, true>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+        std::vector<float> d8d = flash_backward_w<L, 8, true>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+        check_true(std::string("flash_attention_backward, dQ chain deferred a step: the undeferred bytes at 4 and 8 warps") + tag,
+                   d4d == d4 && d8d == d8);
     }
     if (controls) {  // the perturbed element's slack counts too
         std::string w = std::string("flash_attention_forward out") + tag;

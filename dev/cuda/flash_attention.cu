@@ -17,6 +17,9 @@
 //              the trainer's default): Q, dO, lse and D loaded once for twice the keys, each barrier
 //              over twice the work, half the dQ chain's parts; one block a multiprocessor instead of two
 //            5 flash, 4 warps: the same at 4 warps a block (64 keys; KEEL_FLASH_BWD_WARPS=4)
+//            6 flash, dQ deferred: the default's warps (8 at hs 64, 4 at 128) with each step's dQ part
+//              added to the chain during the next step, its sum fetched by cp.async behind that
+//              step's products (the kernel's DEFER; the same bytes as 2); not yet timed on a GPU
 // Flash needs hs ∈ {64, 128} (flash_attention_supported): at other head sizes (the emulated lab's
 // tiny shape) its variants are skipped with a line saying so.
 // FLOPs at full T×T (the MFU convention): forward 4·B·NH·T²·hs, backward 8·B·NH·T²·hs (flash
@@ -117,6 +120,10 @@ int main(int argc, char** argv) {
         bwd.variants.push_back({5, "flash, 4 warps", [&] {
                                     if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
                                     else keel_cuda::flash_backward_launch<bf16, 128, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
+                                }});
+        bwd.variants.push_back({6, "flash, dQ deferred", [&] {
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8, true>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
+                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 4, true>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
                                 }});
     }
     failed += lab_run(a, bwd);

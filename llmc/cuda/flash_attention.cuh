@@ -44,6 +44,10 @@
 //   (blockIdx.x = 0 is the last tile): a block only ever waits for one that started before it, so
 //   the spin cannot deadlock, and under the emulation (blocks one after another in launch order)
 //   the turn has always come.
+//   DEFER (a template argument; the kernel lab's variant 6, not yet the trainer's): a step's part waits
+//   in shared memory and joins the chain during the next step — the turn awaited at that step's top
+//   barrier, the sum before it fetched by cp.async while that step's products run — so the chain's
+//   L2 round trip leaves the critical path; the same sums in the same order: the same bytes.
 //   Every output element is produced by one warp or one ordered chain, summed in an order fixed by
 //   the shape: the same bits run to run.
 // Numerics vs the GEMM path (cuda/attention.cuh): both multiply F operands exactly and sum in fp32.
@@ -57,8 +61,8 @@
 // same property); test_cuda_flash bounds the difference.
 // Shared memory (bytes; opted in with cudaFuncSetAttribute above the default 48 KB):
 //   forward   Q (64·hs F) + K, V (2 buffers each, 64·hs F)                  hs 64: 40 KB, 128: 80 KB
-//   backward  K, V (64·hs F) + Q, dO (2 buffers each, BQ·hs F) + dSᵀ (64·BQ F) + lse, D (2·2·BQ fp32)
-//                                                                           hs 64: 57 KB, 128: 68.5 KB
+//   backward  K, V (BC·hs F) + Q, dO (2 buffers each, BQ·hs F) + dSᵀ (BC·BQ F) + lse, D (2·2·BQ fp32)
+//             (+ DEFER: 2 · BQ·(hs + 8) fp32)       4 warps (BC = 64) hs 64: 57 KB, 128: 68.5 KB; 8 warps: 81, 104.5 KB
 // Scratch (flash_attention_scratch_bytes, reserved once by flash_attention_reserve): D (B,NH,T) fp32,
 // dq_acc (B,NH,T,hs) fp32, the dQ counters (B,NH,⌈T/BQ⌉) int (zeroed when allocated; a launch that
 // completes leaves every counter it used at 0, one that stopped leaves its tag's turns). The caller keeps lse (B,NH,T) fp32 per layer instead of att (B,NH,T,T).
@@ -101,10 +105,11 @@ static inline size_t flash_attention_scratch_bytes(size_t B, size_t T, size_t C,
 
 // Shared-memory bytes of each kernel (the layouts in the kernels below).
 static inline size_t flash_forward_smem(int hs) { return (size_t)(FLASH_BR + 4 * FLASH_BC) * hs * 2; }
-// The backward's block of `warps` warps takes 16·warps keys (FLASH_BC with the default 4).
-static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS) {
+// The backward's block of `warps` warps takes 16·warps keys (FLASH_BC with the default 4); `defer`:
+// the deferred dQ chain's two fp32 staging tiles (BQ rows of hs + 8 floats) beside the rest.
+static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS, bool defer = false) {
     size_t bq = (size_t)flash_bq(hs), bc = 16 * (size_t)warps;
-    return (2 * bc * hs + 4 * bq * hs + bc * bq) * 2 + 4 * bq * sizeof(float);
+    return (2 * bc * hs + 4 * bq * hs + bc * bq) * 2 + 4 * bq * sizeof(float) + (defer ? 2 * bq * (hs + 8) * sizeof(float) : 0);
 }
 
 __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; }
@@ -135,6 +140,11 @@ __host__ __device__ inline int flash_ldm_at(int lane, int r0, int c0, int width)
 __host__ __device__ inline int flash_frag(int lane, int r0, int c0, int width) { return swz(r0 + lane / 4, c0 + lane % 4 * 2, width); }
 // 16-byte chunk i of a tile filled (cp.async) or read out row by row: row i / (width/8).
 __host__ __device__ inline int flash_chunk(int i, int width) { return swz(i / (width / 8), i % (width / 8) * 8, width); }
+// The deferred dQ chain's fp32 tiles (float offsets; rows of width + 8 floats, so that the 8 rows of
+// a fragment start 8 banks apart): a C/D fragment's pair of one row as one 8-byte access (row
+// r0 + lane/4, columns c0 + 2·(lane%4)), and 16-byte chunk i of a row-by-row cp.async fill.
+__host__ __device__ inline int flash_dq_pair(int lane, int r0, int c0, int width) { return (r0 + lane / 4) * (width + 8) + c0 + lane % 4 * 2; }
+__host__ __device__ inline int flash_dq_chunk(int i, int width) { return i / (width / 4) * (width + 8) + i % (width / 4) * 4; }
 
 // Rows r0..r0+ROWS-1 of one head's slice (row t at src + t·stride, HS elements) into the swizzled
 // (ROWS,HS) tile dst by cp.async, rows ≥ T as zeros (a zero K or V row contributes nothing and cannot
@@ -419,7 +429,7 @@ template <typename F> __device__ inline void flash_add_pair(F* p, float x, float
 // for twice the keys, each barrier covers twice the work, and a query step's dQ chain has half as many
 // parts (half the dq_acc round trips through L2), at one block of 8 warps per multiprocessor instead
 // of two of 4 (the registers allow no more). Under test and in the kernel lab until a GPU has timed it.
-template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS>
+template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, bool DEFER = false>
 __global__ void __launch_bounds__(32 * WARPS)
     flash_attention_backward_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, float* dq_acc, int* dq_turn, int tag,
                                     int T, int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha, bool write) {
@@ -431,8 +441,9 @@ __global__ void __launch_bounds__(32 * WARPS)
     static_assert(DQW % 16 == 0 && WARPS % MQ == 0, "the step's dQ splits into whole 16-channel pairs per warp");
     constexpr int DT = DQW / 8;
     // The four products compiled twice, for full steps and for the rest (below), except at head size
-    // 128 with 8 warps, where the second copy spills (255 registers; that shape runs 4 warps by default).
-    constexpr bool SPLIT = !(HS == 128 && WARPS == 8);
+    // 128 with 8 warps or DEFER, where the second copy spills (255 registers; the default there is 4
+    // warps undeferred).
+    constexpr bool SPLIT = !(HS == 128 && (WARPS == 8 || DEFER));
     KEEL_DYNAMIC_SHARED(F, smem);
     F* Ks = smem;                   // (BC,HS)
     F* Vs = Ks + BC * HS;           // (BC,HS)
@@ -441,6 +452,8 @@ __global__ void __launch_bounds__(32 * WARPS)
     F* dSs = dOs + 2 * BQ * HS;     // (BC,BQ) dSᵀ of the step
     float* lse_s = (float*)(dSs + BC * BQ);  // 2 × BQ
     float* D_s = lse_s + 2 * BQ;             // 2 × BQ
+    float* dq_own = D_s + 2 * BQ;            // DEFER: (BQ, HS + 8) fp32, the pending step's part of this tile
+    float* dq_in = dq_own + BQ * (HS + 8);   // DEFER: (BQ, HS + 8) fp32, the chain's sum before it
     const int nkt = (T + BC - 1) / BC, kt = nkt - 1 - (int)blockIdx.x;  // the last key tile starts first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = kt * BC;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
@@ -474,6 +487,44 @@ __global__ void __launch_bounds__(32 * WARPS)
     const int mq = warp % MQ, ch0 = warp / MQ * DQW;     // this warp's part of the step's dQ
     const bool plain = o.alibi == nullptr && o.coeff == 1.0, dropout = o.dropout.p > 0;
     const float scale2 = alpha * FLASH_LOG2E;  // (plain scores: x = s·alpha·log2(e))
+    // DEFER: a step's dQ part waits in dq_own, and is added to the chain's sum during the next step:
+    // the sum before it comes in by cp.async (dq_in) while that step's products run, so neither the
+    // turn's wait nor the L2 round trip holds up the products. pq0: the pending step's first query.
+    int pq0 = 0, pend_seen = 0;
+    bool pend = false;
+    auto turn_of = [&](int qs) { return dq_turn + (size_t)bh * nqs + qs / BQ; };
+    auto dq_fetch = [&](int qs) {  // after the turn: the chain's sum of step qs into dq_in (rows ≥ T zero)
+        if (kt == qs / BC) return;  // the diagonal tile's part starts the chain
+        const float* src = dq_acc + (size_t)bh * T * HS;
+        for (int j = threadIdx.x; j < BQ * HS / 4; j += THREADS) {
+            int r = j / (HS / 4);
+            bool real = qs + r < T;
+            cp_async16(dq_in + flash_dq_chunk(j, HS), src + (size_t)(real ? qs + r : 0) * HS + j % (HS / 4) * 4, real ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+    auto dq_finish = [&](int qs) {  // the pending part + the sum before it: on down the chain, or into dinp
+        const int lkt = qs / BC, qm = qs + mq * 16;
+        cp_async_wait<0>();
+        __syncthreads();  // dq_in complete
+        KEEL_UNROLL
+        for (int n = 0; n < DT; n++)
+            for (int r = 0; r < 2; r++) {
+                int t = qm + g + 8 * r, c = ch0 + n * 8 + 2 * tq, at = flash_dq_pair(lane, mq * 16 + 8 * r, ch0 + n * 8, HS);
+                if (t >= T) continue;
+                Pack<float, 2> v = pack_load<float, 2>(dq_own + at);
+                float vx = v.v[0], vy = v.v[1];
+                if (kt != lkt) {
+                    Pack<float, 2> p = pack_load<float, 2>(dq_in + at);
+                    vx = p.v[0] + vx;  // (the order of the undeferred chain: the same bits)
+                    vy = p.v[1] + vy;
+                }
+                if (kt == 0) flash_add_pair(dinp + ((size_t)b * T + t) * C3 + h * HS + c, vx, vy, write);
+                else flash_store_pair(dq_acc + ((size_t)bh * T + t) * HS + c, vx, vy);
+            }
+        __syncthreads();  // the whole part is written (dq_in and dq_own read) before the turn passes
+        if (ORDERED && threadIdx.x == 0) flash_turn_store(turn_of(qs), kt == 0 ? 0 : flash_turn_value(tag, lkt - kt + 1));
+    };
     for (int i = 0; i < nsteps; i++) {
         const int cur = i & 1, q0 = k0 + i * BQ;
         if (i + 1 < nsteps) {
@@ -483,7 +534,13 @@ __global__ void __launch_bounds__(32 * WARPS)
         } else {
             cp_async_wait<0>();
         }
+        if constexpr (DEFER) {  // the pending step's turn, so that its sum can be fetched after the barrier
+            if (pend && ORDERED && threadIdx.x == 0 && kt != pq0 / BC) flash_wait_turn(turn_of(pq0), pend_seen, flash_turn_value(tag, pq0 / BC - kt));
+        }
         __syncthreads();
+        if constexpr (DEFER) {
+            if (pend) dq_fetch(pq0);
+        }
         const F* Qc = Qs + cur * BQ * HS;
         const F* dOc = dOs + cur * BQ * HS;
         const float* lse_c = lse_s + cur * BQ;
@@ -579,10 +636,13 @@ __global__ void __launch_bounds__(32 * WARPS)
         if (SPLIT && q0 >= u_first + 15 && q0 + BQ <= T) warp_products(FlashConst<true>());  // (warp-uniform)
         else warp_products(FlashConst<false>());
         __syncthreads();  // dSᵀ complete
+        if constexpr (DEFER) {
+            if (pend) dq_finish(pq0);  // the last step's part, its sum fetched while this step's products ran
+        }
         // the chain: key tiles last_kt, last_kt - 1, ..., 0 add their parts in this order; the
         // counter's first read goes out now and lands while the part is computed
         const int last_kt = q0 / BC;
-        int* turn = dq_turn + (size_t)bh * nqs + q0 / BQ;
+        int* turn = turn_of(q0);
         int seen = ORDERED && threadIdx.x == 0 && kt != last_kt ? flash_turn_load(turn) : 0;
         // the step's dQ part: rows qm.. of the step (16 queries), channels ch0..ch0+DQW, Σ over the tile's keys
         const int qm = q0 + mq * 16, qm_last = flash_imin(qm + 15, T - 1);
@@ -608,6 +668,18 @@ __global__ void __launch_bounds__(32 * WARPS)
         };
         if (k0 + BC - 1 <= qm) dq_product(FlashConst<true>());  // (warp-uniform)
         else dq_product(FlashConst<false>());
+        if constexpr (DEFER) {  // the part waits in dq_own for the next step (or the end)
+            KEEL_UNROLL
+            for (int n = 0; n < DT; n++)
+                for (int r = 0; r < 2; r++) {
+                    Pack<float, 2> v;
+                    v.v[0] = dq[n][2 * r];
+                    v.v[1] = dq[n][2 * r + 1];
+                    pack_store<float, 2>(dq_own + flash_dq_pair(lane, mq * 16 + 8 * r, ch0 + n * 8, HS), v);
+                }
+            pq0 = q0, pend_seen = seen, pend = true;
+            continue;
+        }
         if (ORDERED && threadIdx.x == 0 && kt != last_kt) flash_wait_turn(turn, seen, flash_turn_value(tag, last_kt - kt));
         __syncthreads();
         KEEL_UNROLL
@@ -634,6 +706,14 @@ __global__ void __launch_bounds__(32 * WARPS)
         // of a completed launch holds no tag, so a later launch of another shape, whose chains reuse
         // the counters, never finds its own tag left there by an older one
         if (ORDERED && threadIdx.x == 0) flash_turn_store(turn, kt == 0 ? 0 : flash_turn_value(tag, last_kt - kt + 1));
+    }
+    if constexpr (DEFER) {  // the last step's part: nothing left to hide its chain behind
+        if (pend) {
+            if (ORDERED && threadIdx.x == 0 && kt != pq0 / BC) flash_wait_turn(turn_of(pq0), pend_seen, flash_turn_value(tag, pq0 / BC - kt));
+            __syncthreads();
+            dq_fetch(pq0);
+            dq_finish(pq0);
+        }
     }
     // dK, dV of the lane's two key rows into dinp's k and v sections
     KEEL_UNROLL
@@ -715,7 +795,7 @@ template <typename F, int HS> static void flash_forward_launch(F* out, float* ls
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS>
+template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, bool DEFER = false>
 static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F* out, const float* lse, int B, int T, int C, int NH,
                                   const AttentionOpts* o, bool dinp_write = false) {
     AttnScoreScale sc = attention_score_scale(o, HS);
@@ -726,15 +806,16 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
     size_t rows = (size_t)B * NH * T;
     KEEL_LAUNCH(flash_attention_rowdot_kernel<F>, ceil_div(rows, 8), 256, 0, MAIN_STREAM)(sc_.D, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
-    size_t smem = flash_backward_smem(HS, WARPS);
+    size_t smem = flash_backward_smem(HS, WARPS, DEFER);
     static bool optin = false;
-    flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED, WARPS>, smem, &optin);
+    flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, DEFER>, smem, &optin);
 #ifdef KEEL_CUDA_EMULATION
     // the dQ chain waits only for blocks of a lower index, which the GPU dispatches first: the
     // emulator's schedule exploration (KEEL_EMU_SCHEDULE) keeps this grid in that order
-    if (ORDERED) emu::keep_block_order(flash_attention_backward_kernel<F, HS, ORDERED, WARPS>);
+    if (ORDERED) emu::keep_block_order(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, DEFER>);
 #endif
-    KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED KEEL_COMMA WARPS>, dim3(ceil_div(T, 16 * WARPS), B * NH), 32 * WARPS,
+    KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED KEEL_COMMA WARPS KEEL_COMMA DEFER>,
+                dim3(ceil_div(T, 16 * WARPS), B * NH), 32 * WARPS,
                 smem, MAIN_STREAM)(dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, sc_.tag, T, C, NH, *o, sc, alpha, dinp_write);
     CUDA_CHECK_LAUNCH();
 }

@@ -12,14 +12,18 @@ template void keel_cuda::residual_backward<float>(float*, float*, const float*, 
 template void keel_cuda::residual_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, const __nv_bfloat16*, size_t);
 template void keel_cuda::residual_backward<__half>(__half*, __half*, const __half*, size_t);
 
-// The flash backward with 8 warps a block (FlashAttention-2's 128 keys), which test_cuda_flash and the
-// kernel lab run beside the trainer's 4.
+// The flash backward with its dQ chain deferred a step (DEFER), at 4 and 8 warps a block, which
+// test_cuda_flash and the kernel lab run beside the trainer's kernels.
 #include "llmc/cuda/flash_attention.cuh"
-#define KEEL_FLASH_BWD8(F, HS)                                                                                                   \
-    template __global__ void keel_cuda::flash_attention_backward_kernel<F, HS, true, 8>(                                         \
+#define KEEL_FLASH_BWD_DEFER(F, HS, W)                                                                                           \
+    template __global__ void keel_cuda::flash_attention_backward_kernel<F, HS, true, W, true>(                                   \
         F*, const F*, const F*, const float*, const float*, float*, int*, int, int, int, int, AttentionOpts, keel_cuda::AttnScoreScale, \
         float, bool);
-KEEL_FLASH_BWD8(__nv_bfloat16, 64)
-KEEL_FLASH_BWD8(__nv_bfloat16, 128)
-KEEL_FLASH_BWD8(__half, 64)
-KEEL_FLASH_BWD8(__half, 128)
+KEEL_FLASH_BWD_DEFER(__nv_bfloat16, 64, 4)
+KEEL_FLASH_BWD_DEFER(__nv_bfloat16, 64, 8)
+KEEL_FLASH_BWD_DEFER(__nv_bfloat16, 128, 4)
+KEEL_FLASH_BWD_DEFER(__nv_bfloat16, 128, 8)
+KEEL_FLASH_BWD_DEFER(__half, 64, 4)
+KEEL_FLASH_BWD_DEFER(__half, 64, 8)
+KEEL_FLASH_BWD_DEFER(__half, 128, 4)
+KEEL_FLASH_BWD_DEFER(__half, 128, 8)
