@@ -13,7 +13,7 @@
 #   6. bench        make bench: the CPU figures, then train_gpt at GPT-2 124M, 350M and 1.5B (ms/iteration,
 #                   tokens/s, MFU, peak memory; scripts/bench.sh)
 #   7. kernel lab   make cuda-lab, then each build/lab/* at its default (GPT-2 124M) shapes, and
-#                   flash attention at the trainer's B=16 and at T=2048
+#                   flash attention at the trainer's B=16, at T=2048 and at head size 128
 #   8. step-curves  the step model's efficiencies from the lab's figures (scripts/step_curves.sh derive)
 #                   into <report>.logs/step_curves.txt, then --dry-run at 124M and 1.5B with the model's
 #                   own efficiencies and with that file, beside the steps make bench measured
@@ -149,6 +149,8 @@ run_lab() {
     build/lab/flash_attention -B 16 || bad=1
     echo "== build/lab/flash_attention -T 2048"
     build/lab/flash_attention -T 2048 || bad=1
+    echo "== build/lab/flash_attention -B 8 -C 1536 -NH 12"  # head size 128 (BLOOM's), where auto takes the GEMM path
+    build/lab/flash_attention -B 8 -C 1536 -NH 12 || bad=1
   fi
   return "$bad"
 }

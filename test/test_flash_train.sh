@@ -31,7 +31,7 @@ $CUDA "${RUN[@]}" --train-iters 4 --attention-impl gemm --metrics-file "$TMP/gem
 wait
 grep -q "^attention: flash" "$TMP/flash.log" && ok "auto picks flash at head size 64 in bf16 (start-up line)" || fail "auto did not pick flash: $(grep '^attention' "$TMP/flash.log")"
 grep -qE "^attention: flash .*\(--attention-impl auto: estimated [0-9.e+-]+ ms flash vs [0-9.e+-]+ ms gemm per layer" "$TMP/flash.log" \
-  && ok "auto says why: the cost model's estimates on the start-up line" || fail "auto's start-up line lacks the cost model: $(grep '^attention' "$TMP/flash.log")"
+  && ok "auto says why: the step model's estimates on the start-up line" || fail "auto's start-up line lacks the step model's estimates: $(grep '^attention' "$TMP/flash.log")"
 grep -q "^attention: gemm" "$TMP/gemm.log" && ok "--attention-impl gemm runs the GEMM path" || fail "gemm: $(grep '^attention' "$TMP/gemm.log")"
 out=$(compare_jsonl "$TMP/flash.jsonl" "$TMP/gemm.jsonl" 5e-3) && ok "flash vs gemm (bf16): $out" || fail "flash vs gemm: $out"
 $CUDA "${RUN[@]}" --train-iters 4 --metrics-file "$TMP/flash2.jsonl" >"$TMP/flash2.log" 2>&1 &
