@@ -72,12 +72,13 @@ static int bank_degree(const std::vector<long>& byte_addr, int bytes) {
 }
 // The worst degree of one pattern (element offset of each lane, 16-bit elements) over all the
 // (r0, c0) the kernels use with it: r0 from 0 to rows - dr by dr, c0 from 0 to width - dc by dc.
-template <typename P> static int pattern_degree(P pat, int rows, int width, int dr, int dc, int bytes) {
+// elem: the bytes of the tile's elements (2; 4 for the deferred dQ chain's fp32 tiles).
+template <typename P> static int pattern_degree(P pat, int rows, int width, int dr, int dc, int bytes, int elem = 2) {
     int worst = 0;
     for (int r0 = 0; r0 + dr <= rows; r0 += dr)
         for (int c0 = 0; c0 + dc <= width; c0 += dc) {
             std::vector<long> a(32);
-            for (int l = 0; l < 32; l++) a[l] = 2L * pat(l, r0, c0, width);
+            for (int l = 0; l < 32; l++) a[l] = (long)elem * pat(l, r0, c0, width);
             worst = std::max(worst, bank_degree(a, bytes));
         }
     return worst;
@@ -103,12 +104,20 @@ static void test_layouts() {
         // backward: dSᵀ (width BQ) written as fragments, read transposed as the A of dS·K
         add("fragment stores of dSᵀ (width " + std::to_string(bq) + ")", pattern_degree(flash_frag, FLASH_BC, bq, 8, 8, 4));
         add("ldmatrix.trans A (dS from dSᵀ, width " + std::to_string(bq) + ")", pattern_degree(flash_ldm_at, FLASH_BC, bq, 16, 16, 16));
+        // the deferred dQ chain's fp32 tiles: the part's fragment pairs (8-byte) and the cp.async fill (16-byte chunks)
+        add("fp32 fragment pairs of the deferred dQ part", pattern_degree(flash_dq_pair, bq, hs, 8, 8, 8, 4));
+        add("16-byte chunks of the deferred dQ fill",
+            pattern_degree([](int l, int r0, int, int w) { return flash_dq_chunk(r0 * (w / 4) + l, w); }, bq, hs, 128 / hs, hs, 16, 4));  // a warp's 32 chunks: 128/hs rows
     }
     for (const Case& c : cases) check_true(std::string("shared-memory layout: ") + c.what + " conflict-free (degree " + std::to_string(c.degree) + ")", c.degree == 1);
     // negative control: the same ldmatrix rows in a plain row-major tile of 128-byte rows all fall on
     // one group of 4 banks (8 passes), and the checker says so
     int plain = pattern_degree([](int l, int r0, int c0, int w) { return (r0 + l % 16) * w + c0 + l / 16 * 8; }, 64, 64, 16, 16, 16);
     check_true("negative control: ldmatrix A on an unswizzled 64-wide tile is 8-way conflicted (degree " + std::to_string(plain) + ")", plain == 8);
+    // and the fp32 pairs without the rows' 8-float pad: the 4 rows of a 16-lane phase on one bank group (4-way)
+    int unpadded = pattern_degree([](int l, int r0, int c0, int w) { return (r0 + l / 4) * w + c0 + l % 4 * 2; }, 64, 64, 8, 8, 8, 4);
+    check_true("negative control: fp32 fragment pairs in unpadded 64-float rows are 4-way conflicted (degree " + std::to_string(unpadded) + ")",
+               unpadded == 4);
 }
 
 // ---- 1. the instructions (cuda/mma.cuh) ------------------------------------------------------------
