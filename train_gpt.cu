@@ -1543,6 +1543,20 @@ static void trainer_check_memory(Trainer<A>* tr, const ParamTable* table, int B,
                       need / 1073741824.0, backend_memory_name(), have / 1073741824.0);
 }
 
+// --attention-impl auto on the GPU (trainer_attention_auto), on this GPU's row of the step model's
+// table; the GEMM path's plan is held to the device's free memory on every rank (flash everywhere if
+// one rank cannot hold it).
+template <typename A>
+static void trainer_settle_attention(Trainer<A>* tr, const ParamTable* table, int B, int T, int slots, int loss_slots, int64_t master) {
+    StepHw hw = trainer_dry_run_hw(&tr->cfg, true);
+    tr->attention_why = trainer_attention_auto(&tr->gcfg, &hw, B, T, tr->grid.tp, sizeof(A), backend_compute_capability(), [&] {
+        GPTConfig gg = tr->gcfg;
+        gg.attention_impl = ATTN_IMPL_GEMM;
+        double need = trainer_memory_need(tr, &gg, table, B, T, slots, loss_slots, master), have = backend_memory_available();
+        return !comm_any(&tr->world, have > 0 && need > have);
+    });
+}
+
 // The validated config → model, optimizer, data; everything before the first iteration.
 template <typename A>
 static void trainer_setup(Trainer<A>* tr) {
@@ -1582,17 +1596,9 @@ static void trainer_setup(Trainer<A>* tr) {
     int64_t master_lo, master_hi;
     optimizer_master_range(&table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage, gpt_has_compute_copy<A>(), &master_lo, &master_hi);
     int slots = pipeline_max_in_flight(stage, P, (int)accum_max);
-    if (GPT_ON_GPU) {
-        StepHw hw = trainer_dry_run_hw(c, true);  // this GPU's row of the step model's table
-        tr->attention_why = trainer_attention_auto(g, &hw, B, T, tr->grid.tp, sizeof(A), backend_compute_capability(), [&] {
-            GPTConfig gg = *g;
-            gg.attention_impl = ATTN_IMPL_GEMM;
-            double need = trainer_memory_need(tr, &gg, &table, B, T, slots, (int)accum_max, master_hi - master_lo), have = backend_memory_available();
-            return !comm_any(&tr->world, have > 0 && need > have);  // (flash on every rank if one cannot hold it)
-        });
-    }
+    if (GPT_ON_GPU) trainer_settle_attention(tr, &table, B, T, slots, (int)accum_max, master_hi - master_lo);
     trainer_check_memory(tr, &table, B, T, slots, (int)accum_max, master_hi - master_lo);
-    gpt_build(&tr->model, g, B, T, pipeline_max_in_flight(stage, P, (int)accum_max), master_lo, master_hi);
+    gpt_build(&tr->model, g, B, T, slots, master_lo, master_hi);
     if (c->log_timers_to_tensorboard) {  // the fused LM head's backward, timed apart (trainer_forward_backward)
         tr->model.clock = [](void* t) { return trainer_timer_now((Trainer<A>*)t); };
         tr->model.clock_ctx = tr;
