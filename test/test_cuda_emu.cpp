@@ -192,7 +192,7 @@ static void test_registers() {
                                                                emu::kernel_key<regs_test::regs_kernel<7>>() == "regs_test::regs_kernel<7>");
     // keel's kernels found in the table under the names g++'s side makes (nvcc mangled the table's)
     bool found = true;
-    for (const std::string& k : {emu::kernel_key<keel_cuda::layernorm_backward_kernel<__nv_bfloat16>>(),
+    for (const std::string& k : {emu::kernel_key<keel_cuda::layernorm_backward_kernel<__nv_bfloat16, keel_cuda::LN_BWD_INFLIGHT, true>>(),
                                  emu::kernel_key<keel_cuda::matmul_dbias_partial_kernel<float, 4>>(),
                                  emu::kernel_key<keel_cuda::matmul_dbias_finish_kernel>()})
         found = found && emu::register_rows().count(k) == 1;

@@ -72,14 +72,14 @@ static LNForward gpu_residual_layernorm_forward(const std::vector<float>& a, con
     }
     return {d_y.get(NC), d_mean.get(N), d_rstd.get(N), d_r.get(NC)};
 }
-template <typename T>
+template <typename T, int K = keel_cuda::LN_BWD_INFLIGHT>
 static LNGrads gpu_layernorm_backward(const LNGrads& g0, const std::vector<float>& dy, const std::vector<float>& x,
                                       const std::vector<float>& w, const std::vector<float>& mean, const std::vector<float>& rstd,
                                       int N, int C, size_t off, bool dinp_write = false, bool dweight_write = false) {
     size_t NC = (size_t)N * C;
     DevBuf<T> d_dx(g0.dx, off), d_dy(dy, off), d_x(x, off), d_w(w, off);
     DevBuf<float> d_dw(g0.dw, 0), d_db(g0.db, 0), d_mean(mean, 0), d_rstd(rstd, 0);
-    keel_cuda::layernorm_backward(d_dx.p, d_dw.p, d_db.p, d_dy.p, d_x.p, d_w.p, d_mean.p, d_rstd.p, N, C, dinp_write, dweight_write);
+    keel_cuda::layernorm_backward<T, K>(d_dx.p, d_dw.p, d_db.p, d_dy.p, d_x.p, d_w.p, d_mean.p, d_rstd.p, N, C, dinp_write, dweight_write);
     return {d_dx.get(NC), d_dw.get(C), d_db.get(C)};
 }
 static bool same_grads(const LNGrads& a, const LNGrads& b) { return same_bytes(a.dx, b.dx) && same_bytes(a.dw, b.dw) && same_bytes(a.db, b.db); }
@@ -125,6 +125,8 @@ static void test_layernorm(int N, int C) {
     check_true("layernorm_backward twice: same bytes" + sz, same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 0), got));
     check_true("layernorm_backward misaligned (scalar path): same bytes" + sz,
                same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 1), got));
+    check_true("layernorm_backward with 1 load in flight: same bytes" + sz,
+               same_grads(gpu_layernorm_backward<float, 1>(g0, dy, x, w, mean, rstd, N, C, 0), got));
     // the write flags (the model's first writer of a gradient: nothing zeroed first): from NaN-filled
     // gradients, the bytes of adding into zeros — GPU (vector and scalar paths) and CPU (zero, then add)
     LNGrads zeros = {std::vector<float>(NC, 0.0f), std::vector<float>(C, 0.0f), std::vector<float>(C, 0.0f)};
@@ -330,6 +332,9 @@ template <typename T> static void test_lowp_layernorm(int N, int C) {
     check_true(sz + "layernorm_backward twice: same bytes", same_grads(gpu_layernorm_backward<T>(g0, dy, x, w, g.mean, g.rstd, N, C, 0), got));
     check_true(sz + "layernorm_backward misaligned (scalar path): same bytes",
                same_grads(gpu_layernorm_backward<T>(g0, dy, x, w, g.mean, g.rstd, N, C, 1), got));
+    // the loads in flight change when values arrive, never the order they are added in
+    check_true(sz + "layernorm_backward with 1 load in flight (the kernel lab's comparison): same bytes",
+               same_grads(gpu_layernorm_backward<T, 1>(g0, dy, x, w, g.mean, g.rstd, N, C, 0), got));
 }
 
 static std::vector<bf16> to_bf16(const std::vector<float>& v) { return lowp_store<bf16>(v); }
@@ -413,7 +418,10 @@ int main() {
     // partial last block; N = 2100: 66 blocks of 32 rows; C = 4*48 (--normformer's 4C); C = 100 and
     // 1000 (odd chunk counts; row slices S = 16 and 2 in the backward's column sums), C = 3000 (more
     // chunks than threads: S = 1, each thread several chunks).
-    const int ln_shapes[][2] = {{1, 48}, {7, 48}, {150, 48}, {2100, 48}, {37, 192}, {70, 100}, {3, 1000}, {3, 3000}};
+    // C = 1002: not a multiple of 4 (the scalar path, and the last block's sums a column a thread).
+    // In flight (LN_BWD_INFLIGHT = 3): C = 1000 is 8 chunks a lane (groups of 3, 3, 2); the last block
+    // adds 66 slots at N = 2100 (11 rounds of 6) and 10 at N = 150 (a short round).
+    const int ln_shapes[][2] = {{1, 48}, {7, 48}, {150, 48}, {2100, 48}, {37, 192}, {70, 100}, {3, 1000}, {3, 3000}, {150, 1002}, {150, 1000}};
     for (const auto& s : ln_shapes) test_layernorm(s[0], s[1]);
     // (B, T, C, V): one position; odd B*T = 21 over 5 token ids (repeats); C = 4*48; V = 1: every
     // position scatters into the same dwte row.
@@ -435,7 +443,8 @@ int main() {
         test_dropout(3, 1001, p);
     }
     // 16-bit storage: C % 8 == 0 (the 128-bit path) and not (C = 100, 52: scalar chunks), several blocks
-    for (const auto& s : {std::array<int, 2>{37, 192}, {70, 100}, {150, 48}, {5, 52}}) test_lowp_layernorm<bf16>(s[0], s[1]);
+    // C = 1600 (GPT-2 1.5B): 200 chunks of 8, 6 or 7 a lane (groups of 3, 3, 1), row slices S = 2
+    for (const auto& s : {std::array<int, 2>{37, 192}, {70, 100}, {150, 48}, {5, 52}, {150, 1600}}) test_lowp_layernorm<bf16>(s[0], s[1]);
     for (const auto& s : {std::array<int, 2>{37, 192}, {70, 100}}) test_lowp_layernorm<__half>(s[0], s[1]);
     test_bf16_encoder(3, 7, 48, 5);
     test_bf16_encoder(3, 7, 48, 5, true);

@@ -8,7 +8,10 @@
 //            1 keel:  keel_cuda::layernorm_forward.
 //   backward 0 naive: one thread per row for dinp, then one thread per channel for dweight/dbias
 //                     walking the N rows in order.
-//            1 keel:  keel_cuda::layernorm_backward.
+//            1 keel:  keel_cuda::layernorm_backward (LN_BWD_INFLIGHT loads in flight a thread).
+//            2 one in flight: the same kernel with K = 1 — each lane waits for a chunk's load
+//                     before it issues the next, a column thread for a row's, the last block for a
+//                     slot's (the kernel as it was before the loads in flight); same bytes as 1.
 // Memory-bound: GB/s is the figure.
 // Checks: out and dinp are bf16, each computed in fp32 and rounded once: relative to |want| + 0.1·rms
 // of the row (the affine shift and the backward's mean subtractions can cancel), bound 2e-2; mean,
@@ -26,6 +29,10 @@ static void keel_forward(bf16* out, float* mean, float* rstd, const bf16* inp, c
 static void keel_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
                           const float* rstd, int N, int C) {
     keel_cuda::layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+static void keel_backward_one_in_flight(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
+                                        const float* mean, const float* rstd, int N, int C) {
+    keel_cuda::layernorm_backward<bf16, 1>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
 // ---- variant 0: naive ----------------------------------------------------------------------------
@@ -140,7 +147,10 @@ int main(int argc, char** argv) {
                              d_dw, d_db, d_dout, d_inp, d_mean_ref, d_rstd_ref, N, C);
                          CUDA_CHECK_LAUNCH();
                      }},
-                    {1, "keel", [&] { keel_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C); }}};
+                    {1, "keel", [&] { keel_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C); }},
+                    {2, "one in flight", [&] {
+                         keel_backward_one_in_flight(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C);
+                     }}};
     failed += lab_run(a, bwd);
     return lab_finish(failed);
 }

@@ -35,8 +35,9 @@
 //   Memory ordering on the GPU: each thread fences (grid_fence: __threadfence) after writing its slot
 //   entries; __syncthreads; thread 0 then counts the block (a compare-and-swap loop). The fence makes
 //   the slot writes visible device-wide before the count can be observed. The last block's thread 0 fences after
-//   its atomic (acquire side) and reads the slots through volatile loads, which go to L2 (no stale L1
-//   line can be read). Under the emulation the blocks run one after another.
+//   its atomic (acquire side), and the block reads the slots with L2-only loads (pack_load_cg: no stale
+//   L1 line can be read), 4 columns a thread where C % 4 == 0. Under the emulation the blocks run one
+//   after another.
 // Scratch: the partials and the counter are sized by layernorm_reserve(N_max, C_max) at set-up (no
 // cudaMalloc in a steady-state step); an unreserved larger call grows them once.
 #pragma once
@@ -204,60 +205,156 @@ __global__ void residual_layernorm_forward_kernel(F* residual_out, F* ln_out,   
 }
 
 // ---- backward ------------------------------------------------------------------------------------------
-// Phase 1 for one row by one warp: dx += rstd·(g - mean(g) - xhat·mean(g·xhat)); write: dx = 0 + ...
-// (dx not read; the bits of adding into zeros).
-template <typename F>
-__device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, const F* weight, float m, float s, int C,
-                                              bool vec, int lane, bool write) {
+// Memory-level parallelism. The backward is bound by memory, and a load's round trip (about a
+// microsecond from DRAM, half that from L2) is far longer than the arithmetic on what it brings, so
+// each thread keeps several independent loads in flight instead of waiting on one at a time: a lane
+// loads LN_BWD_INFLIGHT chunks of a row's dout and inp (of dinp, in its second pass over the row)
+// before it adds any of them, a column thread
+// LN_BWD_INFLIGHT rows, and the last block's threads 2·LN_BWD_INFLIGHT slots of their 4 columns. The
+// sums still run in the order the contract above gives (chunk by chunk, row by row, slot by slot):
+// the values are loaded early, never added in another order, so the bits do not depend on how many
+// are in flight (test_cuda_layers compares the launcher with the kernel at 1 in flight, byte for
+// byte; the kernel lab times the two). 3: a GPT-2 124M row (C = 768, 8 bf16 a chunk) is 3 chunks a
+// lane, one group; at 4 the 16-bit kernels need more than the 128 registers a thread of a 512-thread
+// block can have (they spill under a launch bound).
+// The scalar fallback (odd C, misaligned views) runs with 1: it is for correctness, not speed.
+enum { LN_BWD_INFLIGHT = 3 };
+
+// Channels [c, c + n) of row x into a pack (n = V: one 16-byte load on the vector path; fewer only
+// for a short last chunk, which never takes it), and back.
+template <typename F, bool VEC> __device__ inline void ln_load_pack(Pack128<F>& p, const F* x, int c, int n) {
     constexpr int V = Pack128<F>::SIZE;
-    float fd[V], fx[V], fw[V], fdx[V];
+    if (VEC) {
+        p = load128(x + c);
+    } else {
+KEEL_UNROLL
+        for (int k = 0; k < V; k++)
+            if (k < n) p.v[k] = x[c + k];
+    }
+}
+template <typename F, bool VEC> __device__ inline void ln_store_pack(F* x, const Pack128<F>& p, int c, int n) {
+    constexpr int V = Pack128<F>::SIZE;
+    if (VEC) {
+        store128(x + c, p);
+    } else {
+KEEL_UNROLL
+        for (int k = 0; k < V; k++)
+            if (k < n) x[c + k] = p.v[k];
+    }
+}
+// A lane's next K chunks of a row (chunk i at channel c0 + i·32·V), every load issued before any
+// value is used; n[i] channels exist in chunk i (0 past the row's end: nothing read or written).
+template <typename F, int K> __device__ inline void ln_chunk_sizes(int (&n)[K], int c0, int C) {
+    constexpr int V = Pack128<F>::SIZE;
+KEEL_UNROLL
+    for (int i = 0; i < K; i++) {
+        int c = c0 + i * 32 * V;
+        n[i] = c >= C ? 0 : C - c < V ? C - c : V;
+    }
+}
+template <typename F, int K, bool VEC>
+__device__ inline void ln_load_chunks(Pack128<F> (&p)[K], int (&n)[K], const F* x, int c0, int C) {
+    constexpr int V = Pack128<F>::SIZE;
+    ln_chunk_sizes<F, K>(n, c0, C);
+KEEL_UNROLL
+    for (int i = 0; i < K; i++)
+        if (n[i]) ln_load_pack<F, VEC>(p[i], x, c0 + i * 32 * V, n[i]);
+}
+template <typename F, int K, bool VEC>
+__device__ inline void ln_store_chunks(F* x, const Pack128<F> (&p)[K], const int (&n)[K], int c0) {
+    constexpr int V = Pack128<F>::SIZE;
+KEEL_UNROLL
+    for (int i = 0; i < K; i++)
+        if (n[i]) ln_store_pack<F, VEC>(x, p[i], c0 + i * 32 * V, n[i]);
+}
+
+// Phase 1 for one row by one warp: dx += rstd·(g - mean(g) - xhat·mean(g·xhat)); write: dx = 0 + ...
+// (dx not read; the bits of adding into zeros). K chunks of d and x (then of dx) in flight a lane.
+template <typename F, int K, bool VEC>
+__device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, const F* weight, float m, float s, int C,
+                                              int lane, bool write) {
+    constexpr int V = Pack128<F>::SIZE;
+    Pack128<F> pd[K], px[K], pdx[K];  // pdx: its writes only where n[i] says the channel exists
+    int n[K];
     float g_sum = 0.0f, gx_sum = 0.0f;
-    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
-        int n = ln_load_chunk(fd, d, c0, C, vec);
-        ln_load_chunk(fx, x, c0, C, vec);
-        ln_load_chunk(fw, weight, c0, C, vec);
-        for (int k = 0; k < n; k++) {
-            float g = fd[k] * fw[k];
-            g_sum += g;
-            gx_sum += g * (fx[k] - m) * s;
+    for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
+        ln_load_chunks<F, K, VEC>(pd, n, d, c0, C);
+        ln_load_chunks<F, K, VEC>(px, n, x, c0, C);
+KEEL_UNROLL
+        for (int i = 0; i < K; i++) {
+            if (!n[i]) continue;
+            Pack128<F> pw;  // the weight from L1 or L2 (every row reads it), chunk by chunk
+            ln_load_pack<F, VEC>(pw, weight, c0 + i * 32 * V, n[i]);
+KEEL_UNROLL
+            for (int k = 0; k < V; k++)
+                if (k < n[i]) {
+                    float g = to_f32(pd[i].v[k]) * to_f32(pw.v[k]);
+                    g_sum += g;
+                    gx_sum += g * (to_f32(px[i].v[k]) - m) * s;
+                }
         }
     }
     float gmean = warp_sum(g_sum) / C, gxmean = warp_sum(gx_sum) / C;
-    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
-        int n = C - c0 < V ? C - c0 : V;
+    // Again over the row: dx's K chunks in flight (from DRAM); d, x and the weight chunk by chunk, from
+    // L1, where the first pass left them (a row of K chunks a lane or fewer)
+    for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
         if (write)
-            for (int k = 0; k < V; k++) fdx[k] = 0.0f;
+            ln_chunk_sizes<F, K>(n, c0, C);
         else
-            ln_load_chunk(fdx, dx, c0, C, vec);
-        ln_load_chunk(fd, d, c0, C, vec);
-        ln_load_chunk(fx, x, c0, C, vec);
-        ln_load_chunk(fw, weight, c0, C, vec);
-        for (int k = 0; k < n; k++) {
-            float xhat = (fx[k] - m) * s;
-            float g = fd[k] * fw[k];
-            fdx[k] = fdx[k] + s * (g - gmean - xhat * gxmean);
+            ln_load_chunks<F, K, VEC>(pdx, n, dx, c0, C);
+KEEL_UNROLL
+        for (int i = 0; i < K; i++) {
+            if (!n[i]) continue;
+            int c = c0 + i * 32 * V;
+            Pack128<F> qd, qx, qw;
+            ln_load_pack<F, VEC>(qd, d, c, n[i]);
+            ln_load_pack<F, VEC>(qx, x, c, n[i]);
+            ln_load_pack<F, VEC>(qw, weight, c, n[i]);
+KEEL_UNROLL
+            for (int k = 0; k < V; k++)
+                if (k < n[i]) {
+                    float xhat = (to_f32(qx.v[k]) - m) * s;
+                    float g = to_f32(qd.v[k]) * to_f32(qw.v[k]);
+                    float old = write ? 0.0f : to_f32(pdx[i].v[k]);
+                    pdx[i].v[k] = from_f32<F>(old + s * (g - gmean - xhat * gxmean));
+                }
         }
-        ln_store_chunk(dx, fdx, c0, n, vec);
+        ln_store_chunks<F, K, VEC>(dx, pdx, n, c0);
     }
 }
 
 // Phase 2 for one (row slice, chunk): Σ over rows r0, r0 + step, ... < r1 of dout·xhat and dout for the
-// channels [c0, c0 + n), added in row order.
-template <typename F>
+// channels [c0, c0 + n), added in row order; K rows' loads in flight.
+template <typename F, int K, bool VEC>
 __device__ inline int layernorm_backward_columns(float* dw, float* db, const F* dout, const F* inp, const float* mean,
-                                                 const float* rstd, int r0, int r1, int step, int c0, int C, bool vec) {
+                                                 const float* rstd, int r0, int r1, int step, int c0, int C) {
     constexpr int V = Pack128<F>::SIZE;
-    float fd[V], fx[V];
     int n = C - c0 < V ? C - c0 : V;
+KEEL_UNROLL
     for (int k = 0; k < V; k++) dw[k] = db[k] = 0.0f;
-    for (int row = r0; row < r1; row += step) {
-        size_t off = (size_t)row * C;
-        ln_load_chunk(fd, dout + off, c0, C, vec);
-        ln_load_chunk(fx, inp + off, c0, C, vec);
-        float m = mean[row], s = rstd[row];
-        for (int k = 0; k < n; k++) {
-            dw[k] += fd[k] * ((fx[k] - m) * s);
-            db[k] += fd[k];
+    for (int row = r0; row < r1; row += K * step) {
+        Pack128<F> pd[K], px[K];
+        float m[K], s[K];
+KEEL_UNROLL
+        for (int i = 0; i < K; i++) {
+            int r = row + i * step;
+            if (r >= r1) continue;
+            size_t off = (size_t)r * C;
+            ln_load_pack<F, VEC>(pd[i], dout + off, c0, n);
+            ln_load_pack<F, VEC>(px[i], inp + off, c0, n);
+            m[i] = mean[r];
+            s[i] = rstd[r];
+        }
+KEEL_UNROLL
+        for (int i = 0; i < K; i++) {
+            if (row + i * step >= r1) continue;
+KEEL_UNROLL
+            for (int k = 0; k < V; k++)
+                if (k < n) {
+                    float fd = to_f32(pd[i].v[k]);
+                    dw[k] += fd * ((to_f32(px[i].v[k]) - m[i]) * s[i]);
+                    db[k] += fd;
+                }
         }
     }
     return n;
@@ -272,15 +369,56 @@ static inline int layernorm_backward_slices(int C, int V, int rows) {
     return S < 1 ? 1 : S;
 }
 
-// dinp_write / dweight_write: dinp / (dweight, dbias) written instead of accumulated into.
-template <typename F>
-__global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,  // (N,C) (C) (C), accumulated into
-                                          float* partial, unsigned* done,        // (gridDim.x, 2, C), counter
-                                          unsigned tag,                          // this launch's (layernorm_next_tag)
-                                          const F* dout, const F* inp,           // (N,C), (N,C)
-                                          const F* weight,                       // (C)
-                                          const float* mean, const float* rstd,  // (N), (N)
-                                          int N, int C, int rows, int S, bool vec, bool dinp_write, bool dweight_write) {
+// Phase 3 in the last block: dweight/dbias (+)= Σ over the blocks' slots in block order, a thread per
+// 4 columns of the (2, C) slot (quad4: C % 4 == 0, the 16-byte path) or per column, 2K slots' loads in
+// flight. The slots come through L2 (pack_load_cg), never a line L1 kept from before.
+template <int K>
+__device__ inline void layernorm_backward_finish(float* dweight, float* dbias, const float* partial, int blocks, int C,
+                                                 bool quad4, bool write) {
+    constexpr int Q = 2 * K;
+    int W = quad4 ? 4 : 1, cols = 2 * C / W;
+    for (int q = threadIdx.x; q < cols; q += blockDim.x) {
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int k0 = 0; k0 < blocks; k0 += Q) {
+            Pack<float, 4> v[Q];
+KEEL_UNROLL
+            for (int i = 0; i < Q; i++) {
+                if (k0 + i >= blocks) continue;
+                const float* p = partial + (size_t)(k0 + i) * 2 * C + (size_t)q * W;
+                if (quad4)
+                    v[i] = pack_load_cg<float, 4>(p);
+                else
+                    v[i].v[0] = pack_load_cg<float, 1>(p).v[0];
+            }
+KEEL_UNROLL
+            for (int i = 0; i < Q; i++) {
+                if (k0 + i >= blocks) continue;
+KEEL_UNROLL
+                for (int j = 0; j < 4; j++)
+                    if (j < W) acc[j] += v[i].v[j];
+            }
+        }
+KEEL_UNROLL
+        for (int j = 0; j < 4; j++) {
+            if (j >= W) continue;
+            int c = q * W + j;  // < C: dweight, else dbias (a quad never straddles: C % 4 == 0)
+            float* o = c < C ? dweight + c : dbias + (c - C);
+            *o = (write ? 0.0f : *o) + acc[j];
+        }
+    }
+}
+
+// dinp_write / dweight_write: dinp / (dweight, dbias) written instead of accumulated into. K: loads in
+// flight (LN_BWD_INFLIGHT; 1 for the kernel lab's comparison).
+template <typename F, int K, bool VEC>
+__global__ void
+    layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,  // (N,C) (C) (C), accumulated into
+                              float* partial, unsigned* done,        // (gridDim.x, 2, C), counter
+                              unsigned tag,                          // this launch's (layernorm_next_tag)
+                              const F* dout, const F* inp,           // (N,C), (N,C)
+                              const F* weight,                       // (C)
+                              const float* mean, const float* rstd,  // (N), (N)
+                              int N, int C, int rows, int S, bool quad4, bool dinp_write, bool dweight_write) {
     constexpr int V = Pack128<F>::SIZE;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     int r0 = blockIdx.x * rows, r1 = r0 + rows < N ? r0 + rows : N;
@@ -288,7 +426,7 @@ __global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,
     // 1. dinp, one warp per row
     for (int row = r0 + warp; row < r1; row += warps) {
         size_t off = (size_t)row * C;
-        layernorm_backward_row(dinp + off, dout + off, inp + off, weight, mean[row], rstd[row], C, vec, lane, dinp_write);
+        layernorm_backward_row<F, K, VEC>(dinp + off, dout + off, inp + off, weight, mean[row], rstd[row], C, lane, dinp_write);
     }
 
     // 2. this block's dweight/dbias into its slot
@@ -297,21 +435,25 @@ __global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,
     int chunks = (C + V - 1) / V;
     if (S == 1) {
         for (int j = threadIdx.x; j < chunks; j += blockDim.x) {
-            int n = layernorm_backward_columns(dw, db, dout, inp, mean, rstd, r0, r1, 1, j * V, C, vec);
-            for (int k = 0; k < n; k++) {
-                slot[j * V + k] = dw[k];
-                slot[C + j * V + k] = db[k];
-            }
+            int n = layernorm_backward_columns<F, K, VEC>(dw, db, dout, inp, mean, rstd, r0, r1, 1, j * V, C);
+KEEL_UNROLL
+            for (int k = 0; k < V; k++)
+                if (k < n) {
+                    slot[j * V + k] = dw[k];
+                    slot[C + j * V + k] = db[k];
+                }
         }
     } else {
         KEEL_DYNAMIC_SHARED(float, sums);  // (S, 2, C): slice s's dweight then dbias sums
         int s = threadIdx.x / chunks, j = threadIdx.x % chunks;
         if (s < S) {
-            int n = layernorm_backward_columns(dw, db, dout, inp, mean, rstd, r0 + s, r1, S, j * V, C, vec);
-            for (int k = 0; k < n; k++) {
-                sums[(size_t)(2 * s) * C + j * V + k] = dw[k];
-                sums[(size_t)(2 * s + 1) * C + j * V + k] = db[k];
-            }
+            int n = layernorm_backward_columns<F, K, VEC>(dw, db, dout, inp, mean, rstd, r0 + s, r1, S, j * V, C);
+KEEL_UNROLL
+            for (int k = 0; k < V; k++)
+                if (k < n) {
+                    sums[(size_t)(2 * s) * C + j * V + k] = dw[k];
+                    sums[(size_t)(2 * s + 1) * C + j * V + k] = db[k];
+                }
         }
         __syncthreads();
         for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // c < C: dweight, else dbias
@@ -332,16 +474,7 @@ __global__ void layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,
     }
     __syncthreads();
     if (!is_last) return;
-    const volatile float* slots = partial;  // volatile: from L2, never a stale L1 line
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float w = 0.0f, b = 0.0f;
-        for (unsigned k = 0; k < gridDim.x; k++) {
-            w += slots[(size_t)k * 2 * C + c];
-            b += slots[(size_t)k * 2 * C + C + c];
-        }
-        dweight[c] = (dweight_write ? 0.0f : dweight[c]) + w;
-        dbias[c] = (dweight_write ? 0.0f : dbias[c]) + b;
-    }
+    layernorm_backward_finish<K>(dweight, dbias, partial, (int)gridDim.x, C, quad4, dweight_write);
 }
 
 // ---- launchers -------------------------------------------------------------------------------------------
@@ -379,7 +512,8 @@ void residual_layernorm_forward(F* residual_out, F* ln_out,             // (N,C)
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename F>
+// K: loads in flight (the kernel lab launches K = 1 to time what LN_BWD_INFLIGHT buys; same bits).
+template <typename F, int K = LN_BWD_INFLIGHT>
 void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) (C), accumulated into (written: the flags)
                         const F* dout, const F* inp,       // (N,C), (N,C)
                         const F* weight, const float* mean, const float* rstd, int N, int C,
@@ -391,8 +525,16 @@ void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) 
     LayerNormScratch* s = layernorm_scratch();
     layernorm_scratch_size(s, blocks, C);  // no-op once layernorm_reserve sized it
     bool vec = ln_vec_ok<F>(C, {dinp, dout, inp, weight});
-    KEEL_LAUNCH(layernorm_backward_kernel<F>, blocks, LN_BWD_WARPS * 32, smem, MAIN_STREAM)(
-        dinp, dweight, dbias, (float*)s->partial.ptr, s->done, layernorm_next_tag(s), dout, inp, weight, mean, rstd, N, C, rows, S, vec, dinp_write, dweight_write);
+    bool quad4 = C % 4 == 0 && aligned16(s->partial.ptr);  // every slot row then starts 16-byte aligned
+    // the vector path with K loads in flight; the scalar fallback (odd C, misaligned views) one at a time
+    unsigned tag = layernorm_next_tag(s);
+    float* partial = (float*)s->partial.ptr;
+    if (vec)
+        KEEL_LAUNCH(layernorm_backward_kernel<F KEEL_COMMA K KEEL_COMMA true>, blocks, LN_BWD_WARPS * 32, smem, MAIN_STREAM)(
+            dinp, dweight, dbias, partial, s->done, tag, dout, inp, weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write);
+    else
+        KEEL_LAUNCH(layernorm_backward_kernel<F KEEL_COMMA 1 KEEL_COMMA false>, blocks, LN_BWD_WARPS * 32, smem, MAIN_STREAM)(
+            dinp, dweight, dbias, partial, s->done, tag, dout, inp, weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write);
     CUDA_CHECK_LAUNCH();
 }
 

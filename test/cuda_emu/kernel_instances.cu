@@ -27,3 +27,16 @@ KEEL_FLASH_BWD_DEFER(__half, 64, 4)
 KEEL_FLASH_BWD_DEFER(__half, 64, 8)
 KEEL_FLASH_BWD_DEFER(__half, 128, 4)
 KEEL_FLASH_BWD_DEFER(__half, 128, 8)
+
+// The LayerNorm backward's vector path with one load in flight (K = 1), which test_cuda_layers holds to
+// the launcher's bytes and the kernel lab times beside it.
+#include "llmc/cuda/layernorm.cuh"
+template __global__ void keel_cuda::layernorm_backward_kernel<float, 1, true>(float*, float*, float*, float*, unsigned*, unsigned, const float*,
+                                                                              const float*, const float*, const float*, const float*, int, int,
+                                                                              int, int, bool, bool, bool);
+template __global__ void keel_cuda::layernorm_backward_kernel<__nv_bfloat16, 1, true>(
+    __nv_bfloat16*, float*, float*, float*, unsigned*, unsigned, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
+    const float*, const float*, int, int, int, int, bool, bool, bool);
+template __global__ void keel_cuda::layernorm_backward_kernel<__half, 1, true>(__half*, float*, float*, float*, unsigned*, unsigned,
+                                                                               const __half*, const __half*, const __half*, const float*,
+                                                                               const float*, int, int, int, int, bool, bool, bool);
