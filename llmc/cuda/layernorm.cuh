@@ -227,7 +227,7 @@ template <typename F, bool VEC> __device__ inline void ln_load_pack(Pack128<F>& 
     if (VEC) {
         p = load128(x + c);
     } else {
-KEEL_UNROLL
+        KEEL_UNROLL
         for (int k = 0; k < V; k++)
             if (k < n) p.v[k] = x[c + k];
     }
@@ -237,7 +237,7 @@ template <typename F, bool VEC> __device__ inline void ln_store_pack(F* x, const
     if (VEC) {
         store128(x + c, p);
     } else {
-KEEL_UNROLL
+        KEEL_UNROLL
         for (int k = 0; k < V; k++)
             if (k < n) x[c + k] = p.v[k];
     }
@@ -246,7 +246,7 @@ KEEL_UNROLL
 // value is used; n[i] channels exist in chunk i (0 past the row's end: nothing read or written).
 template <typename F, int K> __device__ inline void ln_chunk_sizes(int (&n)[K], int c0, int C) {
     constexpr int V = Pack128<F>::SIZE;
-KEEL_UNROLL
+    KEEL_UNROLL
     for (int i = 0; i < K; i++) {
         int c = c0 + i * 32 * V;
         n[i] = c >= C ? 0 : C - c < V ? C - c : V;
@@ -256,14 +256,14 @@ template <typename F, int K, bool VEC>
 __device__ inline void ln_load_chunks(Pack128<F> (&p)[K], int (&n)[K], const F* x, int c0, int C) {
     constexpr int V = Pack128<F>::SIZE;
     ln_chunk_sizes<F, K>(n, c0, C);
-KEEL_UNROLL
+    KEEL_UNROLL
     for (int i = 0; i < K; i++)
         if (n[i]) ln_load_pack<F, VEC>(p[i], x, c0 + i * 32 * V, n[i]);
 }
 template <typename F, int K, bool VEC>
 __device__ inline void ln_store_chunks(F* x, const Pack128<F> (&p)[K], const int (&n)[K], int c0) {
     constexpr int V = Pack128<F>::SIZE;
-KEEL_UNROLL
+    KEEL_UNROLL
     for (int i = 0; i < K; i++)
         if (n[i]) ln_store_pack<F, VEC>(x, p[i], c0 + i * 32 * V, n[i]);
 }
@@ -280,12 +280,12 @@ __device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, con
     for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
         ln_load_chunks<F, K, VEC>(pd, n, d, c0, C);
         ln_load_chunks<F, K, VEC>(px, n, x, c0, C);
-KEEL_UNROLL
+        KEEL_UNROLL
         for (int i = 0; i < K; i++) {
             if (!n[i]) continue;
             Pack128<F> pw;  // the weight from L1 or L2 (every row reads it), chunk by chunk
             ln_load_pack<F, VEC>(pw, weight, c0 + i * 32 * V, n[i]);
-KEEL_UNROLL
+            KEEL_UNROLL
             for (int k = 0; k < V; k++)
                 if (k < n[i]) {
                     float g = to_f32(pd[i].v[k]) * to_f32(pw.v[k]);
@@ -302,7 +302,7 @@ KEEL_UNROLL
             ln_chunk_sizes<F, K>(n, c0, C);
         else
             ln_load_chunks<F, K, VEC>(pdx, n, dx, c0, C);
-KEEL_UNROLL
+        KEEL_UNROLL
         for (int i = 0; i < K; i++) {
             if (!n[i]) continue;
             int c = c0 + i * 32 * V;
@@ -310,7 +310,7 @@ KEEL_UNROLL
             ln_load_pack<F, VEC>(qd, d, c, n[i]);
             ln_load_pack<F, VEC>(qx, x, c, n[i]);
             ln_load_pack<F, VEC>(qw, weight, c, n[i]);
-KEEL_UNROLL
+            KEEL_UNROLL
             for (int k = 0; k < V; k++)
                 if (k < n[i]) {
                     float xhat = (to_f32(qx.v[k]) - m) * s;
@@ -330,12 +330,12 @@ __device__ inline int layernorm_backward_columns(float* dw, float* db, const F* 
                                                  const float* rstd, int r0, int r1, int step, int c0, int C) {
     constexpr int V = Pack128<F>::SIZE;
     int n = C - c0 < V ? C - c0 : V;
-KEEL_UNROLL
+    KEEL_UNROLL
     for (int k = 0; k < V; k++) dw[k] = db[k] = 0.0f;
     for (int row = r0; row < r1; row += K * step) {
         Pack128<F> pd[K], px[K];
         float m[K], s[K];
-KEEL_UNROLL
+        KEEL_UNROLL
         for (int i = 0; i < K; i++) {
             int r = row + i * step;
             if (r >= r1) continue;
@@ -345,10 +345,10 @@ KEEL_UNROLL
             m[i] = mean[r];
             s[i] = rstd[r];
         }
-KEEL_UNROLL
+        KEEL_UNROLL
         for (int i = 0; i < K; i++) {
             if (row + i * step >= r1) continue;
-KEEL_UNROLL
+            KEEL_UNROLL
             for (int k = 0; k < V; k++)
                 if (k < n) {
                     float fd = to_f32(pd[i].v[k]);
@@ -381,7 +381,7 @@ __device__ inline void layernorm_backward_finish(float* dweight, float* dbias, c
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         for (int k0 = 0; k0 < blocks; k0 += Q) {
             Pack<float, 4> v[Q];
-KEEL_UNROLL
+            KEEL_UNROLL
             for (int i = 0; i < Q; i++) {
                 if (k0 + i >= blocks) continue;
                 const float* p = partial + (size_t)(k0 + i) * 2 * C + (size_t)q * W;
@@ -390,15 +390,15 @@ KEEL_UNROLL
                 else
                     v[i].v[0] = pack_load_cg<float, 1>(p).v[0];
             }
-KEEL_UNROLL
+            KEEL_UNROLL
             for (int i = 0; i < Q; i++) {
                 if (k0 + i >= blocks) continue;
-KEEL_UNROLL
+                KEEL_UNROLL
                 for (int j = 0; j < 4; j++)
                     if (j < W) acc[j] += v[i].v[j];
             }
         }
-KEEL_UNROLL
+        KEEL_UNROLL
         for (int j = 0; j < 4; j++) {
             if (j >= W) continue;
             int c = q * W + j;  // < C: dweight, else dbias (a quad never straddles: C % 4 == 0)
@@ -436,7 +436,7 @@ __global__ void
     if (S == 1) {
         for (int j = threadIdx.x; j < chunks; j += blockDim.x) {
             int n = layernorm_backward_columns<F, K, VEC>(dw, db, dout, inp, mean, rstd, r0, r1, 1, j * V, C);
-KEEL_UNROLL
+            KEEL_UNROLL
             for (int k = 0; k < V; k++)
                 if (k < n) {
                     slot[j * V + k] = dw[k];
@@ -448,7 +448,7 @@ KEEL_UNROLL
         int s = threadIdx.x / chunks, j = threadIdx.x % chunks;
         if (s < S) {
             int n = layernorm_backward_columns<F, K, VEC>(dw, db, dout, inp, mean, rstd, r0 + s, r1, S, j * V, C);
-KEEL_UNROLL
+            KEEL_UNROLL
             for (int k = 0; k < V; k++)
                 if (k < n) {
                     sums[(size_t)(2 * s) * C + j * V + k] = dw[k];
