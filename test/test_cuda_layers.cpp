@@ -48,27 +48,27 @@ struct LNForward {
 struct LNGrads {
     std::vector<float> dx, dw, db;  // (N,C) (C) (C)
 };
-template <typename T>
+template <typename T, int K = keel_cuda::LN_FWD_INFLIGHT>
 static LNForward gpu_layernorm_forward(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
                                        int N, int C, size_t off) {
     size_t NC = (size_t)N * C;
     DevBuf<T> d_x(x, off), d_w(w, off), d_b(b, off), d_y(std::vector<float>(NC), off);
     DevBuf<float> d_mean(std::vector<float>(N), 0), d_rstd(std::vector<float>(N), 0);
-    keel_cuda::layernorm_forward(d_y.p, d_mean.p, d_rstd.p, d_x.p, d_w.p, d_b.p, N, C);
+    keel_cuda::layernorm_forward<T, K>(d_y.p, d_mean.p, d_rstd.p, d_x.p, d_w.p, d_b.p, N, C);
     return {d_y.get(NC), d_mean.get(N), d_rstd.get(N), {}};
 }
 // fused: residual_layernorm_forward; otherwise residual_forward then layernorm_forward
-template <typename T>
+template <typename T, int K = keel_cuda::LN_FWD_INFLIGHT>
 static LNForward gpu_residual_layernorm_forward(const std::vector<float>& a, const std::vector<float>& bb, const std::vector<float>& w,
                                                 const std::vector<float>& b, int N, int C, size_t off, bool fused) {
     size_t NC = (size_t)N * C;
     DevBuf<T> d_a(a, off), d_bb(bb, off), d_w(w, off), d_b(b, off), d_y(std::vector<float>(NC), off), d_r(std::vector<float>(NC), off);
     DevBuf<float> d_mean(std::vector<float>(N), 0), d_rstd(std::vector<float>(N), 0);
     if (fused) {
-        keel_cuda::residual_layernorm_forward(d_r.p, d_y.p, d_mean.p, d_rstd.p, d_a.p, d_bb.p, d_w.p, d_b.p, N, C);
+        keel_cuda::residual_layernorm_forward<T, K>(d_r.p, d_y.p, d_mean.p, d_rstd.p, d_a.p, d_bb.p, d_w.p, d_b.p, N, C);
     } else {
         keel_cuda::residual_forward(d_r.p, d_a.p, d_bb.p, NC);
-        keel_cuda::layernorm_forward(d_y.p, d_mean.p, d_rstd.p, d_r.p, d_w.p, d_b.p, N, C);
+        keel_cuda::layernorm_forward<T, K>(d_y.p, d_mean.p, d_rstd.p, d_r.p, d_w.p, d_b.p, N, C);
     }
     return {d_y.get(NC), d_mean.get(N), d_rstd.get(N), d_r.get(NC)};
 }
@@ -100,6 +100,7 @@ static void test_layernorm(int N, int C) {
     check_close("layernorm_forward rstd" + sz, g.rstd, rstd, 1e-5, 1e-6);
     // misaligned buffers take the scalar path over the same chunks: the same additions, the same bits
     check_true("layernorm_forward misaligned (scalar path): same bytes" + sz, same_forward(gpu_layernorm_forward<float>(x, w, b, N, C, 1), g));
+    check_true("layernorm_forward with 1 chunk in flight: same bytes" + sz, same_forward(gpu_layernorm_forward<float, 1>(x, w, b, N, C, 0), g));
 
     // residual + layernorm: the fused op against the two ops it replaces (bit for bit) and the CPU twin
     std::vector<float> a = randn(NC, 17, 2.0), r(NC), y2(NC), mean2(N), rstd2(N);  // (N,C) x3 (N) (N)
@@ -109,6 +110,8 @@ static void test_layernorm(int N, int C) {
                same_forward(fused, gpu_residual_layernorm_forward<float>(a, x, w, b, N, C, 0, false)));
     check_true("residual_layernorm_forward misaligned (scalar path): same bytes" + sz,
                same_forward(fused, gpu_residual_layernorm_forward<float>(a, x, w, b, N, C, 1, true)));
+    check_true("residual_layernorm_forward with 1 chunk in flight: same bytes" + sz,
+               same_forward(fused, gpu_residual_layernorm_forward<float, 1>(a, x, w, b, N, C, 0, true)));
     check_close("residual_layernorm_forward residual" + sz, fused.res, r, 0, 0);
     check_close("residual_layernorm_forward out" + sz, fused.y, y2, 1e-5, 1e-5);
     check_close("residual_layernorm_forward mean" + sz, fused.mean, mean2, 1e-5, 1e-6);
@@ -299,6 +302,8 @@ template <typename T> static void test_lowp_layernorm(int N, int C) {
     check_f32_of_lowp(sz + "layernorm_forward mean (fp32)", g.mean, mean);
     check_f32_of_lowp(sz + "layernorm_forward rstd (fp32)", g.rstd, rstd);
     check_true(sz + "layernorm_forward misaligned (scalar path): same bytes", same_forward(gpu_layernorm_forward<T>(x, w, b, N, C, 1), g));
+    check_true(sz + "layernorm_forward with 1 chunk in flight (the kernel lab's comparison): same bytes",
+               same_forward(gpu_layernorm_forward<T, 1>(x, w, b, N, C, 0), g));
 
     // fused residual + layernorm: the residual is rounded to T before the LayerNorm reads it, so the
     // reference normalizes the rounded CPU sum
@@ -311,6 +316,8 @@ template <typename T> static void test_lowp_layernorm(int N, int C) {
                same_forward(fused, gpu_residual_layernorm_forward<T>(a, x, w, b, N, C, 0, false)));
     check_true(sz + "residual_layernorm_forward misaligned (scalar path): same bytes",
                same_forward(fused, gpu_residual_layernorm_forward<T>(a, x, w, b, N, C, 1, true)));
+    check_true(sz + "residual_layernorm_forward with 1 chunk in flight: same bytes",
+               same_forward(fused, gpu_residual_layernorm_forward<T, 1>(a, x, w, b, N, C, 0, true)));
     check_close(sz + "residual_layernorm_forward residual (exactly rounded)", fused.res, r, 0, 0);
     check_lowp(sz + "residual_layernorm_forward out", fused.y, y2);
     check_f32_of_lowp(sz + "residual_layernorm_forward mean (fp32)", fused.mean, mean2);

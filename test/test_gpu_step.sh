@@ -121,7 +121,8 @@ check(f"memsets per iteration: {it2['memsets']} of {it2['memset_bytes']} bytes w
 # the final LayerNorm): per micro-batch 2·L fused launches, one plain LayerNorm (layer 0's LN1), no lone residual add
 k2, k3 = load("bf16_2")["launches_by_kernel"], load("bf16_3")["launches_by_kernel"]
 kd = {k: k3.get(k, 0) - k2.get(k, 0) for k in set(k2) | set(k3)}
-fused, plain, lone = (kd.get(f"{n}_kernel<F>", 0) for n in ("residual_layernorm_forward", "layernorm_forward", "residual_forward"))
+# (a kernel's instantiations by name as launched: layernorm_forward_kernel<F, K, true> and <F, 1, false>)
+fused, plain, lone = (sum(v for k, v in kd.items() if k.startswith(f"{n}_kernel<")) for n in ("residual_layernorm_forward", "layernorm_forward", "residual_forward"))
 check(f"forward per iteration (2 micro-batches): {fused} residual + LayerNorm passes (2·L·2 = {4 * L}), {plain} lone LayerNorms (2), "
       f"{lone} lone residual adds (0)", fused == 4 * L and plain == 2 and lone == 0)
 print(f"launches per iteration: {it2['launches']} (2 micro-batches), {it1['launches']} (1)")

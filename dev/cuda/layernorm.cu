@@ -5,7 +5,9 @@
 // Variants:
 //   forward  0 naive: one thread per row (mean, variance, outputs in sequence; neighbouring threads
 //                     read addresses C apart: uncoalesced).
-//            1 keel:  keel_cuda::layernorm_forward.
+//            1 keel:  keel_cuda::layernorm_forward (LN_FWD_INFLIGHT chunks in flight a lane).
+//            2 one in flight: the same kernel with K = 1, each chunk's load waited on before the next
+//                     is issued (the kernel as it was before the chunks in flight); same bytes as 1.
 //   backward 0 naive: one thread per row for dinp, then one thread per channel for dweight/dbias
 //                     walking the N rows in order.
 //            1 keel:  keel_cuda::layernorm_backward (LN_BWD_INFLIGHT loads in flight a thread).
@@ -25,6 +27,9 @@ typedef __nv_bfloat16 bf16;
 // ---- variant 1: keel's launchers (the one place to adapt when their arguments change) -------------
 static void keel_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int N, int C) {
     keel_cuda::layernorm_forward(out, mean, rstd, inp, w, b, N, C);
+}
+static void keel_forward_one_in_flight(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b, int N, int C) {
+    keel_cuda::layernorm_forward<bf16, 1>(out, mean, rstd, inp, w, b, N, C);
 }
 static void keel_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
                           const float* rstd, int N, int C) {
@@ -122,7 +127,8 @@ int main(int argc, char** argv) {
                          KEEL_LAUNCH(layernorm_forward_naive_kernel, ceil_div(N, 256), 256, 0, MAIN_STREAM)(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C);
                          CUDA_CHECK_LAUNCH();
                      }},
-                    {1, "keel", [&] { keel_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C); }}};
+                    {1, "keel", [&] { keel_forward(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C); }},
+                    {2, "one in flight", [&] { keel_forward_one_in_flight(d_out, d_mean, d_rstd, d_inp, d_w, d_b, N, C); }}};
     failed += lab_run(a, fwd);
 
     LabOp bwd;

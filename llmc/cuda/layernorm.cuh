@@ -51,6 +51,9 @@ namespace keel_cuda {
 // on a 132-SM H100; the last block reads LN_BWD_MAX_BLOCKS·2C partials, so more blocks lengthen the
 // serial tail) live in llmc/ops.h with the scratch formula --dry-run uses.
 enum { LN_WARPS_PER_BLOCK = 8 };  // forward: rows per block
+// Forward: a lane's chunks of a row in flight at once (a GPT-2 124M row is 3, 350M's 4): its loads
+// issued together instead of one round trip each; the registers allow it (44-ish a thread at 1).
+enum { LN_FWD_INFLIGHT = 3 };
 
 // ---- scratch -----------------------------------------------------------------------------------------
 // Rows per backward block: a multiple of the warps, and enough that there are at most
@@ -108,118 +111,6 @@ static inline void layernorm_reserve(int N_max, int C_max) {
 }
 
 // ---- chunks of a row -------------------------------------------------------------------------------------
-// The channels [c0, c0 + V) of row x, as fp32 (V = Pack128<F>::SIZE); returns how many exist (< V only
-// for the last chunk of a row whose C is not a multiple of V, which never takes the vector path).
-template <typename F> __device__ inline int ln_load_chunk(float* f, const F* x, int c0, int C, bool vec) {
-    constexpr int V = Pack128<F>::SIZE;
-    if (vec) {
-        Pack128<F> p = load128(x + c0);
-        for (int k = 0; k < V; k++) f[k] = to_f32(p.v[k]);
-        return V;
-    }
-    int n = C - c0 < V ? C - c0 : V;
-    for (int k = 0; k < n; k++) f[k] = to_f32(x[c0 + k]);
-    return n;
-}
-template <typename F> __device__ inline void ln_store_chunk(F* x, const float* f, int c0, int n, bool vec) {
-    constexpr int V = Pack128<F>::SIZE;
-    if (vec) {
-        Pack128<F> p;
-        for (int k = 0; k < V; k++) p.v[k] = from_f32<F>(f[k]);
-        store128(x + c0, p);
-        return;
-    }
-    for (int k = 0; k < n; k++) x[c0 + k] = from_f32<F>(f[k]);
-}
-
-// ---- forward -------------------------------------------------------------------------------------------
-// One row by one warp: statistics of x (C channels), then out. Lane `lane` touches only its chunks.
-template <typename F>
-__device__ inline void layernorm_row(F* o, float* mean, float* rstd, const F* x, const F* weight, const F* bias,
-                                     int C, bool vec, int lane) {
-    constexpr int V = Pack128<F>::SIZE;
-    float f[V], w[V], b[V];
-    float sum = 0.0f;
-    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
-        int n = ln_load_chunk(f, x, c0, C, vec);
-        for (int k = 0; k < n; k++) sum += f[k];
-    }
-    float m = warp_sum(sum) / C;
-    float sq = 0.0f;
-    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
-        int n = ln_load_chunk(f, x, c0, C, vec);
-        for (int k = 0; k < n; k++) {
-            float d = f[k] - m;
-            sq += d * d;
-        }
-    }
-    float s = 1.0f / sqrtf(warp_sum(sq) / C + (float)LAYERNORM_EPS);
-    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
-        int n = ln_load_chunk(f, x, c0, C, vec);
-        ln_load_chunk(w, weight, c0, C, vec);
-        ln_load_chunk(b, bias, c0, C, vec);
-        for (int k = 0; k < n; k++) f[k] = (f[k] - m) * s * w[k] + b[k];
-        ln_store_chunk(o, f, c0, n, vec);
-    }
-    if (lane == 0) {
-        *mean = m;
-        *rstd = s;
-    }
-}
-
-template <typename F>
-__global__ void layernorm_forward_kernel(F* out, float* mean, float* rstd,        // (N,C), (N), (N)
-                                         const F* inp,                    // (N,C)
-                                         const F* weight, const F* bias,  // (C), (C)
-                                         int N, int C, bool vec) {
-    int lane = threadIdx.x % 32;
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= N) return;  // the whole warp leaves together: no lane is missing from warp_sum
-    size_t off = (size_t)row * C;
-    layernorm_row(out + off, mean + row, rstd + row, inp + off, weight, bias, C, vec, lane);
-}
-
-// residual_out = a + b rounded to F (residual_forward's arithmetic), then layernorm_row on the row it
-// wrote. Each lane rereads only the channels it wrote itself (same chunks), so program order is all the
-// ordering needed; the reread hits L1.
-template <typename F>
-__global__ void residual_layernorm_forward_kernel(F* residual_out, F* ln_out,          // (N,C), (N,C)
-                                                  float* mean, float* rstd,            // (N), (N)
-                                                  const F* a, const F* b,              // (N,C), (N,C)
-                                                  const F* weight, const F* bias,      // (C), (C)
-                                                  int N, int C, bool vec) {
-    constexpr int V = Pack128<F>::SIZE;
-    int lane = threadIdx.x % 32;
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (row >= N) return;  // whole warp
-    size_t off = (size_t)row * C;
-    F* r = residual_out + off;
-    float fa[V], fb[V];
-    for (int c0 = lane * V; c0 < C; c0 += 32 * V) {
-        int n = ln_load_chunk(fa, a + off, c0, C, vec);
-        ln_load_chunk(fb, b + off, c0, C, vec);
-        for (int k = 0; k < n; k++) fa[k] += fb[k];
-        ln_store_chunk(r, fa, c0, n, vec);
-    }
-    layernorm_row(ln_out + off, mean + row, rstd + row, r, weight, bias, C, vec, lane);
-}
-
-// ---- backward ------------------------------------------------------------------------------------------
-// Memory-level parallelism. The backward is bound by memory, and a load's round trip (about a
-// microsecond from DRAM, half that from L2) is far longer than the arithmetic on what it brings, so
-// each thread keeps several independent loads in flight instead of waiting on one at a time: a lane
-// loads LN_BWD_INFLIGHT chunks of a row's dout and inp (of dinp, in its second pass over the row)
-// before it adds any of them, a column thread
-// LN_BWD_INFLIGHT rows, and the last block's threads 2·LN_BWD_INFLIGHT slots of their 4 columns. The
-// sums still run in the order the contract above gives (chunk by chunk, row by row, slot by slot):
-// the values are loaded early, never added in another order, so the bits do not depend on how many
-// are in flight (test_cuda_layers compares the launcher with the kernel at 1 in flight, byte for
-// byte; the kernel lab times the two). 3: a GPT-2 124M row (C = 768, 8 bf16 a chunk) is 3 chunks a
-// lane, one group; at 4 the 16-bit kernels need more than the 128 registers a thread of a 512-thread
-// block can have (they spill under a launch bound).
-// The scalar fallback (odd C, misaligned views) runs with 1: it is for correctness, not speed.
-enum { LN_BWD_INFLIGHT = 3 };
-
 // Channels [c, c + n) of row x into a pack (n = V: one 16-byte load on the vector path; fewer only
 // for a short last chunk, which never takes it), and back.
 template <typename F, bool VEC> __device__ inline void ln_load_pack(Pack128<F>& p, const F* x, int c, int n) {
@@ -267,6 +158,117 @@ __device__ inline void ln_store_chunks(F* x, const Pack128<F> (&p)[K], const int
     for (int i = 0; i < K; i++)
         if (n[i]) ln_store_pack<F, VEC>(x, p[i], c0 + i * 32 * V, n[i]);
 }
+
+// ---- forward -------------------------------------------------------------------------------------------
+// One row by one warp: statistics of x (C channels), then out. Lane `lane` touches only its chunks, K of
+// them in flight at a time (LN_FWD_INFLIGHT; the sums in chunk order whatever K: the same bits). The
+// second and third passes reread the row from L1.
+template <typename F, int K, bool VEC>
+__device__ inline void layernorm_row(F* o, float* mean, float* rstd, const F* x, const F* weight, const F* bias, int C, int lane) {
+    constexpr int V = Pack128<F>::SIZE;
+    Pack128<F> px[K];
+    int n[K];
+    float sum = 0.0f;
+    for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
+        ln_load_chunks<F, K, VEC>(px, n, x, c0, C);
+        KEEL_UNROLL
+        for (int i = 0; i < K; i++)
+            KEEL_UNROLL
+            for (int k = 0; k < V; k++)
+                if (k < n[i]) sum += to_f32(px[i].v[k]);
+    }
+    float m = warp_sum(sum) / C;
+    float sq = 0.0f;
+    for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
+        ln_load_chunks<F, K, VEC>(px, n, x, c0, C);
+        KEEL_UNROLL
+        for (int i = 0; i < K; i++)
+            KEEL_UNROLL
+            for (int k = 0; k < V; k++)
+                if (k < n[i]) {
+                    float d = to_f32(px[i].v[k]) - m;
+                    sq += d * d;
+                }
+    }
+    float s = 1.0f / sqrtf(warp_sum(sq) / C + (float)LAYERNORM_EPS);
+    for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
+        ln_load_chunks<F, K, VEC>(px, n, x, c0, C);
+        KEEL_UNROLL
+        for (int i = 0; i < K; i++) {
+            if (!n[i]) continue;
+            int c = c0 + i * 32 * V;
+            Pack128<F> pw, pb;
+            ln_load_pack<F, VEC>(pw, weight, c, n[i]);
+            ln_load_pack<F, VEC>(pb, bias, c, n[i]);
+            KEEL_UNROLL
+            for (int k = 0; k < V; k++)
+                if (k < n[i]) px[i].v[k] = from_f32<F>((to_f32(px[i].v[k]) - m) * s * to_f32(pw.v[k]) + to_f32(pb.v[k]));
+        }
+        ln_store_chunks<F, K, VEC>(o, px, n, c0);
+    }
+    if (lane == 0) {
+        *mean = m;
+        *rstd = s;
+    }
+}
+
+template <typename F, int K, bool VEC>
+__global__ void layernorm_forward_kernel(F* out, float* mean, float* rstd,        // (N,C), (N), (N)
+                                         const F* inp,                    // (N,C)
+                                         const F* weight, const F* bias,  // (C), (C)
+                                         int N, int C) {
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;  // the whole warp leaves together: no lane is missing from warp_sum
+    size_t off = (size_t)row * C;
+    layernorm_row<F, K, VEC>(out + off, mean + row, rstd + row, inp + off, weight, bias, C, lane);
+}
+
+// residual_out = a + b rounded to F (residual_forward's arithmetic), then layernorm_row on the row it
+// wrote. Each lane rereads only the channels it wrote itself (same chunks), so program order is all the
+// ordering needed; the reread hits L1.
+template <typename F, int K, bool VEC>
+__global__ void residual_layernorm_forward_kernel(F* residual_out, F* ln_out,          // (N,C), (N,C)
+                                                  float* mean, float* rstd,            // (N), (N)
+                                                  const F* a, const F* b,              // (N,C), (N,C)
+                                                  const F* weight, const F* bias,      // (C), (C)
+                                                  int N, int C) {
+    constexpr int V = Pack128<F>::SIZE;
+    int lane = threadIdx.x % 32;
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (row >= N) return;  // whole warp
+    size_t off = (size_t)row * C;
+    F* r = residual_out + off;
+    Pack128<F> pa[K], pb[K];
+    int n[K];
+    for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
+        ln_load_chunks<F, K, VEC>(pa, n, a + off, c0, C);
+        ln_load_chunks<F, K, VEC>(pb, n, b + off, c0, C);
+        KEEL_UNROLL
+        for (int i = 0; i < K; i++)
+            KEEL_UNROLL
+            for (int k = 0; k < V; k++)
+                if (k < n[i]) pa[i].v[k] = from_f32<F>(to_f32(pa[i].v[k]) + to_f32(pb[i].v[k]));
+        ln_store_chunks<F, K, VEC>(r, pa, n, c0);
+    }
+    layernorm_row<F, K, VEC>(ln_out + off, mean + row, rstd + row, r, weight, bias, C, lane);
+}
+
+// ---- backward ------------------------------------------------------------------------------------------
+// Memory-level parallelism. The backward is bound by memory, and a load's round trip (about a
+// microsecond from DRAM, half that from L2) is far longer than the arithmetic on what it brings, so
+// each thread keeps several independent loads in flight instead of waiting on one at a time: a lane
+// loads LN_BWD_INFLIGHT chunks of a row's dout and inp (of dinp, in its second pass over the row)
+// before it adds any of them, a column thread
+// LN_BWD_INFLIGHT rows, and the last block's threads 2·LN_BWD_INFLIGHT slots of their 4 columns. The
+// sums still run in the order the contract above gives (chunk by chunk, row by row, slot by slot):
+// the values are loaded early, never added in another order, so the bits do not depend on how many
+// are in flight (test_cuda_layers compares the launcher with the kernel at 1 in flight, byte for
+// byte; the kernel lab times the two). 3: a GPT-2 124M row (C = 768, 8 bf16 a chunk) is 3 chunks a
+// lane, one group; at 4 the 16-bit kernels need more than the 128 registers a thread of a 512-thread
+// block can have (they spill under a launch bound).
+// The scalar fallback (odd C, misaligned views) runs with 1: it is for correctness, not speed.
+enum { LN_BWD_INFLIGHT = 3 };
 
 // Phase 1 for one row by one warp: dx += rstd·(g - mean(g) - xhat·mean(g·xhat)); write: dx = 0 + ...
 // (dx not read; the bits of adding into zeros). K chunks of d and x (then of dx) in flight a lane.
@@ -487,28 +489,37 @@ template <typename F> static inline bool ln_vec_ok(int C, std::initializer_list<
     return true;
 }
 
-template <typename F>
+// K: chunks in flight a lane (LN_FWD_INFLIGHT; the kernel lab launches 1 beside it: same bits).
+template <typename F, int K = LN_FWD_INFLIGHT>
 void layernorm_forward(F* out, float* mean, float* rstd,           // (N,C), (N), (N)
                        const F* inp,                       // (N,C)
                        const F* weight, const F* bias,     // (C), (C)
                        int N, int C) {
     if (N == 0 || C == 0) return;
-    bool vec = ln_vec_ok<F>(C, {out, inp, weight, bias});
-    KEEL_LAUNCH(layernorm_forward_kernel<F>, ceil_div(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0,
-                MAIN_STREAM)(out, mean, rstd, inp, weight, bias, N, C, vec);
+    int blocks = (int)ceil_div(N, LN_WARPS_PER_BLOCK);
+    if (ln_vec_ok<F>(C, {out, inp, weight, bias}))
+        KEEL_LAUNCH(layernorm_forward_kernel<F KEEL_COMMA K KEEL_COMMA true>, blocks, 32 * LN_WARPS_PER_BLOCK, 0, MAIN_STREAM)(
+            out, mean, rstd, inp, weight, bias, N, C);
+    else
+        KEEL_LAUNCH(layernorm_forward_kernel<F KEEL_COMMA 1 KEEL_COMMA false>, blocks, 32 * LN_WARPS_PER_BLOCK, 0, MAIN_STREAM)(
+            out, mean, rstd, inp, weight, bias, N, C);
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename F>
+template <typename F, int K = LN_FWD_INFLIGHT>
 void residual_layernorm_forward(F* residual_out, F* ln_out,             // (N,C), (N,C)
                                 float* mean, float* rstd,               // (N), (N)
                                 const F* a, const F* b,                 // (N,C), (N,C)
                                 const F* weight, const F* bias,         // (C), (C)
                                 int N, int C) {
     if (N == 0 || C == 0) return;
-    bool vec = ln_vec_ok<F>(C, {residual_out, ln_out, a, b, weight, bias});
-    KEEL_LAUNCH(residual_layernorm_forward_kernel<F>, ceil_div(N, LN_WARPS_PER_BLOCK), 32 * LN_WARPS_PER_BLOCK, 0,
-                MAIN_STREAM)(residual_out, ln_out, mean, rstd, a, b, weight, bias, N, C, vec);
+    int blocks = (int)ceil_div(N, LN_WARPS_PER_BLOCK);
+    if (ln_vec_ok<F>(C, {residual_out, ln_out, a, b, weight, bias}))
+        KEEL_LAUNCH(residual_layernorm_forward_kernel<F KEEL_COMMA K KEEL_COMMA true>, blocks, 32 * LN_WARPS_PER_BLOCK, 0, MAIN_STREAM)(
+            residual_out, ln_out, mean, rstd, a, b, weight, bias, N, C);
+    else
+        KEEL_LAUNCH(residual_layernorm_forward_kernel<F KEEL_COMMA 1 KEEL_COMMA false>, blocks, 32 * LN_WARPS_PER_BLOCK, 0, MAIN_STREAM)(
+            residual_out, ln_out, mean, rstd, a, b, weight, bias, N, C);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -40,3 +40,11 @@ template __global__ void keel_cuda::layernorm_backward_kernel<__nv_bfloat16, 1, 
 template __global__ void keel_cuda::layernorm_backward_kernel<__half, 1, true>(__half*, float*, float*, float*, unsigned*, unsigned,
                                                                                const __half*, const __half*, const __half*, const float*,
                                                                                const float*, int, int, int, int, bool, bool, bool);
+// and the forwards with one chunk in flight, likewise
+#define KEEL_LN_FWD_ONE(F)                                                                                                         \
+    template __global__ void keel_cuda::layernorm_forward_kernel<F, 1, true>(F*, float*, float*, const F*, const F*, const F*, int, int); \
+    template __global__ void keel_cuda::residual_layernorm_forward_kernel<F, 1, true>(F*, F*, float*, float*, const F*, const F*, const F*, \
+                                                                                      const F*, int, int);
+KEEL_LN_FWD_ONE(float)
+KEEL_LN_FWD_ONE(__nv_bfloat16)
+KEEL_LN_FWD_ONE(__half)
