@@ -159,6 +159,21 @@ __device__ inline void ln_store_chunks(F* x, const Pack128<F> (&p)[K], const int
         if (n[i]) ln_store_pack<F, VEC>(x, p[i], c0 + i * 32 * V, n[i]);
 }
 
+// f(value) for each of the lane's channels of row x, in chunk order, K chunks loaded at a time.
+template <typename F, int K, bool VEC, typename Fn> __device__ inline void ln_row_values(const F* x, int C, int lane, Fn f) {
+    constexpr int V = Pack128<F>::SIZE;
+    Pack128<F> px[K];
+    int n[K];
+    for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
+        ln_load_chunks<F, K, VEC>(px, n, x, c0, C);
+        KEEL_UNROLL
+        for (int i = 0; i < K; i++)
+            KEEL_UNROLL
+            for (int k = 0; k < V; k++)
+                if (k < n[i]) f(to_f32(px[i].v[k]));
+    }
+}
+
 // ---- forward -------------------------------------------------------------------------------------------
 // One row by one warp: statistics of x (C channels), then out. Lane `lane` touches only its chunks, K of
 // them in flight at a time (LN_FWD_INFLIGHT; the sums in chunk order whatever K: the same bits). The
@@ -169,27 +184,13 @@ __device__ inline void layernorm_row(F* o, float* mean, float* rstd, const F* x,
     Pack128<F> px[K];
     int n[K];
     float sum = 0.0f;
-    for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
-        ln_load_chunks<F, K, VEC>(px, n, x, c0, C);
-        KEEL_UNROLL
-        for (int i = 0; i < K; i++)
-            KEEL_UNROLL
-            for (int k = 0; k < V; k++)
-                if (k < n[i]) sum += to_f32(px[i].v[k]);
-    }
+    ln_row_values<F, K, VEC>(x, C, lane, [&](float v) { sum += v; });
     float m = warp_sum(sum) / C;
     float sq = 0.0f;
-    for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
-        ln_load_chunks<F, K, VEC>(px, n, x, c0, C);
-        KEEL_UNROLL
-        for (int i = 0; i < K; i++)
-            KEEL_UNROLL
-            for (int k = 0; k < V; k++)
-                if (k < n[i]) {
-                    float d = to_f32(px[i].v[k]) - m;
-                    sq += d * d;
-                }
-    }
+    ln_row_values<F, K, VEC>(x, C, lane, [&](float v) {
+        float d = v - m;
+        sq += d * d;
+    });
     float s = 1.0f / sqrtf(warp_sum(sq) / C + (float)LAYERNORM_EPS);
     for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
         ln_load_chunks<F, K, VEC>(px, n, x, c0, C);
