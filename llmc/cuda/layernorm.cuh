@@ -260,9 +260,8 @@ __global__ void residual_layernorm_forward_kernel(F* residual_out, F* ln_out,   
 // microsecond from DRAM, half that from L2) is far longer than the arithmetic on what it brings, so
 // each thread keeps several independent loads in flight instead of waiting on one at a time: a lane
 // loads LN_BWD_INFLIGHT chunks of a row's dout and inp (of dinp, in its second pass over the row)
-// before it adds any of them, a column thread
-// LN_BWD_INFLIGHT rows, and the last block's threads 2·LN_BWD_INFLIGHT slots of their 4 columns. The
-// sums still run in the order the contract above gives (chunk by chunk, row by row, slot by slot):
+// before it adds any of them, a column thread LN_BWD_INFLIGHT rows, and the last block's threads
+// 2·LN_BWD_INFLIGHT slots of their 4 columns. The sums still run in the order the contract above gives (chunk by chunk, row by row, slot by slot):
 // the values are loaded early, never added in another order, so the bits do not depend on how many
 // are in flight (test_cuda_layers compares the launcher with the kernel at 1 in flight, byte for
 // byte; the kernel lab times the two). 3: a GPT-2 124M row (C = 768, 8 bf16 a chunk) is 3 chunks a
