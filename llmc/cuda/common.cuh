@@ -257,15 +257,18 @@ template <typename T, int V> __device__ inline void pack_store(T* p, const Pack<
 template <typename T> __device__ inline Pack128<T> load128(const T* p) { return pack_load<T, Pack128<T>::SIZE>(p); }
 template <typename T> __device__ inline void store128(T* p, const Pack128<T>& x) { pack_store<T, Pack128<T>::SIZE>(p, x); }
 static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
-// An L2-only load (ld.global.cg) of a 16- or 4-byte pack: for data other blocks wrote during this
-// kernel, read after the grid's acquire (grid_fence) — never from a line this multiprocessor's L1
-// kept from before. Unlike a volatile load, it leaves the compiler free to issue several at once.
+// An L2-only load (ld.global.cg) of a 16-, 8- or 4-byte pack: for data other blocks wrote during
+// this kernel, read after the grid's acquire (grid_fence) — never from a line this multiprocessor's
+// L1 kept from before. Unlike a volatile load, it leaves the compiler free to issue several at once.
 template <typename T, int V> __device__ inline Pack<T, V> pack_load_cg(const T* p) {
-    static_assert(sizeof(Pack<T, V>) == 16 || sizeof(Pack<T, V>) == 4, "a 16- or 4-byte pack");
+    static_assert(sizeof(Pack<T, V>) == 16 || sizeof(Pack<T, V>) == 8 || sizeof(Pack<T, V>) == 4, "a 16-, 8- or 4-byte pack");
     Pack<T, V> r;
 #ifdef __CUDA_ARCH__
     if constexpr (sizeof(r) == 16) {
         int4 x = __ldcg(reinterpret_cast<const int4*>(p));
+        memcpy(&r, &x, sizeof r);
+    } else if constexpr (sizeof(r) == 8) {
+        int2 x = __ldcg(reinterpret_cast<const int2*>(p));
         memcpy(&r, &x, sizeof r);
     } else {
         int x = __ldcg(reinterpret_cast<const int*>(p));

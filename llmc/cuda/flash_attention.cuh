@@ -388,14 +388,9 @@ __device__ inline void flash_wait_turn(const int* counter, int seen, int turn) {
 }
 // dq_acc traffic bypasses L1 (another block wrote the partial sum this block reads).
 __device__ inline void flash_load_pair(const float* p, float* x, float* y) {
-#ifdef KEEL_CUDA_EMULATION
-    *x = p[0];
-    *y = p[1];
-#else
-    float2 v = __ldcg((const float2*)p);
-    *x = v.x;
-    *y = v.y;
-#endif
+    Pack<float, 2> v = pack_load_cg<float, 2>(p);
+    *x = v.v[0];
+    *y = v.v[1];
 }
 __device__ inline void flash_store_pair(float* p, float x, float y) {
 #ifdef KEEL_CUDA_EMULATION
