@@ -108,6 +108,17 @@ static void test_layouts() {
         add("fp32 fragment pairs of the deferred dQ part", pattern_degree(flash_dq_pair, bq, hs, 8, 8, 8, 4));
         add("16-byte chunks of the deferred dQ fill",
             pattern_degree([](int l, int r0, int, int w) { return flash_dq_chunk(r0 * (w / 4) + l, w); }, bq, hs, 128 / hs, hs, 16, 4));  // a warp's 32 chunks: 128/hs rows
+        // the early dQ chain's fill: each warp its own 16 rows × DQW channels of that tile, 32 chunks at a time
+        for (int warps : {4, 8}) {
+            int mqs = bq / 16, dqw = hs * mqs / warps, worst = 0;
+            for (int w = 0; w < warps; w++)
+                for (int k = 0; k < 16 * dqw / 4 / 32; k++) {
+                    std::vector<long> a(32);
+                    for (int l = 0; l < 32; l++) a[l] = 4L * flash_dq_warp_chunk(l + 32 * k, w % mqs * 16, w / mqs * dqw, dqw, hs);
+                    worst = std::max(worst, bank_degree(a, 16));
+                }
+            add("16-byte chunks of the early dQ fill, " + std::to_string(warps) + " warps", worst);
+        }
     }
     for (const Case& c : cases) check_true(std::string("shared-memory layout: ") + c.what + " conflict-free (degree " + std::to_string(c.degree) + ")", c.degree == 1);
     // negative control: the same ldmatrix rows in a plain row-major tile of 128-byte rows all fall on
@@ -448,16 +459,17 @@ template <typename L> static FlashRun flash_run(const std::vector<float>& inp, c
 }
 
 // The backward at WARPS warps a block (4: 64 keys; 8: 128, FlashAttention-2's shape), its dQ chain
-// deferred by a step (DEFER) or not, on the forward's out and lse, from dinp0: its dinp.
-template <typename L, int WARPS, bool DEFER = false>
+// added as CHAIN says (FLASH_CHAIN_EARLY: the trainer's; SERIAL; DEFER), on the forward's out and lse,
+// from dinp0: its dinp.
+template <typename L, int WARPS, int CHAIN = keel_cuda::FLASH_CHAIN_EARLY>
 static std::vector<float> flash_backward_w(const std::vector<float>& inp, const std::vector<float>& dout, const FlashRun& f,
                                            const std::vector<float>& dinp0, int B, int T, int C, int NH, const AttentionOpts* o) {
     size_t n_inp = (size_t)B * T * 3 * C;
     L *d_inp = dev_upload(lowp_store<L>(inp)), *d_dout = dev_upload(lowp_store<L>(dout)), *d_dinp = dev_upload(lowp_store<L>(dinp0));
     L* d_out = dev_upload(lowp_store<L>(f.out));
     float* d_lse = dev_upload(f.lse);
-    if (C / NH == 64) keel_cuda::flash_backward_launch<L, 64, true, WARPS, DEFER>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
-    else keel_cuda::flash_backward_launch<L, 128, true, WARPS, DEFER>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
+    if (C / NH == 64) keel_cuda::flash_backward_launch<L, 64, true, WARPS, CHAIN>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
+    else keel_cuda::flash_backward_launch<L, 128, true, WARPS, CHAIN>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
     std::vector<float> r = lowp_widen(dev_download(d_dinp, n_inp));
     for (void* p : {(void*)d_inp, (void*)d_dout, (void*)d_dinp, (void*)d_out, (void*)d_lse}) dev_free(p);
     return r;
@@ -490,7 +502,8 @@ template <typename L> static void test_flash(int B, int T, int C, int NH, const 
     {  // each warp count against the reference; dK and dV the same bits at 4 and 8 (each warp's 16 keys see
        // the same query blocks in the same order), dQ summed over 64- or 128-key tiles (another order); the
        // launcher's default (8 warps at head size 64, 4 at 128) is that kernel, byte for byte; and the dQ
-       // chain deferred by a step gives every byte of the undeferred kernel (the same sums in the same order)
+       // chain added serially or deferred by a step gives every byte of the default's chain (the same
+       // sums in the same order)
         std::vector<float> d4 = flash_backward_w<L, 4>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
         std::vector<float> d8 = flash_backward_w<L, 8>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
         check_lowp(std::string("flash_attention_backward, 4 warps x 64 keys, dinp") + tag, absorb(d4, want_dinp, slack_dinp), want_dinp);
@@ -502,10 +515,14 @@ template <typename L> static void test_flash(int B, int T, int C, int NH, const 
         const std::vector<float>& dflt = C / NH == 64 ? d8 : d4;
         check_true(std::string("flash_attention_backward: the launcher's default is ") + (C / NH == 64 ? "8" : "4") + " warps, same bytes" + tag,
                    g.dinp == dflt);
-        std::vector<float> d4d = flash_backward_w<L, 4, true>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
-        std::vector<float> d8d = flash_backward_w<L, 8, true>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
-        check_true(std::string("flash_attention_backward, dQ chain deferred a step: the undeferred bytes at 4 and 8 warps") + tag,
+        std::vector<float> d4d = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_DEFER>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+        std::vector<float> d8d = flash_backward_w<L, 8, keel_cuda::FLASH_CHAIN_DEFER>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+        check_true(std::string("flash_attention_backward, dQ chain deferred a step: the default chain's bytes at 4 and 8 warps") + tag,
                    d4d == d4 && d8d == d8);
+        std::vector<float> d4s = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_SERIAL>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+        std::vector<float> d8s = flash_backward_w<L, 8, keel_cuda::FLASH_CHAIN_SERIAL>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+        check_true(std::string("flash_attention_backward, dQ chain added serially: the default chain's bytes at 4 and 8 warps") + tag,
+                   d4s == d4 && d8s == d8);
     }
     if (controls) {  // the perturbed element's slack counts too
         std::string w = std::string("flash_attention_forward out") + tag;

@@ -19,7 +19,12 @@
 //            5 flash, 4 warps: the same at 4 warps a block (64 keys; KEEL_FLASH_BWD_WARPS=4)
 //            6 flash, dQ deferred: the default's warps (8 at hs 64, 4 at 128) with each step's dQ part
 //              added to the chain during the next step, its sum fetched by cp.async behind that
-//              step's products (the kernel's DEFER; the same bytes as 2); not yet timed on a GPU
+//              step's products (FLASH_CHAIN_DEFER; the same bytes as 2); not yet timed on a GPU
+//            7 flash, dQ serial: the default's warps with the chain as an H200 first timed it
+//              (FLASH_CHAIN_SERIAL: the turn awaited after the dQ product, then one load-add-store of
+//              the chain's sum after another, 4 barriers a step; the same bytes as 2) — the "before"
+//              of the early chain (FLASH_CHAIN_EARLY, the launcher's: 2 to 5)
+// The flash variants write dinp (dinp_write, as the trainer calls them), so its old values are not read.
 // Flash needs hs ∈ {64, 128} (flash_attention_supported): at other head sizes (the emulated lab's
 // tiny shape) its variants are skipped with a line saying so.
 // FLOPs at full T×T (the MFU convention): forward 4·B·NH·T²·hs, backward 8·B·NH·T²·hs (flash
@@ -106,24 +111,28 @@ int main(int argc, char** argv) {
                      }}};
     if (flash_ok) {
         bwd.variants.push_back(
-            {2, "flash", [&] { keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o); }});
+            {2, "flash", [&] { keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true); }});
         // what the deterministic dQ chain costs: the same kernel with its waits and counters left out
         bwd.variants.push_back({3, "flash, dQ racing", [&] {
-                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, false>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
-                                    else keel_cuda::flash_backward_launch<bf16, 128, false>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, false>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    else keel_cuda::flash_backward_launch<bf16, 128, false>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 },
                                 true});
         bwd.variants.push_back({4, "flash, 8 warps", [&] {
-                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
-                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
         bwd.variants.push_back({5, "flash, 4 warps", [&] {
-                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
-                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
         bwd.variants.push_back({6, "flash, dQ deferred", [&] {
-                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8, true>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
-                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 4, true>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o);
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8, keel_cuda::FLASH_CHAIN_DEFER>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_DEFER>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                }});
+        bwd.variants.push_back({7, "flash, dQ serial", [&] {
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
     }
     failed += lab_run(a, bwd);

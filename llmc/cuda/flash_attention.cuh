@@ -38,13 +38,18 @@
 //   to tile 0, each in turn: a per-(head-batch, step) counter in device memory says whose turn it is
 //   (a block spins until it equals the number of tiles before it), the partial sum waits in an fp32
 //   buffer (dq_acc), and tile 0 adds the total into dinp and sets the counter to 0 (no launch's
-//   turn). The counter's high bits carry the launch's tag (flash_scratch), so a launch that stopped
+//   turn). The trainer's chain (FLASH_CHAIN_EARLY): the counter is read at the step's top, each warp
+//   waits for the turn after the barrier that completes dSᵀ and fetches its part of the sum by
+//   cp.async before its dQ product (the L2 round trip behind the product), adds and stores after it,
+//   and the turn passes at the next step's dSᵀ barrier: two block barriers a step. The counter's high bits carry the launch's tag (flash_scratch), so a launch that stopped
 //   part-way leaves nothing a later one waits on: the diagonal tile goes first without reading the
 //   counter, and every other waits for its own launch's tag. Blocks are numbered so that higher key tiles start first
 //   (blockIdx.x = 0 is the last tile): a block only ever waits for one that started before it, so
 //   the spin cannot deadlock, and under the emulation (blocks one after another in launch order)
 //   the turn has always come.
-//   DEFER (a template argument; the kernel lab's variant 6, not yet the trainer's): a step's part waits
+//   FLASH_CHAIN_SERIAL (the kernel lab's variant 7) is the chain as first timed on a GPU, each load of
+//   the sum waited on before the next, four barriers a step.
+//   FLASH_CHAIN_DEFER (the kernel lab's variant 6, not yet the trainer's): a step's part waits
 //   in shared memory and joins the chain during the next step — the turn awaited at that step's top
 //   barrier, the sum before it fetched by cp.async while that step's products run — so the chain's
 //   L2 round trip leaves the critical path; the same sums in the same order: the same bytes.
@@ -62,7 +67,8 @@
 // Shared memory (bytes; opted in with cudaFuncSetAttribute above the default 48 KB):
 //   forward   Q (64·hs F) + K, V (2 buffers each, 64·hs F)                  hs 64: 40 KB, 128: 80 KB
 //   backward  K, V (BC·hs F) + Q, dO (2 buffers each, BQ·hs F) + dSᵀ (BC·BQ F) + lse, D (2·2·BQ fp32)
-//             (+ DEFER: 2 · BQ·(hs + 8) fp32)       4 warps (BC = 64) hs 64: 57 KB, 128: 68.5 KB; 8 warps: 81, 104.5 KB
+//             + the dQ chain's fp32 tiles: BQ·(hs + 8) fp32 for the early chain (two deferred, none serial)
+//             early chain: 4 warps (BC = 64) hs 64: 75 KB, 128: 85.5 KB; 8 warps: 99, 121.5 KB
 // Scratch (flash_attention_scratch_bytes, reserved once by flash_attention_reserve): D (B,NH,T) fp32,
 // dq_acc (B,NH,T,hs) fp32, the dQ counters (B,NH,⌈T/BQ⌉) int (zeroed when allocated; a launch that
 // completes leaves every counter it used at 0, one that stopped leaves its tag's turns). The caller keeps lse (B,NH,T) fp32 per layer instead of att (B,NH,T,T).
@@ -96,6 +102,20 @@ enum {
 // Query rows of one backward step: dK and dV of a warp's 16 keys take 2·hs/8·4 fp32 registers per
 // lane (64 at hs 64, 128 at hs 128), and Sᵀ, dPᵀ 2·BQ/8·4 more; 32 keeps hs 128 under 255.
 __host__ __device__ constexpr inline int flash_bq(int hs) { return hs == 64 ? 64 : 32; }
+// How the backward's blocks add a query step's dQ parts in their fixed order (the kernel's CHAIN; the
+// same sums in the same order, so the same bytes, each way):
+//   FLASH_CHAIN_EARLY  (the trainer's) thread 0 reads the step's turn counter at the step's top and
+//                      waits for the turn before the barrier that completes dSᵀ; every thread then
+//                      issues its loads of the chain's sum before the dQ product (they arrive while it
+//                      runs), adds and stores after it, and the turn passes at the next step's top
+//                      barrier: 2 barriers a step and one L2 round trip hidden behind the product.
+//   FLASH_CHAIN_SERIAL the kernel as an H200 first timed it: the turn awaited after the dQ product,
+//                      then one load-add-store after another (each load's round trip exposed, DT·2 of
+//                      them a step), and a barrier on each side: 4 barriers a step. The kernel lab's
+//                      "before".
+//   FLASH_CHAIN_DEFER  a step's part waits in shared memory and joins the chain during the next step,
+//                      the sum before it fetched by cp.async behind that step's products.
+enum { FLASH_CHAIN_SERIAL = 0, FLASH_CHAIN_EARLY = 1, FLASH_CHAIN_DEFER = 2 };
 
 // Whether the fused path handles the config; otherwise the caller takes attention_forward/backward.
 static inline bool flash_attention_supported(int hs, size_t fsize) { return flash_attention_gpu_supported(hs, fsize); }  // (llmc/ops.h)
@@ -105,17 +125,31 @@ static inline size_t flash_attention_scratch_bytes(size_t B, size_t T, size_t C,
 
 // Shared-memory bytes of each kernel (the layouts in the kernels below).
 static inline size_t flash_forward_smem(int hs) { return (size_t)(FLASH_BR + 4 * FLASH_BC) * hs * 2; }
-// The backward's block of `warps` warps takes 16·warps keys (FLASH_BC with the default 4); `defer`:
-// the deferred dQ chain's two fp32 staging tiles (BQ rows of hs + 8 floats) beside the rest.
-static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS, bool defer = false) {
-    size_t bq = (size_t)flash_bq(hs), bc = 16 * (size_t)warps;
-    return (2 * bc * hs + 4 * bq * hs + bc * bq) * 2 + 4 * bq * sizeof(float) + (defer ? 2 * bq * (hs + 8) * sizeof(float) : 0);
+// The backward's block of `warps` warps takes 16·warps keys (FLASH_BC with the default 4); the dQ
+// chain's fp32 staging tiles (BQ rows of hs + 8 floats) beside the rest: two deferred, one early.
+static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS, int chain = FLASH_CHAIN_EARLY) {
+    size_t bq = (size_t)flash_bq(hs), bc = 16 * (size_t)warps, tiles = chain == FLASH_CHAIN_DEFER ? 2 : chain == FLASH_CHAIN_EARLY ? 1 : 0;
+    return (2 * bc * hs + 4 * bq * hs + bc * bq) * 2 + 4 * bq * sizeof(float) + tiles * bq * (hs + 8) * sizeof(float);
 }
 
 __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; }
 // The softmax runs in base 2 (exp2 is one instruction on the GPU): x·log2(e) in, ln(2) back out.
 #define FLASH_LOG2E 1.4426950408889634f
 #define FLASH_LN2 0.6931471805599453f
+// 2^x as that one instruction, ex2.approx.ftz (what exp2f compiles to under --use_fast_math):
+// relative error below 2^-22, and a result below 2^-126 (a probability under 1.2e-38) flushed to 0.
+// exp2f proper wraps it in three more instructions per score to produce such results as
+// denormals, which no fp32 sum of probabilities of a row (at least one of them ≥ 1/T) can hold.
+__device__ inline float flash_exp2(float x) {
+#ifdef KEEL_CUDA_EMULATION
+    float r = exp2f(x);
+    return r < 1.17549435e-38f ? 0.0f : r;
+#else
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#endif
+}
 
 // A compile-time flag as an argument, for the kernels' lambdas compiled once per value.
 template <bool V> struct FlashConst { static constexpr bool value = V; };
@@ -145,18 +179,26 @@ __host__ __device__ inline int flash_chunk(int i, int width) { return swz(i / (w
 // r0 + lane/4, columns c0 + 2·(lane%4)), and 16-byte chunk i of a row-by-row cp.async fill.
 __host__ __device__ inline int flash_dq_pair(int lane, int r0, int c0, int width) { return (r0 + lane / 4) * (width + 8) + c0 + lane % 4 * 2; }
 __host__ __device__ inline int flash_dq_chunk(int i, int width) { return i / (width / 4) * (width + 8) + i % (width / 4) * 4; }
+// The early dQ chain's fill of one warp's part of that tile (rows r0..r0+15, columns c0..c0+cols-1):
+// its 16-byte chunk j, row by row.
+__host__ __device__ inline int flash_dq_warp_chunk(int j, int r0, int c0, int cols, int width) { return (r0 + j / (cols / 4)) * (width + 8) + c0 + j % (cols / 4) * 4; }
 
 // Rows r0..r0+ROWS-1 of one head's slice (row t at src + t·stride, HS elements) into the swizzled
 // (ROWS,HS) tile dst by cp.async, rows ≥ T as zeros (a zero K or V row contributes nothing and cannot
 // be NaN). All THREADS threads of the block; the caller commits the group. The host checked that src
-// and stride give 16-byte aligned rows.
+// and stride give 16-byte aligned rows. A thread's chunks are one column, RSTEP rows apart: one
+// pointer stepped down the tile, not one address per chunk kept across the kernel's loop.
 template <typename F, int HS, int ROWS, int THREADS = FLASH_THREADS>
 __device__ inline void flash_load_tile(F* dst, const F* src, int r0, int T, size_t stride) {
-    constexpr int CH = HS / 8;  // 16-byte chunks per row
-    for (int i = threadIdx.x; i < ROWS * CH; i += THREADS) {
-        int r = i / CH;
-        bool real = r0 + r < T;
-        cp_async16(dst + flash_chunk(i, HS), src + (size_t)(real ? r0 + r : 0) * stride + i % CH * 8, real ? 16 : 0);
+    constexpr int CH = HS / 8, RSTEP = THREADS / CH;  // 16-byte chunks per row; rows between a thread's chunks
+    static_assert(THREADS % CH == 0 && ROWS % RSTEP == 0, "a thread's chunks are whole rows apart and cover the tile");
+    const int r = threadIdx.x / CH;
+    const F* p = src + (size_t)(r0 + r) * stride + threadIdx.x % CH * 8;
+    KEEL_UNROLL
+    for (int k = 0; k < ROWS / RSTEP; k++) {
+        bool real = r0 + r + k * RSTEP < T;
+        cp_async16(dst + flash_chunk(threadIdx.x + k * THREADS, HS), real ? p : src, real ? 16 : 0);
+        p += RSTEP * stride;
     }
 }
 
@@ -265,7 +307,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                 mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
                 mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
                 float mn = fmaxf(m_r[r], mt[r]);
-                corr[r] = mn == -INFINITY ? 1.0f : exp2f(m_r[r] - mn);  // m = -inf (no key yet): 0
+                corr[r] = mn == -INFINITY ? 1.0f : flash_exp2(m_r[r] - mn);  // m = -inf (no key yet): 0
                 m_r[r] = mn;
                 mb[r] = mn == -INFINITY ? 0.0f : mn;  // a row with no key yet (past T): every x is -inf, p = 0
             }
@@ -274,11 +316,17 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             for (int j = 0; j < NT; j++)
                 KEEL_UNROLL
                 for (int e = 0; e < 4; e++) {
-                    int r = e >> 1;
-                    float p = exp2f(s[j][e] - mb[r]);
-                    ps[r] += p;
-                    s[j][e] = dropout && p != 0.0f ? p * attention_drop_mult(o, sc.dscale, b, h, t_r[r], k0 + j * 8 + 2 * tq + (e & 1)) : p;
+                    float p = flash_exp2(s[j][e] - mb[e >> 1]);
+                    ps[e >> 1] += p;
+                    s[j][e] = p;
                 }
+            if (dropout) {  // (a loop of its own: the common case runs the one above without a test per score)
+                KEEL_UNROLL
+                for (int j = 0; j < NT; j++)
+                    KEEL_UNROLL
+                    for (int e = 0; e < 4; e++)
+                        if (s[j][e] != 0.0f) s[j][e] *= attention_drop_mult(o, sc.dscale, b, h, t_r[e >> 1], k0 + j * 8 + 2 * tq + (e & 1));
+            }
             for (int r = 0; r < 2; r++) {
                 ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 1);  // a + b = b + a: the quad holds the same bits
                 ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 2);
@@ -417,14 +465,15 @@ template <typename F> __device__ inline void flash_add_pair(F* p, float x, float
 }
 
 // dK, dV of one key tile (block) over its query steps in ascending order; each step's dQ part into
-// the ordered chain (see the top of the file). ORDERED = false drops the chain's waits and counters
-// (the parts then race: wrong dQ): only the kernel lab uses it, to time what the ordering costs.
+// the ordered chain (see the top of the file; CHAIN: how, FLASH_CHAIN_*). ORDERED = false drops the
+// chain's waits and counters (the parts then race: wrong dQ): only the kernel lab uses it, to time
+// what the ordering costs.
 // WARPS: the block's warps, each owning 16 keys (a tile of BC = 16·WARPS keys). 4 is the trainer's;
 // 8 is FlashAttention-2's shape (128 keys a block): the step's Q, dO, lse and D tiles are loaded once
 // for twice the keys, each barrier covers twice the work, and a query step's dQ chain has half as many
 // parts (half the dq_acc round trips through L2), at one block of 8 warps per multiprocessor instead
 // of two of 4 (the registers allow no more). Under test and in the kernel lab until a GPU has timed it.
-template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, bool DEFER = false>
+template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, int CHAIN = FLASH_CHAIN_EARLY>
 __global__ void __launch_bounds__(32 * WARPS)
     flash_attention_backward_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, float* dq_acc, int* dq_turn, int tag,
                                     int T, int C, int NH, AttentionOpts o, AttnScoreScale sc, float alpha, bool write) {
@@ -435,6 +484,7 @@ __global__ void __launch_bounds__(32 * WARPS)
     constexpr int DQW = HS * MQ / WARPS;         // channels of the step's dQ per warp (64 with 4 warps, 32 with 8)
     static_assert(DQW % 16 == 0 && WARPS % MQ == 0, "the step's dQ splits into whole 16-channel pairs per warp");
     constexpr int DT = DQW / 8;
+    constexpr bool DEFER = CHAIN == FLASH_CHAIN_DEFER, EARLY = CHAIN == FLASH_CHAIN_EARLY;
     // The four products compiled twice, for full steps and for the rest (below), except at head size
     // 128 with 8 warps or DEFER, where the second copy spills (255 registers; the default there is 4
     // warps undeferred).
@@ -447,8 +497,8 @@ __global__ void __launch_bounds__(32 * WARPS)
     F* dSs = dOs + 2 * BQ * HS;     // (BC,BQ) dSᵀ of the step
     float* lse_s = (float*)(dSs + BC * BQ);  // 2 × BQ
     float* D_s = lse_s + 2 * BQ;             // 2 × BQ
-    float* dq_own = D_s + 2 * BQ;            // DEFER: (BQ, HS + 8) fp32, the pending step's part of this tile
-    float* dq_in = dq_own + BQ * (HS + 8);   // DEFER: (BQ, HS + 8) fp32, the chain's sum before it
+    float* dq_own = D_s + 2 * BQ;                           // DEFER: (BQ, HS + 8) fp32, the pending step's part of this tile
+    float* dq_in = dq_own + (DEFER ? BQ * (HS + 8) : 0);    // DEFER, EARLY: (BQ, HS + 8) fp32, the chain's sum before it
     const int nkt = (T + BC - 1) / BC, kt = nkt - 1 - (int)blockIdx.x;  // the last key tile starts first
     const int bh = blockIdx.y, b = bh / NH, h = bh % NH, k0 = kt * BC;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
@@ -463,8 +513,10 @@ __global__ void __launch_bounds__(32 * WARPS)
         int q0 = k0 + i * BQ;
         flash_load_tile<F, HS, BQ, THREADS>(Qs + buf * BQ * HS, qsrc, q0, T, C3);
         flash_load_tile<F, HS, BQ, THREADS>(dOs + buf * BQ * HS, dosrc, q0, T, (size_t)C);
-        for (int j = threadIdx.x; j < 2 * BQ; j += THREADS) {  // lse and D of the step's rows (0 past T)
-            int row = j % BQ;
+        KEEL_UNROLL
+        for (int k = 0; k < (2 * BQ + THREADS - 1) / THREADS; k++) {  // lse and D of the step's rows (0 past T)
+            int j = threadIdx.x + k * THREADS, row = j % BQ;
+            if (j >= 2 * BQ) break;
             bool real = q0 + row < T;
             const float* src = (j < BQ ? lse : D) + (size_t)bh * T + (real ? q0 + row : 0);
             cp_async4((j < BQ ? lse_s : D_s) + buf * BQ + row, src, real ? 4 : 0);
@@ -520,8 +572,18 @@ __global__ void __launch_bounds__(32 * WARPS)
         __syncthreads();  // the whole part is written (dq_in and dq_own read) before the turn passes
         if (ORDERED && threadIdx.x == 0) flash_turn_store(turn_of(qs), kt == 0 ? 0 : flash_turn_value(tag, lkt - kt + 1));
     };
+    // EARLY: the turn a step's part passes on (at the next step's top barrier, every part written by
+    // then): after the last part 0 (see below), else the next tile's
+    auto pass_turn = [&](int qs) {
+        if (ORDERED && threadIdx.x == 0) flash_turn_store(turn_of(qs), kt == 0 ? 0 : flash_turn_value(tag, qs / BC - kt + 1));
+    };
     for (int i = 0; i < nsteps; i++) {
         const int cur = i & 1, q0 = k0 + i * BQ;
+        // the chain of this step's queries: key tiles last_kt, last_kt - 1, ..., 0 add their parts in
+        // this order (last_kt, the diagonal tile, starts it)
+        const int last_kt = q0 / BC;
+        // EARLY: thread 0's first read of the turn goes out now and lands while the products run
+        int seen = EARLY && ORDERED && lane == 0 && kt != last_kt ? flash_turn_load(turn_of(q0)) : 0;
         if (i + 1 < nsteps) {
             load_step(i + 1, cur ^ 1);
             cp_async_commit();
@@ -573,14 +635,24 @@ __global__ void __launch_bounds__(32 * WARPS)
             // s ← p·drop, dp ← dS (fp32), masked entries 0; p = exp2(x - lse·log2(e)) with x = s·log2(e)
             // (base 2, as the forward). The common case — plain scores on a FULL step — takes no mask test
             // and one multiply-add per score.
-            if (FULL && plain) {
+            if (FULL && plain && !dropout) {  // (p·1 = p, dP·1 = dP: the bits of the loop below with mult = 1)
                 KEEL_UNROLL
                 for (int j = 0; j < NQ; j++)
                     KEEL_UNROLL
                     for (int e = 0; e < 4; e++) {
                         int tl = 8 * j + 2 * tq + (e & 1);
-                        float p = exp2f(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
-                        float mult = dropout ? attention_drop_mult(o, sc.dscale, b, h, q0 + tl, u_r[e >> 1]) : 1.0f;
+                        float p = flash_exp2(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
+                        s[j][e] = p;
+                        dp[j][e] = p * (dp[j][e] - D_c[tl]) * sc.scale;
+                    }
+            } else if (FULL && plain) {
+                KEEL_UNROLL
+                for (int j = 0; j < NQ; j++)
+                    KEEL_UNROLL
+                    for (int e = 0; e < 4; e++) {
+                        int tl = 8 * j + 2 * tq + (e & 1);
+                        float p = flash_exp2(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
+                        float mult = attention_drop_mult(o, sc.dscale, b, h, q0 + tl, u_r[e >> 1]);
                         s[j][e] = p * mult;
                         dp[j][e] = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
                     }
@@ -592,7 +664,7 @@ __global__ void __launch_bounds__(32 * WARPS)
                         int u = u_r[e >> 1], tl = 8 * j + 2 * tq + (e & 1), t = q0 + tl;
                         float pd = 0.0f, ds = 0.0f;
                         if (t < T && u <= t) {
-                            float p = exp2f(attention_softmax_input(s[j][e] * alpha, h, u, o, sc) * FLASH_LOG2E - lse_c[tl] * FLASH_LOG2E);
+                            float p = flash_exp2(attention_softmax_input(s[j][e] * alpha, h, u, o, sc) * FLASH_LOG2E - lse_c[tl] * FLASH_LOG2E);
                             float mult = dropout ? attention_drop_mult(o, sc.dscale, b, h, t, u) : 1.0f;
                             pd = p * mult;
                             ds = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
@@ -631,16 +703,34 @@ __global__ void __launch_bounds__(32 * WARPS)
         if (SPLIT && q0 >= u_first + 15 && q0 + BQ <= T) warp_products(FlashConst<true>());  // (warp-uniform)
         else warp_products(FlashConst<false>());
         __syncthreads();  // dSᵀ complete
+        if constexpr (EARLY) {  // the last step's part is written (by every thread, before the top barrier)
+            if (i > 0) pass_turn(q0 - BQ);
+        }
         if constexpr (DEFER) {
             if (pend) dq_finish(pq0);  // the last step's part, its sum fetched while this step's products ran
         }
-        // the chain: key tiles last_kt, last_kt - 1, ..., 0 add their parts in this order; the
-        // counter's first read goes out now and lands while the part is computed
-        const int last_kt = q0 / BC;
+        // SERIAL, DEFER: the counter's first read goes out now and lands while the part is computed
         int* turn = turn_of(q0);
-        int seen = ORDERED && threadIdx.x == 0 && kt != last_kt ? flash_turn_load(turn) : 0;
+        if constexpr (!EARLY) seen = ORDERED && threadIdx.x == 0 && kt != last_kt ? flash_turn_load(turn) : 0;
         // the step's dQ part: rows qm.. of the step (16 queries), channels ch0..ch0+DQW, Σ over the tile's keys
         const int qm = q0 + mq * 16, qm_last = flash_imin(qm + 15, T - 1);
+        // EARLY: the warp's part of the chain's sum before this tile (its 16 rows × DQW channels) into
+        // dq_in by cp.async (16 bytes, L2 only), issued before the product: one L2 round trip hidden
+        // behind it, instead of one per pair after it, and no registers held across it
+        if constexpr (EARLY) {
+            if (kt != last_kt) {  // (block-uniform: the diagonal tile starts the chain)
+                // each warp's lane 0 waits for the turn (the tiles before this one have added their parts)
+                if (ORDERED && lane == 0) flash_wait_turn(turn_of(q0), seen, flash_turn_value(tag, last_kt - kt));
+                __syncwarp();
+                const float* src = dq_acc + (size_t)bh * T * HS;
+                KEEL_UNROLL
+                for (int k = 0; k < 16 * DQW / 4 / 32; k++) {  // (rows ≥ T: not fetched, never read)
+                    int j = lane + 32 * k, t = qm + j / (DQW / 4);
+                    if (t < T) cp_async16(dq_in + flash_dq_warp_chunk(j, mq * 16, ch0, DQW, HS), src + (size_t)t * HS + ch0 + j % (DQW / 4) * 4, 16);
+                }
+                cp_async_commit();
+            }
+        }
         float dq[DT][4];
         KEEL_UNROLL
         for (int n = 0; n < DT; n++)
@@ -675,6 +765,38 @@ __global__ void __launch_bounds__(32 * WARPS)
             pq0 = q0, pend_seen = seen, pend = true;
             continue;
         }
+        if constexpr (EARLY) {  // the part + the sum before it: on down the chain, or into dinp's q section
+            if (kt != last_kt) {
+                cp_async_wait<0>();  // (the next step's Q and dO too, issued a whole step ago)
+                __syncwarp();        // the warp's lanes fetched each other's pairs
+            }
+            // compiled once per (last part, chained) pair (block-uniform): each of a lane's 16-row
+            // halves tested against T once, its pairs at fixed offsets from one address each way
+            auto store_part = [&](auto last_c, auto chained_c) {
+                float* acc = dq_acc + ((size_t)bh * T + qm + g) * HS + ch0 + 2 * tq;
+                F* out = dinp + ((size_t)b * T + qm + g) * C3 + h * HS + ch0 + 2 * tq;
+                KEEL_UNROLL
+                for (int r = 0; r < 2; r++) {
+                    if (qm + g + 8 * r >= T) continue;
+                    KEEL_UNROLL
+                    for (int n = 0; n < DT; n++) {
+                        float vx = dq[n][2 * r], vy = dq[n][2 * r + 1];
+                        if constexpr (decltype(chained_c)::value) {
+                            Pack<float, 2> p = pack_load<float, 2>(dq_in + flash_dq_pair(lane, mq * 16 + 8 * r, ch0 + n * 8, HS));
+                            vx = p.v[0] + vx;  // (the sum first: SERIAL's order, the same bits)
+                            vy = p.v[1] + vy;
+                        }
+                        if constexpr (decltype(last_c)::value) flash_add_pair(out + (size_t)8 * r * C3 + n * 8, vx, vy, write);
+                        else flash_store_pair(acc + 8 * r * HS + n * 8, vx, vy);
+                    }
+                }
+            };
+            if (kt == 0 && kt != last_kt) store_part(FlashConst<true>(), FlashConst<true>());
+            else if (kt == 0) store_part(FlashConst<true>(), FlashConst<false>());
+            else if (kt != last_kt) store_part(FlashConst<false>(), FlashConst<true>());
+            else store_part(FlashConst<false>(), FlashConst<false>());
+            continue;  // (its turn passes at the next top barrier)
+        }
         if (ORDERED && threadIdx.x == 0 && kt != last_kt) flash_wait_turn(turn, seen, flash_turn_value(tag, last_kt - kt));
         __syncthreads();
         KEEL_UNROLL
@@ -701,6 +823,10 @@ __global__ void __launch_bounds__(32 * WARPS)
         // of a completed launch holds no tag, so a later launch of another shape, whose chains reuse
         // the counters, never finds its own tag left there by an older one
         if (ORDERED && threadIdx.x == 0) flash_turn_store(turn, kt == 0 ? 0 : flash_turn_value(tag, last_kt - kt + 1));
+    }
+    if constexpr (EARLY) {  // the last step's part is written before its turn passes
+        __syncthreads();
+        if (nsteps > 0) pass_turn(k0 + (nsteps - 1) * BQ);
     }
     if constexpr (DEFER) {  // the last step's part: nothing left to hide its chain behind
         if (pend) {
@@ -790,7 +916,7 @@ template <typename F, int HS> static void flash_forward_launch(F* out, float* ls
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, bool DEFER = false>
+template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, int CHAIN = FLASH_CHAIN_EARLY>
 static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F* out, const float* lse, int B, int T, int C, int NH,
                                   const AttentionOpts* o, bool dinp_write = false) {
     AttnScoreScale sc = attention_score_scale(o, HS);
@@ -801,15 +927,15 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
     size_t rows = (size_t)B * NH * T;
     KEEL_LAUNCH(flash_attention_rowdot_kernel<F>, ceil_div(rows, 8), 256, 0, MAIN_STREAM)(sc_.D, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
-    size_t smem = flash_backward_smem(HS, WARPS, DEFER);
+    size_t smem = flash_backward_smem(HS, WARPS, CHAIN);
     static bool optin = false;
-    flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, DEFER>, smem, &optin);
+    flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN>, smem, &optin);
 #ifdef KEEL_CUDA_EMULATION
     // the dQ chain waits only for blocks of a lower index, which the GPU dispatches first: the
     // emulator's schedule exploration (KEEL_EMU_SCHEDULE) keeps this grid in that order
-    if (ORDERED) emu::keep_block_order(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, DEFER>);
+    if (ORDERED) emu::keep_block_order(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN>);
 #endif
-    KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED KEEL_COMMA WARPS KEEL_COMMA DEFER>,
+    KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED KEEL_COMMA WARPS KEEL_COMMA CHAIN>,
                 dim3(ceil_div(T, 16 * WARPS), B * NH), 32 * WARPS,
                 smem, MAIN_STREAM)(dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, sc_.tag, T, C, NH, *o, sc, alpha, dinp_write);
     CUDA_CHECK_LAUNCH();

@@ -12,21 +12,23 @@ template void keel_cuda::residual_backward<float>(float*, float*, const float*, 
 template void keel_cuda::residual_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, const __nv_bfloat16*, size_t);
 template void keel_cuda::residual_backward<__half>(__half*, __half*, const __half*, size_t);
 
-// The flash backward with its dQ chain deferred a step (DEFER), at 4 and 8 warps a block, which
-// test_cuda_flash and the kernel lab run beside the trainer's kernels.
+// The flash backward with its dQ chain added serially (FLASH_CHAIN_SERIAL = 0) and deferred a step
+// (FLASH_CHAIN_DEFER = 2), at 4 and 8 warps a block, which test_cuda_flash and the kernel lab run
+// beside the trainer's kernels.
 #include "llmc/cuda/flash_attention.cuh"
-#define KEEL_FLASH_BWD_DEFER(F, HS, W)                                                                                           \
-    template __global__ void keel_cuda::flash_attention_backward_kernel<F, HS, true, W, true>(                                   \
+#define KEEL_FLASH_BWD_CHAIN(F, HS, W, CHAIN)                                                                                    \
+    template __global__ void keel_cuda::flash_attention_backward_kernel<F, HS, true, W, CHAIN>(                                  \
         F*, const F*, const F*, const float*, const float*, float*, int*, int, int, int, int, AttentionOpts, keel_cuda::AttnScoreScale, \
         float, bool);
-KEEL_FLASH_BWD_DEFER(__nv_bfloat16, 64, 4)
-KEEL_FLASH_BWD_DEFER(__nv_bfloat16, 64, 8)
-KEEL_FLASH_BWD_DEFER(__nv_bfloat16, 128, 4)
-KEEL_FLASH_BWD_DEFER(__nv_bfloat16, 128, 8)
-KEEL_FLASH_BWD_DEFER(__half, 64, 4)
-KEEL_FLASH_BWD_DEFER(__half, 64, 8)
-KEEL_FLASH_BWD_DEFER(__half, 128, 4)
-KEEL_FLASH_BWD_DEFER(__half, 128, 8)
+#define KEEL_FLASH_BWD_CHAINS(F, HS, W) KEEL_FLASH_BWD_CHAIN(F, HS, W, 0) KEEL_FLASH_BWD_CHAIN(F, HS, W, 2)
+KEEL_FLASH_BWD_CHAINS(__nv_bfloat16, 64, 4)
+KEEL_FLASH_BWD_CHAINS(__nv_bfloat16, 64, 8)
+KEEL_FLASH_BWD_CHAINS(__nv_bfloat16, 128, 4)
+KEEL_FLASH_BWD_CHAINS(__nv_bfloat16, 128, 8)
+KEEL_FLASH_BWD_CHAINS(__half, 64, 4)
+KEEL_FLASH_BWD_CHAINS(__half, 64, 8)
+KEEL_FLASH_BWD_CHAINS(__half, 128, 4)
+KEEL_FLASH_BWD_CHAINS(__half, 128, 8)
 
 // The LayerNorm backward's vector path with one load in flight (K = 1), which test_cuda_layers holds to
 // the launcher's bytes and the kernel lab times beside it.
