@@ -163,6 +163,13 @@ template <typename F> static void test_classifier(int N, int V, int Vp) {
         runs.push_back(dev_download(d_logits, (size_t)N * Vp));
     }
     check_true(std::string("classifier_forward deterministic") + tag, memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(F)) == 0);
+    // the 16-byte path one column at a time (the kernel lab's "before") against the same reference
+    dev_free(d_logits);
+    d_logits = dev_upload(lowp_store<F>(logits));
+    keel_cuda::classifier_forward<F, false>(d_losses, d_logits, d_targets, N, V, Vp, dloss);
+    check_close(std::string("classifier_forward, one column at a time: losses") + tag, dev_download(d_losses, N), losses, 1e-5, 1e-5);
+    check_close(std::string("classifier_forward, one column at a time: dlogits") + tag, lowp_widen(dev_download(d_logits, (size_t)N * Vp)), want, rtol,
+                atol);
     dev_free(d_logits);
     dev_free(d_losses);
     dev_free(d_targets);

@@ -11,8 +11,8 @@
 //   backward 1 gemm:  keel_cuda::attention_backward from the GEMM forward's att
 //            2 flash: keel_cuda::flash_attention_backward from the flash forward's out and lse (at
 //              the trainer's warps a block: 4 or 5 below)
-//            3 flash, dQ racing: the same kernel without the dQ chain's ordering (timing only: the
-//              dQ parts race, so its result is wrong) — what determinism costs
+//            3 flash, dQ racing: the default kernel (its warps) without the dQ chain's ordering
+//              (timing only: the dQ parts race, so its result is wrong) — what determinism costs
 //            4 flash, 8 warps: the kernel at 8 warps a block (128 keys, FlashAttention-2's shape;
 //              the trainer's default): Q, dO, lse and D loaded once for twice the keys, each barrier
 //              over twice the work, half the dQ chain's parts; one block a multiprocessor instead of two
@@ -114,8 +114,8 @@ int main(int argc, char** argv) {
             {2, "flash", [&] { keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true); }});
         // what the deterministic dQ chain costs: the same kernel with its waits and counters left out
         bwd.variants.push_back({3, "flash, dQ racing", [&] {
-                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, false>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
-                                    else keel_cuda::flash_backward_launch<bf16, 128, false>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, false, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    else keel_cuda::flash_backward_launch<bf16, 128, false, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 },
                                 true});
         bwd.variants.push_back({4, "flash, 8 warps", [&] {

@@ -294,6 +294,23 @@ template <typename F> __device__ inline size_t elementwise_tail_index(size_t t, 
     return packs * Pack128<F>::SIZE + (t - packs);
 }
 
+// ---- 2^x in one instruction -----------------------------------------------------------------------
+// exp2_approx(x): the multi-function unit's ex2.approx.ftz (what exp2f compiles to under
+// --use_fast_math): relative error below 2^-22, and a result below 2^-126 flushed to 0. exp2f proper
+// wraps that instruction in three more per value to produce denormal results, and expf in more
+// still; the softmax kernels (flash attention, the classifier) spend most of their instructions
+// there. The emulation: exp2f with the same flush.
+__device__ inline float exp2_approx(float x) {
+#ifdef __CUDA_ARCH__
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    float r = exp2f(x);
+    return r < 1.17549435e-38f ? 0.0f : r;
+#endif
+}
+
 // ---- ordering between the blocks of one grid ------------------------------------------------------
 // grid_fence(): this thread's global writes become visible to every block of the grid before its later
 // writes (the "last block done" pattern: partials, fence, then the counter). The emulation runs the

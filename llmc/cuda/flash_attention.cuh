@@ -133,24 +133,9 @@ static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS, int ch
 }
 
 __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; }
-// The softmax runs in base 2 (exp2 is one instruction on the GPU): x·log2(e) in, ln(2) back out.
+// The softmax runs in base 2 (exp2_approx is one instruction on the GPU): x·log2(e) in, ln(2) back out.
 #define FLASH_LOG2E 1.4426950408889634f
 #define FLASH_LN2 0.6931471805599453f
-// 2^x as that one instruction, ex2.approx.ftz (what exp2f compiles to under --use_fast_math):
-// relative error below 2^-22, and a result below 2^-126 (a probability under 1.2e-38) flushed to 0.
-// exp2f proper wraps it in three more instructions per score to produce such results as
-// denormals, which no fp32 sum of probabilities of a row (at least one of them ≥ 1/T) can hold.
-__device__ inline float flash_exp2(float x) {
-#ifdef KEEL_CUDA_EMULATION
-    float r = exp2f(x);
-    return r < 1.17549435e-38f ? 0.0f : r;
-#else
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-#endif
-}
-
 // A compile-time flag as an argument, for the kernels' lambdas compiled once per value.
 template <bool V> struct FlashConst { static constexpr bool value = V; };
 
@@ -307,7 +292,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                 mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
                 mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
                 float mn = fmaxf(m_r[r], mt[r]);
-                corr[r] = mn == -INFINITY ? 1.0f : flash_exp2(m_r[r] - mn);  // m = -inf (no key yet): 0
+                corr[r] = mn == -INFINITY ? 1.0f : exp2_approx(m_r[r] - mn);  // m = -inf (no key yet): 0
                 m_r[r] = mn;
                 mb[r] = mn == -INFINITY ? 0.0f : mn;  // a row with no key yet (past T): every x is -inf, p = 0
             }
@@ -316,7 +301,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
             for (int j = 0; j < NT; j++)
                 KEEL_UNROLL
                 for (int e = 0; e < 4; e++) {
-                    float p = flash_exp2(s[j][e] - mb[e >> 1]);
+                    float p = exp2_approx(s[j][e] - mb[e >> 1]);
                     ps[e >> 1] += p;
                     s[j][e] = p;
                 }
@@ -641,7 +626,7 @@ __global__ void __launch_bounds__(32 * WARPS)
                     KEEL_UNROLL
                     for (int e = 0; e < 4; e++) {
                         int tl = 8 * j + 2 * tq + (e & 1);
-                        float p = flash_exp2(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
+                        float p = exp2_approx(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
                         s[j][e] = p;
                         dp[j][e] = p * (dp[j][e] - D_c[tl]) * sc.scale;
                     }
@@ -651,7 +636,7 @@ __global__ void __launch_bounds__(32 * WARPS)
                     KEEL_UNROLL
                     for (int e = 0; e < 4; e++) {
                         int tl = 8 * j + 2 * tq + (e & 1);
-                        float p = flash_exp2(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
+                        float p = exp2_approx(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
                         float mult = attention_drop_mult(o, sc.dscale, b, h, q0 + tl, u_r[e >> 1]);
                         s[j][e] = p * mult;
                         dp[j][e] = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
@@ -664,7 +649,7 @@ __global__ void __launch_bounds__(32 * WARPS)
                         int u = u_r[e >> 1], tl = 8 * j + 2 * tq + (e & 1), t = q0 + tl;
                         float pd = 0.0f, ds = 0.0f;
                         if (t < T && u <= t) {
-                            float p = flash_exp2(attention_softmax_input(s[j][e] * alpha, h, u, o, sc) * FLASH_LOG2E - lse_c[tl] * FLASH_LOG2E);
+                            float p = exp2_approx(attention_softmax_input(s[j][e] * alpha, h, u, o, sc) * FLASH_LOG2E - lse_c[tl] * FLASH_LOG2E);
                             float mult = dropout ? attention_drop_mult(o, sc.dscale, b, h, t, u) : 1.0f;
                             pd = p * mult;
                             ds = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;

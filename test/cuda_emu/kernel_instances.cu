@@ -30,6 +30,12 @@ KEEL_FLASH_BWD_CHAINS(__half, 64, 8)
 KEEL_FLASH_BWD_CHAINS(__half, 128, 4)
 KEEL_FLASH_BWD_CHAINS(__half, 128, 8)
 
+// The fused classifier's 16-byte path one column at a time (GROUPED = false), which test_cuda_attention
+// checks and the kernel lab times beside the trainer's grouped kernel.
+#include "llmc/cuda/classifier.cuh"
+template __global__ void keel_cuda::classifier_fused_kernel<float, 4, false>(float*, float*, const int*, float, int, int);
+template __global__ void keel_cuda::classifier_fused_kernel<__nv_bfloat16, 8, false>(float*, __nv_bfloat16*, const int*, float, int, int);
+
 // The LayerNorm backward's vector path with one load in flight (K = 1), which test_cuda_layers holds to
 // the launcher's bytes and the kernel lab times beside it.
 #include "llmc/cuda/layernorm.cuh"
