@@ -678,6 +678,11 @@ int main() {
         test_classifier<bf16>(N, 1000, 1024);
         test_classifier<bf16>(N, 1000, 1003);
     }
+    // several 16-byte groups a thread (1024 threads a row): the grouped pass's rescale between a
+    // thread's groups, and a last real group cut by V, at GPT-2's vocabulary size too
+    test_classifier<float>(5, 9001, 9008);
+    test_classifier<bf16>(5, 20001, 20008);
+    test_classifier<bf16>(3, 50257, 50304);
     // (N, Vr, Vl): no real local column; Vr < Vl (a padding tail); one column; Vr = Vl over the
     // 1024 threads of a block (several columns a thread).
     const int vp_shapes[][3] = {{5, 0, 64}, {5, 50, 64}, {64, 488, 512}, {1, 1, 32}, {3, 3000, 3000}, {4, 2500, 3072}};
