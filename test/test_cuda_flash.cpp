@@ -617,8 +617,34 @@ template <typename L> static void test_flash_write(int B, int T, int C, int NH, 
     for (void* p : {(void*)d_inp, (void*)d_dout, (void*)d_out, (void*)d_lse, (void*)d_acc, (void*)d_wr}) dev_free(p);
 }
 
+// Which dQ chain the backward takes by the device's shared memory: the early chain unless its staging
+// tile costs blocks a multiprocessor (head size 128 at 4 warps on an A100's 164 KB), and the
+// launcher asks this device (the emulated one has an A100's shared memory).
+static void test_chain_choice() {
+    using namespace keel_cuda;
+    const size_t a100 = 164 * 1024, h100 = 228 * 1024, rsv = 1024;
+    struct Case {
+        int hs, warps;
+        size_t smem;
+        int want;
+        const char* what;
+    } cases[] = {{64, 8, a100, FLASH_CHAIN_EARLY, "hs 64, 8 warps, A100"},   {64, 8, h100, FLASH_CHAIN_EARLY, "hs 64, 8 warps, H100"},
+                 {64, 4, a100, FLASH_CHAIN_EARLY, "hs 64, 4 warps, A100"},   {128, 4, a100, FLASH_CHAIN_SERIAL, "hs 128, 4 warps, A100"},
+                 {128, 4, h100, FLASH_CHAIN_EARLY, "hs 128, 4 warps, H100"}, {128, 8, a100, FLASH_CHAIN_EARLY, "hs 128, 8 warps, A100"}};
+    for (const Case& c : cases)
+        check_true(std::string("flash backward's dQ chain by shared memory: ") + c.what + (c.want == FLASH_CHAIN_EARLY ? ": early" : ": serial"),
+                   flash_backward_chain(c.hs, c.warps, c.smem, rsv) == c.want);
+#ifdef KEEL_CUDA_EMULATION
+    check_true("flash backward's dQ chain on this (emulated A100) device: early at hs 64, serial at hs 128 with 4 warps",
+               flash_backward_chain_here(64, 8) == FLASH_CHAIN_EARLY && flash_backward_chain_here(128, 4) == FLASH_CHAIN_SERIAL);
+#else
+    printf("      this GPU's dQ chain at hs 128, 4 warps: %s\n", flash_backward_chain_here(128, 4) == FLASH_CHAIN_EARLY ? "early" : "serial");
+#endif
+}
+
 int main() {
     test_layouts();
+    test_chain_choice();
     test_instructions();
     const AttnVariant variants[] = {
         {"standard", ATTN_SCALING_STANDARD, 1.0, false, 0.0, 0},

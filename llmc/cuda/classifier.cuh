@@ -79,7 +79,7 @@ __global__ void classifier_fused_kernel(float* losses, F* logits, const int* tar
     float inv = 1.0f / s;
     for (int j0 = threadIdx.x * G; j0 < Vp; j0 += blockDim.x * G) {
         Pack<F, G> x = pack_load<F, G>(p + j0);
-        auto grad = [&](auto real_c) {  // real_c: every column of the group < V (all but the last two groups)
+        auto grad = [&](auto real_c) {  // real_c: every column of the group < V (all but the group V cuts and the padding's)
             KEEL_UNROLL
             for (int g = 0; g < G; g++) {
                 int j = j0 + g;

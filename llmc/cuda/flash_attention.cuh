@@ -41,7 +41,9 @@
 //   turn). The trainer's chain (FLASH_CHAIN_EARLY): the counter is read at the step's top, each warp
 //   waits for the turn after the barrier that completes dSᵀ and fetches its part of the sum by
 //   cp.async before its dQ product (the L2 round trip behind the product), adds and stores after it,
-//   and the turn passes at the next step's dSᵀ barrier: two block barriers a step. The counter's high bits carry the launch's tag (flash_scratch), so a launch that stopped
+//   and the turn passes after the next step's dSᵀ barrier: two block barriers a step. Where its
+//   staging tile would fit fewer blocks a multiprocessor than the serial chain (head size 128 on an
+//   A100), the launcher takes the serial chain (flash_backward_chain): the same bytes. The counter's high bits carry the launch's tag (flash_scratch), so a launch that stopped
 //   part-way leaves nothing a later one waits on: the diagonal tile goes first without reading the
 //   counter, and every other waits for its own launch's tag. Blocks are numbered so that higher key tiles start first
 //   (blockIdx.x = 0 is the last tile): a block only ever waits for one that started before it, so
@@ -104,11 +106,12 @@ enum {
 __host__ __device__ constexpr inline int flash_bq(int hs) { return hs == 64 ? 64 : 32; }
 // How the backward's blocks add a query step's dQ parts in their fixed order (the kernel's CHAIN; the
 // same sums in the same order, so the same bytes, each way):
-//   FLASH_CHAIN_EARLY  (the trainer's) thread 0 reads the step's turn counter at the step's top and
-//                      waits for the turn before the barrier that completes dSᵀ; every thread then
-//                      issues its loads of the chain's sum before the dQ product (they arrive while it
-//                      runs), adds and stores after it, and the turn passes at the next step's top
-//                      barrier: 2 barriers a step and one L2 round trip hidden behind the product.
+//   FLASH_CHAIN_EARLY  (the trainer's) each warp's lane 0 reads the step's turn counter at the step's
+//                      top (relaxed) and, after the barrier that completes dSᵀ, waits for the turn
+//                      (then a fence: acquire); the warp then issues its cp.async fetch of the chain's
+//                      sum before its dQ product (it arrives while the product runs), adds and stores
+//                      after it, and thread 0 passes the turn after the next step's dSᵀ barrier: 2
+//                      barriers a step and one L2 round trip hidden behind the product.
 //   FLASH_CHAIN_SERIAL the kernel as an H200 first timed it: the turn awaited after the dQ product,
 //                      then one load-add-store after another (each load's round trip exposed, DT·2 of
 //                      them a step), and a barrier on each side: 4 barriers a step. The kernel lab's
@@ -383,9 +386,9 @@ __global__ void flash_attention_rowdot_kernel(float* D, const F* dout, const F* 
 
 // The dQ chain's counter (one per head-batch and query step), CUTLASS's split-K semaphore protocol:
 // one thread reads it with acquire semantics (gpu scope; through L2, never a stale L1 line) and the
-// block meets at a barrier before reading the partial sum; the block meets at a barrier after writing
-// its part, then one thread stores the next count with release semantics, which the barrier makes
-// cover every thread's writes. No thread of the block fences on its own.
+// block (the early chain: the warp) meets at a barrier before reading the partial sum; the block
+// meets at a barrier after writing its part, then one thread stores the next count with release
+// semantics, which the barrier makes cover every thread's writes.
 __device__ inline int flash_turn_load(const int* counter) {
 #ifdef KEEL_CUDA_EMULATION
     return *counter;
@@ -405,9 +408,23 @@ __device__ inline void flash_turn_store(int* counter, int v) {
 // The counter's value for a launch's turn: (tag << FLASH_TURN_BITS) | turn (flash_scratch).
 enum { FLASH_TURN_BITS = 16 };
 __device__ __host__ inline int flash_turn_value(int tag, int turn) { return tag << FLASH_TURN_BITS | turn; }
-// Thread 0 waits until the counter, first read into `seen` (issued early, so its latency hides
-// behind other work), equals `turn` (a flash_turn_value).
-__device__ inline void flash_wait_turn(const int* counter, int seen, int turn) {
+// The early chain's first read, at the step's top: relaxed (gpu scope, through L2). An acquire load
+// is followed by an L1 invalidation that waits for the value (the SASS: CCTL.IVALL on the load's
+// scoreboard), which would hold the warp for an L2 round trip at the top of every step.
+__device__ inline int flash_turn_peek(const int* counter) {
+#ifdef KEEL_CUDA_EMULATION
+    return *counter;
+#else
+    int v;
+    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+    return v;
+#endif
+}
+// Waits until the counter, first read into `seen` (issued early, so its latency hides behind other
+// work), equals `turn` (a flash_turn_value). PEEKED: `seen` came from flash_turn_peek, so once the
+// turn is seen the thread fences (fence.acq_rel.gpu after a strong read is PTX's acquire pattern),
+// which costs no round trip when the turn had come before the peek, as it usually has.
+template <bool PEEKED = false> __device__ inline void flash_wait_turn(const int* counter, int seen, int turn) {
 #ifdef KEEL_CUDA_EMULATION
     if (seen != turn) {
         char msg[160];
@@ -416,7 +433,12 @@ __device__ inline void flash_wait_turn(const int* counter, int seen, int turn) {
     }
     (void)counter;
 #else
-    while (seen != turn) seen = flash_turn_load(counter);
+    if constexpr (PEEKED) {
+        while (seen != turn) seen = flash_turn_peek(counter);
+        asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    } else {
+        while (seen != turn) seen = flash_turn_load(counter);
+    }
 #endif
 }
 // dq_acc traffic bypasses L1 (another block wrote the partial sum this block reads).
@@ -557,8 +579,8 @@ __global__ void __launch_bounds__(32 * WARPS)
         __syncthreads();  // the whole part is written (dq_in and dq_own read) before the turn passes
         if (ORDERED && threadIdx.x == 0) flash_turn_store(turn_of(qs), kt == 0 ? 0 : flash_turn_value(tag, lkt - kt + 1));
     };
-    // EARLY: the turn a step's part passes on (at the next step's top barrier, every part written by
-    // then): after the last part 0 (see below), else the next tile's
+    // EARLY: the turn a step's part passes on (after the next step's dSᵀ barrier, every part written
+    // by then): after the last part 0 (see below), else the next tile's
     auto pass_turn = [&](int qs) {
         if (ORDERED && threadIdx.x == 0) flash_turn_store(turn_of(qs), kt == 0 ? 0 : flash_turn_value(tag, qs / BC - kt + 1));
     };
@@ -567,8 +589,9 @@ __global__ void __launch_bounds__(32 * WARPS)
         // the chain of this step's queries: key tiles last_kt, last_kt - 1, ..., 0 add their parts in
         // this order (last_kt, the diagonal tile, starts it)
         const int last_kt = q0 / BC;
-        // EARLY: thread 0's first read of the turn goes out now and lands while the products run
-        int seen = EARLY && ORDERED && lane == 0 && kt != last_kt ? flash_turn_load(turn_of(q0)) : 0;
+        // EARLY: each warp's lane 0 reads the turn now (relaxed: the warp does not wait for it); it
+        // lands while the products run
+        int seen = EARLY && ORDERED && lane == 0 && kt != last_kt ? flash_turn_peek(turn_of(q0)) : 0;
         if (i + 1 < nsteps) {
             load_step(i + 1, cur ^ 1);
             cp_async_commit();
@@ -688,7 +711,11 @@ __global__ void __launch_bounds__(32 * WARPS)
         if (SPLIT && q0 >= u_first + 15 && q0 + BQ <= T) warp_products(FlashConst<true>());  // (warp-uniform)
         else warp_products(FlashConst<false>());
         __syncthreads();  // dSᵀ complete
-        if constexpr (EARLY) {  // the last step's part is written (by every thread, before the top barrier)
+        // EARLY: the last step's part was written by every thread before the top barrier; its turn
+        // passes here, not there: a release is a MEMBAR that waits for the thread's memory operations
+        // in flight, and at the top those are the step's fresh cp.async and the part's stores, here
+        // they have had the products' time to land
+        if constexpr (EARLY) {
             if (i > 0) pass_turn(q0 - BQ);
         }
         if constexpr (DEFER) {
@@ -705,7 +732,7 @@ __global__ void __launch_bounds__(32 * WARPS)
         if constexpr (EARLY) {
             if (kt != last_kt) {  // (block-uniform: the diagonal tile starts the chain)
                 // each warp's lane 0 waits for the turn (the tiles before this one have added their parts)
-                if (ORDERED && lane == 0) flash_wait_turn(turn_of(q0), seen, flash_turn_value(tag, last_kt - kt));
+                if (ORDERED && lane == 0) flash_wait_turn<true>(turn_of(q0), seen, flash_turn_value(tag, last_kt - kt));
                 __syncwarp();
                 const float* src = dq_acc + (size_t)bh * T * HS;
                 KEEL_UNROLL
@@ -752,7 +779,7 @@ __global__ void __launch_bounds__(32 * WARPS)
         }
         if constexpr (EARLY) {  // the part + the sum before it: on down the chain, or into dinp's q section
             if (kt != last_kt) {
-                cp_async_wait<0>();  // (the next step's Q and dO too, issued a whole step ago)
+                cp_async_wait<0>();  // (the next step's Q and dO too, issued at this step's top)
                 __syncwarp();        // the warp's lanes fetched each other's pairs
             }
             // compiled once per (last part, chained) pair (block-uniform): each of a lane's 16-row
@@ -780,7 +807,7 @@ __global__ void __launch_bounds__(32 * WARPS)
             else if (kt == 0) store_part(FlashConst<true>(), FlashConst<false>());
             else if (kt != last_kt) store_part(FlashConst<false>(), FlashConst<true>());
             else store_part(FlashConst<false>(), FlashConst<false>());
-            continue;  // (its turn passes at the next top barrier)
+            continue;  // (its turn passes after the next step's dSᵀ barrier)
         }
         if (ORDERED && threadIdx.x == 0 && kt != last_kt) flash_wait_turn(turn, seen, flash_turn_value(tag, last_kt - kt));
         __syncthreads();
@@ -954,6 +981,32 @@ static inline int flash_backward_warps(int hs) {
     return forced ? forced : hs == 64 ? 8 : 4;
 }
 
+// The dQ chain the backward runs on a device with `smem_sm` bytes of shared memory a multiprocessor,
+// `reserved` of them taken by each block: the early chain, unless its fp32 staging tile fits fewer
+// blocks a multiprocessor than the serial chain's (at most 255 registers a thread cap both: two
+// blocks of 4 warps, one of 8). That is head size 128 at 4 warps on an A100 (164 KB: 2 × 87.5 KB does
+// not fit, 2 × 68.5 KB does); on an H100 or H200 (228 KB) every shape takes the early chain. Both give
+// the same bytes.
+static inline int flash_backward_chain(int hs, int warps, size_t smem_sm, size_t reserved) {
+    size_t cap = 65536 / ((size_t)255 * 32 * warps);
+    auto blocks = [&](int chain) {
+        size_t by_smem = smem_sm / (flash_backward_smem(hs, warps, chain) + reserved);
+        return by_smem < cap ? by_smem : cap;
+    };
+    return blocks(FLASH_CHAIN_EARLY) >= blocks(FLASH_CHAIN_SERIAL) ? FLASH_CHAIN_EARLY : FLASH_CHAIN_SERIAL;
+}
+// The same for this process's device (its properties read once).
+static inline int flash_backward_chain_here(int hs, int warps) {
+    static const cudaDeviceProp prop = [] {
+        int dev = 0;
+        cudaDeviceProp p;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+        return p;
+    }();
+    return flash_backward_chain(hs, warps, prop.sharedMemPerMultiprocessor, prop.reservedSharedMemPerBlock);
+}
+
 template <typename F>
 void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated into (written with dinp_write)
                               const F* dout,             // (B,T,C)
@@ -971,6 +1024,8 @@ void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated
         if (hs == 64 && w8) flash_backward_launch<F, 64, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
         else if (hs == 64) flash_backward_launch<F, 64>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
         else if (w8) flash_backward_launch<F, 128, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
+        else if (flash_backward_chain_here(128, 4) == FLASH_CHAIN_SERIAL)
+            flash_backward_launch<F, 128, true, 4, FLASH_CHAIN_SERIAL>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
         else flash_backward_launch<F, 128>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
     }
 }

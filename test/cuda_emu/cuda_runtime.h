@@ -33,7 +33,7 @@ struct cudaDeviceProp {
     size_t totalGlobalMem;
     int multiProcessorCount;
     int major, minor;
-    size_t sharedMemPerBlock, sharedMemPerBlockOptin;
+    size_t sharedMemPerBlock, sharedMemPerBlockOptin, sharedMemPerMultiprocessor, reservedSharedMemPerBlock;
     int maxThreadsPerBlock;
     int warpSize;
     int clockRate;
@@ -68,6 +68,8 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     p->minor = 0;
     p->sharedMemPerBlock = 48 * 1024;
     p->sharedMemPerBlockOptin = 163 * 1024;  // an A100's (sm_80): the smallest keel builds for
+    p->sharedMemPerMultiprocessor = 164 * 1024;
+    p->reservedSharedMemPerBlock = 1024;
     p->maxThreadsPerBlock = 1024;
     p->warpSize = 32;
     return cudaSuccess;
