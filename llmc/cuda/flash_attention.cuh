@@ -389,12 +389,16 @@ __global__ void flash_attention_rowdot_kernel(float* D, const F* dout, const F* 
 // block (the early chain: the warp) meets at a barrier before reading the partial sum; the block
 // meets at a barrier after writing its part, then one thread stores the next count with release
 // semantics, which the barrier makes cover every thread's writes.
-__device__ inline int flash_turn_load(const int* counter) {
+// ACQUIRE = false: the early chain's first read, at the step's top: relaxed (gpu scope, through L2).
+// An acquire load is followed by an L1 invalidation that waits for the value (the SASS: CCTL.IVALL on
+// the load's scoreboard), which would hold the warp for an L2 round trip at the top of every step.
+template <bool ACQUIRE = true> __device__ inline int flash_turn_load(const int* counter) {
 #ifdef KEEL_CUDA_EMULATION
     return *counter;
 #else
     int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+    if constexpr (ACQUIRE) asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
+    else asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
     return v;
 #endif
 }
@@ -408,22 +412,11 @@ __device__ inline void flash_turn_store(int* counter, int v) {
 // The counter's value for a launch's turn: (tag << FLASH_TURN_BITS) | turn (flash_scratch).
 enum { FLASH_TURN_BITS = 16 };
 __device__ __host__ inline int flash_turn_value(int tag, int turn) { return tag << FLASH_TURN_BITS | turn; }
-// The early chain's first read, at the step's top: relaxed (gpu scope, through L2). An acquire load
-// is followed by an L1 invalidation that waits for the value (the SASS: CCTL.IVALL on the load's
-// scoreboard), which would hold the warp for an L2 round trip at the top of every step.
-__device__ inline int flash_turn_peek(const int* counter) {
-#ifdef KEEL_CUDA_EMULATION
-    return *counter;
-#else
-    int v;
-    asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(counter) : "memory");
-    return v;
-#endif
-}
 // Waits until the counter, first read into `seen` (issued early, so its latency hides behind other
-// work), equals `turn` (a flash_turn_value). PEEKED: `seen` came from flash_turn_peek, so once the
-// turn is seen the thread fences (fence.acq_rel.gpu after a strong read is PTX's acquire pattern),
-// which costs no round trip when the turn had come before the peek, as it usually has.
+// work), equals `turn` (a flash_turn_value). PEEKED: `seen` came from the relaxed
+// flash_turn_load<false>, so once the turn is seen the thread fences (fence.acq_rel.gpu after a
+// strong read is PTX's acquire pattern), which costs no round trip when the turn had come before
+// that first read, as it usually has.
 template <bool PEEKED = false> __device__ inline void flash_wait_turn(const int* counter, int seen, int turn) {
 #ifdef KEEL_CUDA_EMULATION
     if (seen != turn) {
@@ -434,7 +427,7 @@ template <bool PEEKED = false> __device__ inline void flash_wait_turn(const int*
     (void)counter;
 #else
     if constexpr (PEEKED) {
-        while (seen != turn) seen = flash_turn_peek(counter);
+        while (seen != turn) seen = flash_turn_load<false>(counter);
         asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
     } else {
         while (seen != turn) seen = flash_turn_load(counter);
@@ -591,7 +584,7 @@ __global__ void __launch_bounds__(32 * WARPS)
         const int last_kt = q0 / BC;
         // EARLY: each warp's lane 0 reads the turn now (relaxed: the warp does not wait for it); it
         // lands while the products run
-        int seen = EARLY && ORDERED && lane == 0 && kt != last_kt ? flash_turn_peek(turn_of(q0)) : 0;
+        int seen = EARLY && ORDERED && lane == 0 && kt != last_kt ? flash_turn_load<false>(turn_of(q0)) : 0;
         if (i + 1 < nsteps) {
             load_step(i + 1, cur ^ 1);
             cp_async_commit();
