@@ -14,8 +14,9 @@
 // of them real. losses, rowmax and stats are fp32 whatever the storage F.
 // The fused kernel: one block per row, 1024 threads for GPT-2's vocabulary (a function of V alone).
 // Pass 1 reads the row once: each thread keeps an online (max, Σ exp) over its columns — 16-byte
-// groups of 16/sizeof(F) columns, group g for thread g mod blockDim, when the row allows, else
-// single columns — merged by block_softmax_combine's fixed tree (cuda/softmax.cuh). Pass 2 re-reads
+// groups of 16/sizeof(F) columns, group g for thread g mod blockDim, when the row allows (the state
+// rescaled once a group, e^d from exp2_approx), else single columns (the state per column, expf) —
+// merged by block_softmax_combine's fixed tree (cuda/softmax.cuh). Pass 2 re-reads
 // the row (from L2: a block's row is ~100 KB in bf16) and writes (exp(l - max)/Σ - [j = t])·dloss,
 // formed in fp32 and rounded once to F. The probabilities never exist in memory: a bf16 p ≈ 0.999
 // would round to 1 and the target's gradient (p - 1) to 0; here it is (p - 1) of the fp32 p.
