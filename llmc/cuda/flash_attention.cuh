@@ -636,28 +636,22 @@ __global__ void __launch_bounds__(32 * WARPS)
             // s ← p·drop, dp ← dS (fp32), masked entries 0; p = exp2(x - lse·log2(e)) with x = s·log2(e)
             // (base 2, as the forward). The common case — plain scores on a FULL step — takes no mask test
             // and one multiply-add per score.
-            if (FULL && plain && !dropout) {  // (p·1 = p, dP·1 = dP: the bits of the loop below with mult = 1)
+            // (compiled without dropout's test and product where it is off: p·1 = p, dP·1 = dP, the same bits)
+            auto plain_full = [&](auto drop_c) {
                 KEEL_UNROLL
                 for (int j = 0; j < NQ; j++)
                     KEEL_UNROLL
                     for (int e = 0; e < 4; e++) {
                         int tl = 8 * j + 2 * tq + (e & 1);
                         float p = exp2_approx(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
-                        s[j][e] = p;
-                        dp[j][e] = p * (dp[j][e] - D_c[tl]) * sc.scale;
-                    }
-            } else if (FULL && plain) {
-                KEEL_UNROLL
-                for (int j = 0; j < NQ; j++)
-                    KEEL_UNROLL
-                    for (int e = 0; e < 4; e++) {
-                        int tl = 8 * j + 2 * tq + (e & 1);
-                        float p = exp2_approx(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
-                        float mult = attention_drop_mult(o, sc.dscale, b, h, q0 + tl, u_r[e >> 1]);
+                        float mult = decltype(drop_c)::value ? attention_drop_mult(o, sc.dscale, b, h, q0 + tl, u_r[e >> 1]) : 1.0f;
                         s[j][e] = p * mult;
                         dp[j][e] = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
                     }
-            } else {
+            };
+            if (FULL && plain && !dropout) plain_full(FlashConst<false>());
+            else if (FULL && plain) plain_full(FlashConst<true>());
+            else {
                 KEEL_UNROLL
                 for (int j = 0; j < NQ; j++)
                     KEEL_UNROLL
