@@ -151,6 +151,12 @@ run_lab() {
     build/lab/flash_attention -T 2048 || bad=1
     echo "== build/lab/flash_attention -B 8 -C 1536 -NH 12"  # head size 128 (BLOOM's), where auto takes the GEMM path
     build/lab/flash_attention -B 8 -C 1536 -NH 12 || bad=1
+    # the same tokens in more, shorter blocks and in fewer, longer ones: with B=16 T=1024 and T=2048,
+    # what a block costs beside its steps (dev/cuda/README.md's measurements log)
+    echo "== build/lab/flash_attention -B 32 -T 512"
+    build/lab/flash_attention -B 32 -T 512 || bad=1
+    echo "== build/lab/flash_attention -B 4 -T 4096"
+    build/lab/flash_attention -B 4 -T 4096 || bad=1
   fi
   return "$bad"
 }

@@ -128,7 +128,7 @@ plant oversized-launch llmc/cuda/flash_attention.cuh 's/\n    flash_smem_optin\(
 # fits the register file (248 × 256) but not its __launch_bounds__(FLASH_THREADS)
 plant register-file llmc/ops.h 's/LN_BWD_WARPS = 16,/LN_BWD_WARPS = 32,/' plain layernorm \
   "layernorm_backward_kernel<__nv_bfloat16, 3, true>: 120 registers per thread on sm_90 \(120 as allocated\) × 1024 threads = 122880 registers, over the 65536"
-plant launch-bounds llmc/cuda/flash_attention.cuh 's/FLASH_BR\), B \* NH\), FLASH_THREADS,/FLASH_BR), B * NH), 2 * FLASH_THREADS,/' plain flash \
+plant launch-bounds llmc/cuda/flash_attention.cuh 's/\* B \* NH\), FLASH_THREADS,/* B * NH), 2 * FLASH_THREADS,/' plain flash \
   "flash_attention_forward_kernel<__nv_bfloat16, 128>: 256 threads per block, over its __launch_bounds__\(128\)"
 
 # NCCL calls the ranks disagree on (the emulated NCCL, test/emu_sanitize/nccl_checks.cpp)
