@@ -645,19 +645,20 @@ static void test_chain_choice() {
 #endif
 }
 
-// The grid's block order (flash_block, flash_group_heads): every (tile, head) exactly once; within a
-// head the ranks in index order (the backward's dQ chain waits only for lower ranks of its head: the
-// blocks that start first); groups of equal size holding three waves of blocks. The list schedule
-// that motivates it: blocks of the lengths the kernels give them started in index order on `slots`
-// block slots, each as one frees up, at GPT-2 124M's shape on 132 multiprocessors (3 forward blocks
-// each, 1 backward block of 8 warps): the grouped order ends nearer the average slot's work than head
-// by head. And on the emulated device, every group size gives the same bytes.
-static double list_schedule_tail(int ntiles, int BH, int group, long long slots, bool forward) {
-    std::vector<double> free_at((size_t)slots, 0.0);
-    std::priority_queue<double, std::vector<double>, std::greater<double>> q(free_at.begin(), free_at.end());
+// The grid's block order (flash_block, flash_groups): every (tile, head) exactly once; within a head
+// the ranks in index order (the backward's dQ chain waits only for lower ranks of its head: the
+// blocks that start first); groups of equal size (within one head) holding three waves of blocks or
+// more. The list schedule that motivates it: blocks of the lengths the kernels give them started in
+// index order on `slots` block slots, each as one frees up, at GPT-2 124M's shape on 132
+// multiprocessors (3 forward blocks each, 1 backward block of 8 warps): the grouped order ends nearer
+// the average slot's work than head by head. And on the emulated device, every number of groups gives
+// the same bytes.
+static double list_schedule_tail(int ntiles, int BH, int groups, long long slots, bool forward) {
+    std::priority_queue<double, std::vector<double>, std::greater<double>> q;
+    for (long long k = 0; k < slots; k++) q.push(0.0);
     double end = 0, work = 0;
     for (unsigned i = 0; i < (unsigned)(ntiles * BH); i++) {
-        keel_cuda::FlashBlock fb = keel_cuda::flash_block(i, ntiles, BH, group);
+        keel_cuda::FlashBlock fb = keel_cuda::flash_block(i, ntiles, BH, groups);
         // key tiles a query tile multiplies; 64-query steps of a 128-key tile from its diagonal on
         double len = forward ? keel_cuda::flash_forward_tile(fb.rank, ntiles) + 1 : 2.0 * (ntiles - keel_cuda::flash_backward_tile(fb.rank, ntiles));
         double t = q.top() + len;
@@ -672,12 +673,13 @@ static void test_block_order() {
     using namespace keel_cuda;
     bool bijective = true, ranks_ascend = true, groups_even = true, groups_big = true;
     for (int ntiles : {1, 2, 3, 8, 16, 17})
-        for (int BH : {1, 2, 3, 5, 12, 25, 64})
-            for (int group : {1, 2, 3, 4, 7, BH}) {
-                if (group > BH) continue;
+        for (int BH : {1, 2, 3, 5, 7, 12, 25, 64})
+            for (int groups : {1, 2, 3, 4, 5, BH}) {
+                if (groups > BH) continue;
                 std::vector<int> seen((size_t)ntiles * BH, -1);
+                std::vector<int> head_group(BH, -1);
                 for (unsigned i = 0; i < (unsigned)(ntiles * BH); i++) {
-                    FlashBlock fb = flash_block(i, ntiles, BH, group);
+                    FlashBlock fb = flash_block(i, ntiles, BH, groups);
                     bool in = fb.rank >= 0 && fb.rank < ntiles && fb.bh >= 0 && fb.bh < BH;
                     if (!in || seen[(size_t)fb.bh * ntiles + fb.rank] >= 0) {
                         bijective = false;
@@ -687,27 +689,41 @@ static void test_block_order() {
                 }
                 for (int bh = 0; bh < BH; bh++)
                     for (int r = 1; r < ntiles; r++) ranks_ascend = ranks_ascend && seen[(size_t)bh * ntiles + r - 1] < seen[(size_t)bh * ntiles + r];
+                // a group: the heads whose rank-0 blocks come between two blocks of rank > 0; sizes from the
+                // runs of rank-0 blocks in index order
+                std::vector<int> sizes;
+                int run = 0;
+                for (unsigned i = 0; i < (unsigned)(ntiles * BH); i++) {
+                    FlashBlock fb = flash_block(i, ntiles, BH, groups);
+                    if (fb.rank == 0) run++;
+                    else if (run) sizes.push_back(run), run = 0;
+                }
+                if (run) sizes.push_back(run);
+                if (ntiles > 1) {
+                    int lo = *std::min_element(sizes.begin(), sizes.end()), hi = *std::max_element(sizes.begin(), sizes.end());
+                    groups_even = groups_even && (int)sizes.size() == groups && hi - lo <= 1;
+                }
             }
     for (int BH : {1, 7, 48, 192, 400, 1000})
         for (int ntiles : {1, 8, 16, 32})
             for (long long slots : {8LL, 132LL, 396LL}) {
-                int G = flash_group_heads(BH, ntiles, slots), groups = (BH + G - 1) / G, last = BH - (groups - 1) * G;
-                groups_even = groups_even && G >= 1 && G <= BH && G - last < groups;  // (the last group short by less than one head a group)
-                groups_big = groups_big && (G == BH || (long long)G * ntiles >= 3 * slots);
+                int n = flash_groups(BH, ntiles, slots);
+                groups_big = groups_big && n >= 1 && n <= BH && (n == 1 || (long long)(BH / n) * ntiles >= 3 * slots);
             }
-    check_true("flash block order: every (tile, head) once, for any group size", bijective);
+    check_true("flash block order: every (tile, head) once, for any number of groups", bijective);
     check_true("flash block order: a head's tile ranks start in rank order (the dQ chain's waits are on blocks started before)", ranks_ascend);
-    check_true("flash block order: the heads split into equal groups (the last short by less than one head a group)", groups_even);
-    check_true("flash block order: a group holds at least three waves of blocks (or all heads)", groups_big);
+    check_true("flash block order: the heads split into the groups asked for, of equal size (within one head)", groups_even);
+    check_true("flash block order: each group holds at least three waves of blocks (or there is one group)", groups_big);
     const int BH = 16 * 12;
-    double f1 = list_schedule_tail(16, BH, 1, 396, true), fg = list_schedule_tail(16, BH, flash_group_heads(BH, 16, 396), 396, true);
-    double b1 = list_schedule_tail(8, BH, 1, 132, false), bg = list_schedule_tail(8, BH, flash_group_heads(BH, 8, 132), 132, false);
+    double f1 = list_schedule_tail(16, BH, BH, 396, true), fg = list_schedule_tail(16, BH, flash_groups(BH, 16, 396), 396, true);
+    double b1 = list_schedule_tail(8, BH, BH, 132, false), bg = list_schedule_tail(8, BH, flash_groups(BH, 8, 132), 132, false);
     printf("      list schedule at GPT-2 124M (B=16, T=1024), end / average work: forward head by head %.3f, grouped %.3f; backward %.3f, %.3f\n", f1, fg,
            b1, bg);
     check_true("flash block order: the grouped order's list schedule ends sooner than head by head (forward and backward)", fg < f1 - 0.1 && bg < b1 - 0.01);
 }
 
-// Forward and backward with the grid's heads in groups of 1, 2, 3 and the launcher's: the same bytes.
+// Forward and backward with the grid's heads in 1, 2 and 4 groups, head by head, and the launcher's
+// choice: the same bytes.
 template <typename L, int HS> static void test_flash_order(int B, int T, int NH, const AttnVariant& v) {
     const int C = HS * NH;
     AttnOptsPair op;
@@ -721,19 +737,19 @@ template <typename L, int HS> static void test_flash_order(int B, int T, int NH,
     std::vector<L> out0, dinp0;
     std::vector<float> lse0;
     bool same = true;
-    for (int group : {0, 1, 2, 3}) {
-        keel_cuda::flash_forward_launch<L, HS>(d_out, d_lse, d_inp, B, T, C, NH, &op.dev, group);
+    for (int groups : {0, 1, 2, 4, B * NH}) {
+        keel_cuda::flash_forward_launch<L, HS>(d_out, d_lse, d_inp, B, T, C, NH, &op.dev, groups);
         constexpr int W = HS == 64 ? 8 : 4;
-        keel_cuda::flash_backward_launch<L, HS, true, W>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, &op.dev, true, group);
+        keel_cuda::flash_backward_launch<L, HS, true, W>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, &op.dev, true, groups);
         std::vector<L> out = dev_download(d_out, n_out), dinp = dev_download(d_dinp, n_inp);
         std::vector<float> lse = dev_download(d_lse, n_lse);
-        if (group == 0) out0 = out, dinp0 = dinp, lse0 = lse;
+        if (groups == 0) out0 = out, dinp0 = dinp, lse0 = lse;
         else same = same && memcmp(out.data(), out0.data(), n_out * sizeof(L)) == 0 && memcmp(dinp.data(), dinp0.data(), n_inp * sizeof(L)) == 0 &&
                     same_bytes_f32(lse, lse0);
     }
     char tag[96];
     snprintf(tag, sizeof tag, " (%s, B=%d T=%d hs=%d NH=%d)", v.name, B, T, HS, NH);
-    check_true(std::string("flash forward and backward: heads in groups of 1, 2, 3 and the launcher's, the same bytes") + tag, same);
+    check_true(std::string("flash forward and backward: heads in 1, 2, 4 groups, head by head and the launcher's, the same bytes") + tag, same);
     for (void* p : {(void*)d_inp, (void*)d_dout, (void*)d_out, (void*)d_dinp, (void*)d_lse}) dev_free(p);
 }
 

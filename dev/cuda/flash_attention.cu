@@ -10,7 +10,7 @@
 //            2 flash: keel_cuda::flash_attention_forward (writes lse only)
 //            3 flash, by head: the same kernel with its blocks started head by head (every tile
 //              of head 0, then head 1, ...), the order before the grouped one (flash_block): the
-//              same bytes; what the order is worth (a list schedule says 15% of the forward at
+//              same bytes; what the order is worth (a list schedule says 12% of the forward at
 //              B=16, T=1024 on 132 multiprocessors; not yet timed on a GPU)
 //   backward 1 gemm:  keel_cuda::attention_backward from the GEMM forward's att
 //            2 flash: keel_cuda::flash_attention_backward from the flash forward's out and lse (at
@@ -28,8 +28,9 @@
 //              (FLASH_CHAIN_SERIAL: the turn awaited after the dQ product, then one load-add-store of
 //              the chain's sum after another, 4 barriers a step; the same bytes as 2) — the "before"
 //              of the early chain (FLASH_CHAIN_EARLY, the launcher's: 2 to 5)
-//            8 flash, by head: 2 with its blocks started head by head, the order before the
-//              grouped one (the same bytes; the list schedule: 2% at B=16, T=1024; not yet timed)
+//            8 flash, by head: 2 (the trainer's warps and chain) with its blocks started head by
+//              head, the order before the grouped one (the same bytes; the list schedule: 2% at
+//              B=16, T=1024; not yet timed)
 // The flash variants write dinp (dinp_write, as the trainer calls them), so its old values are not read.
 // Flash needs hs ∈ {64, 128} (flash_attention_supported): at other head sizes (the emulated lab's
 // tiny shape) its variants are skipped with a line saying so.
@@ -97,8 +98,8 @@ int main(int argc, char** argv) {
     if (flash_ok) {
         fwd.variants.push_back({2, "flash", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o); }});
         fwd.variants.push_back({3, "flash, by head", [&] {
-                                    if (hs == 64) keel_cuda::flash_forward_launch<bf16, 64>(d_out, d_lse, d_inp, B, T, C, NH, &o, 1);
-                                    else keel_cuda::flash_forward_launch<bf16, 128>(d_out, d_lse, d_inp, B, T, C, NH, &o, 1);
+                                    if (hs == 64) keel_cuda::flash_forward_launch<bf16, 64>(d_out, d_lse, d_inp, B, T, C, NH, &o, B * NH);
+                                    else keel_cuda::flash_forward_launch<bf16, 128>(d_out, d_lse, d_inp, B, T, C, NH, &o, B * NH);
                                 }});
     }
     failed += lab_run(a, fwd);
@@ -146,11 +147,14 @@ int main(int argc, char** argv) {
                                     if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                     else keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
-        bwd.variants.push_back({8, "flash, by head", [&] {
-                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, 1);
+        bwd.variants.push_back({8, "flash, by head", [&] {  // (the launcher's warps and chain, as variant 2)
+                                    const int g = B * NH, w = keel_cuda::flash_backward_warps(hs);
+                                    if (hs == 64 && w == 8) keel_cuda::flash_backward_launch<bf16, 64, true, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, g);
+                                    else if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, g);
+                                    else if (w == 8) keel_cuda::flash_backward_launch<bf16, 128, true, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, g);
                                     else if (keel_cuda::flash_backward_chain_here(128, 4) == keel_cuda::FLASH_CHAIN_SERIAL)
-                                        keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, 1);
-                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, 1);
+                                        keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, g);
+                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, g);
                                 }});
     }
     failed += lab_run(a, bwd);

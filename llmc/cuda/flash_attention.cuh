@@ -144,22 +144,33 @@ static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS, int ch
 // among them run on alone: a list schedule of the 124M shape (B=16, T=1024, 12 heads) at 3 forward
 // blocks a multiprocessor on 132 of them ends 15% after the average multiprocessor's work, the
 // backward (one block of 8 warps a multiprocessor) 9%.
-// So the grid goes tile by tile over a group of heads: block i of the group is tile rank i / G of
-// head i % G, rank 0 first. The forward ranks its longest tile (the last query tile) first: the
-// longest work starts first and the short tiles fill in at the end (the same list schedule: 1.6%).
-// The backward must rank its shortest tile (the last key tile, on the diagonal of the last queries)
-// first: a key tile's dQ part waits for the tiles above it, which must have started (the dQ chain,
-// below); tile by tile still narrows its tail (9% → 7%). A group holds about three waves of blocks
-// (flash_group_heads), so that the heads the multiprocessors work on at once stay few enough for
-// their K, V (Q, dO) tiles to stay in L2, and the grid's heads split into equal groups (a small last
-// group would bring the tail back). The order changes when a block runs, never what it computes: any
-// group size gives the same bytes (test_cuda_flash).
+// So the grid goes tile by tile over groups of heads: block i of a group of G heads is tile rank
+// i / G of the group's head i % G, rank 0 first. The forward ranks its longest tile (the last query
+// tile) first: the longest work starts first and the short tiles fill in at the end (the same list
+// schedule: 1.6%). The backward must rank its shortest tile (the last key tile, on the diagonal of
+// the last queries) first: a key tile's dQ part waits for the tiles above it, which must have started
+// (the dQ chain, below); tile by tile still narrows its tail (9% → 7%). A group holds at least three
+// waves of blocks (flash_groups), few enough heads that the multiprocessors' K, V (Q, dO) tiles stay
+// in L2, and the heads split into groups of equal size, the first BH % groups one head larger (a small
+// last group would bring the tail back). The order changes when a block runs, never what it computes:
+// any number of groups gives the same bytes (test_cuda_flash).
 struct FlashBlock {
     int rank, bh;  // the block's tile rank (0 starts first) and head-batch
 };
-__host__ __device__ inline FlashBlock flash_block(unsigned i, int ntiles, int BH, int group) {
-    unsigned per = (unsigned)group * (unsigned)ntiles, first = i / per * (unsigned)group, r = i % per;
-    unsigned heads = (unsigned)BH - first < (unsigned)group ? (unsigned)BH - first : (unsigned)group;  // the last group may be smaller
+// Block i of a grid of ntiles tiles a head over BH heads in `groups` groups (1 ≤ groups ≤ BH).
+__host__ __device__ inline FlashBlock flash_block(unsigned i, int ntiles, int BH, int groups) {
+    const unsigned n = (unsigned)ntiles, base = (unsigned)(BH / groups), extra = (unsigned)(BH % groups), big = (base + 1) * n;
+    unsigned first, heads, r;
+    if (i < extra * big) {  // one of the first `extra` groups, of base + 1 heads
+        first = i / big * (base + 1);
+        heads = base + 1;
+        r = i % big;
+    } else {
+        unsigned j = i - extra * big;
+        first = extra * (base + 1) + j / (base * n) * base;
+        heads = base;
+        r = j % (base * n);
+    }
     return FlashBlock{(int)(r / heads), (int)(first + r % heads)};
 }
 // The tile a block of rank `rank` works on (ntiles a head): the forward's longest first (the last
@@ -167,12 +178,11 @@ __host__ __device__ inline FlashBlock flash_block(unsigned i, int ntiles, int BH
 // dQ chain's order).
 __host__ __device__ inline int flash_forward_tile(int rank, int ntiles) { return ntiles - 1 - rank; }
 __host__ __device__ inline int flash_backward_tile(int rank, int ntiles) { return ntiles - 1 - rank; }
-// Heads per group for a grid of `ntiles` tiles a head over BH heads, where `slots` blocks run at once
-// (multiprocessors × blocks each): at least 3·slots blocks a group, then BH split into equal groups.
-__host__ __device__ inline int flash_group_heads(int BH, int ntiles, long long slots) {
+// Groups for a grid of `ntiles` tiles a head over BH heads, where `slots` blocks run at once
+// (multiprocessors × blocks each): as many as leave at least 3·slots blocks in each (at least 1).
+__host__ __device__ inline int flash_groups(int BH, int ntiles, long long slots) {
     long long want = (3 * slots + ntiles - 1) / ntiles, groups = BH / (want > 0 ? want : 1);
-    if (groups < 1) groups = 1;
-    return (int)((BH + groups - 1) / groups);
+    return groups < 1 ? 1 : (int)groups;
 }
 
 __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; }
@@ -233,7 +243,8 @@ __device__ inline void flash_load_tile(F* dst, const F* src, int r0, int T, size
 // ---- forward -------------------------------------------------------------------------------------
 template <typename F, int HS>
 __global__ void __launch_bounds__(FLASH_THREADS)
-    flash_attention_forward_kernel(F* out, float* lse, const F* inp, int T, int C, int NH, int group, AttentionOpts o, AttnScoreScale sc, float alpha) {
+    flash_attention_forward_kernel(F* out, float* lse, const F* inp, int T, int C, int NH, int BH, int groups, AttentionOpts o, AttnScoreScale sc,
+                                   float alpha) {
 #if KEEL_FLASH_ARCH_OK
     constexpr int BR = FLASH_BR, BC = FLASH_BC, KS = HS / 16, NT = BC / 8, OT = HS / 8;
     KEEL_DYNAMIC_SHARED(F, smem);
@@ -241,7 +252,7 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     F* Ks = Qs + BR * HS;      // 2 × (BC,HS): the tile being multiplied and the next one
     F* Vs = Ks + 2 * BC * HS;  // 2 × (BC,HS)
     const int nqt = (T + BR - 1) / BR;
-    const FlashBlock fb = flash_block(blockIdx.x, nqt, (int)gridDim.x / nqt, group);  // the longest (last) query tiles start first
+    const FlashBlock fb = flash_block(blockIdx.x, nqt, BH, groups);  // the longest (last) query tiles start first
     const int qt = flash_forward_tile(fb.rank, nqt), bh = fb.bh, b = bh / NH, h = bh % NH, q0 = qt * BR;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const size_t C3 = 3 * (size_t)C;
@@ -517,7 +528,7 @@ template <typename F> __device__ inline void flash_add_pair(F* p, float x, float
 template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, int CHAIN = FLASH_CHAIN_EARLY>
 __global__ void __launch_bounds__(32 * WARPS)
     flash_attention_backward_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, float* dq_acc, int* dq_turn, int tag,
-                                    int T, int C, int NH, int group, AttentionOpts o, AttnScoreScale sc, float alpha, bool write) {
+                                    int T, int C, int NH, int BH, int groups, AttentionOpts o, AttnScoreScale sc, float alpha, bool write) {
 #if KEEL_FLASH_ARCH_OK
     constexpr int THREADS = 32 * WARPS;
     constexpr int BC = 16 * WARPS, BQ = flash_bq(HS), KS = HS / 16, NQ = BQ / 8, OT = HS / 8;
@@ -541,7 +552,7 @@ __global__ void __launch_bounds__(32 * WARPS)
     float* dq_own = D_s + 2 * BQ;                           // DEFER: (BQ, HS + 8) fp32, the pending step's part of this tile
     float* dq_in = dq_own + (DEFER ? BQ * (HS + 8) : 0);    // DEFER, EARLY: (BQ, HS + 8) fp32, the chain's sum before it
     const int nkt = (T + BC - 1) / BC;
-    const FlashBlock fb = flash_block(blockIdx.x, nkt, (int)gridDim.x / nkt, group);  // the last key tile starts first
+    const FlashBlock fb = flash_block(blockIdx.x, nkt, BH, groups);  // the last key tile starts first
     const int kt = flash_backward_tile(fb.rank, nkt), bh = fb.bh, b = bh / NH, h = bh % NH, k0 = kt * BC;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
     const size_t C3 = 3 * (size_t)C;
@@ -949,21 +960,19 @@ static inline const cudaDeviceProp& flash_device() {
     }();
     return prop;
 }
-// Blocks of `kernel` (threads, smem bytes) that run at once on this device: multiprocessors × blocks
-// each, the latter asked once per kernel (*per_sm caches it).
-template <typename K> static long long flash_slots(K kernel, int threads, size_t smem, int* per_sm) {
-    if (*per_sm == 0) {
-        int n = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
-        *per_sm = n > 0 ? n : 1;
-    }
-    return (long long)*per_sm * flash_device().multiProcessorCount;
+// Blocks of `kernel` (threads, smem bytes; asked after its shared-memory opt-in) that one
+// multiprocessor of this device holds at once.
+template <typename K> static int flash_blocks_per_sm(K kernel, int threads, size_t smem) {
+    int n = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
+    return n > 0 ? n : 1;
 }
-// The grid's heads a group (flash_block): `group` where the caller sets it (the kernel lab times 1,
-// head by head, the order before), else flash_group_heads for this device.
-template <typename K> static int flash_grid_group(int group, K kernel, int threads, size_t smem, int* per_sm, int BH, int ntiles) {
-    if (group > 0) return group < BH ? group : BH;
-    return flash_group_heads(BH, ntiles, flash_slots(kernel, threads, smem, per_sm));
+// The groups of the grid's block order (flash_block): `groups` where the caller sets it (clamped to
+// BH; the kernel lab's BH is head by head, the order before), else flash_groups for this device, which
+// runs per_sm blocks a multiprocessor.
+static inline int flash_grid_groups(int groups, int per_sm, int BH, int ntiles) {
+    if (groups > 0) return groups < BH ? groups : BH;
+    return flash_groups(BH, ntiles, (long long)per_sm * flash_device().multiProcessorCount);
 }
 
 // cp.async moves 16-byte rows: the qkv and dout slices must start 16-byte aligned (C is a multiple
@@ -972,27 +981,27 @@ template <typename F> static void flash_check_aligned(const F* p, const char* wh
     if (!aligned16(p)) keel_die("flash attention: %s is not 16-byte aligned (cp.async copies 16-byte rows)", what);
 }
 
-// group: heads a group of the grid's block order (flash_block); 0 = this device's (flash_group_heads).
+// groups: of the grid's block order (flash_block); 0 = this device's (flash_groups).
 template <typename F, int HS>
-static void flash_forward_launch(F* out, float* lse, const F* inp, int B, int T, int C, int NH, const AttentionOpts* o, int group = 0) {
+static void flash_forward_launch(F* out, float* lse, const F* inp, int B, int T, int C, int NH, const AttentionOpts* o, int groups = 0) {
     AttnScoreScale sc = attention_score_scale(o, HS);
     float alpha = o->scaling == ATTN_SCALING_QK_INWARD ? sc.sq * sc.sq : sc.alpha;
     flash_check_aligned(inp, "the qkv input");
     flash_check_aligned(out, "the output");
     size_t smem = flash_forward_smem(HS);
     static bool optin = false;
-    static int per_sm = 0;
     flash_smem_optin(flash_attention_forward_kernel<F, HS>, smem, &optin);
+    static const int per_sm = flash_blocks_per_sm(flash_attention_forward_kernel<F, HS>, FLASH_THREADS, smem);
     int ntiles = ceil_div(T, FLASH_BR);
-    group = flash_grid_group(group, flash_attention_forward_kernel<F, HS>, FLASH_THREADS, smem, &per_sm, B * NH, ntiles);
+    groups = flash_grid_groups(groups, per_sm, B * NH, ntiles);
     KEEL_LAUNCH(flash_attention_forward_kernel<F KEEL_COMMA HS>, (unsigned)((size_t)ntiles * B * NH), FLASH_THREADS, smem, MAIN_STREAM)(
-        out, lse, inp, T, C, NH, group, *o, sc, alpha);
+        out, lse, inp, T, C, NH, B * NH, groups, *o, sc, alpha);
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, int CHAIN = FLASH_CHAIN_EARLY>
 static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F* out, const float* lse, int B, int T, int C, int NH,
-                                  const AttentionOpts* o, bool dinp_write = false, int group = 0) {
+                                  const AttentionOpts* o, bool dinp_write = false, int groups = 0) {
     AttnScoreScale sc = attention_score_scale(o, HS);
     float alpha = o->scaling == ATTN_SCALING_QK_INWARD ? sc.sq * sc.sq : sc.alpha;
     flash_check_aligned(inp, "the qkv input");
@@ -1003,10 +1012,10 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
     CUDA_CHECK_LAUNCH();
     size_t smem = flash_backward_smem(HS, WARPS, CHAIN);
     static bool optin = false;
-    static int per_sm = 0;
     flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN>, smem, &optin);
+    static const int per_sm = flash_blocks_per_sm(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN>, 32 * WARPS, smem);
     int ntiles = ceil_div(T, 16 * WARPS);
-    group = flash_grid_group(group, flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN>, 32 * WARPS, smem, &per_sm, B * NH, ntiles);
+    groups = flash_grid_groups(groups, per_sm, B * NH, ntiles);
 #ifdef KEEL_CUDA_EMULATION
     // the dQ chain waits only for blocks of a lower index, which the GPU dispatches first: the
     // emulator's schedule exploration (KEEL_EMU_SCHEDULE) keeps this grid in that order
@@ -1014,7 +1023,7 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
 #endif
     KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED KEEL_COMMA WARPS KEEL_COMMA CHAIN>,
                 (unsigned)((size_t)ntiles * B * NH), 32 * WARPS, smem, MAIN_STREAM)(dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, sc_.tag, T, C, NH,
-                                                                              group, *o, sc, alpha, dinp_write);
+                                                                              B * NH, groups, *o, sc, alpha, dinp_write);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -1026,8 +1035,8 @@ void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)
     if (!flash_attention_supported(hs, sizeof(F)))
         keel_die("flash attention: head size %d with %zu-byte floats is not supported (hs 64 or 128, bf16/fp16); use the GEMM path", hs, sizeof(F));
     if ((size_t)B * NH * T == 0) return;
-    if ((size_t)B * NH * ceil_div(T, 64) > 2147483647u)
-        keel_die("flash attention: B·NH·⌈T/64⌉ = %zu blocks exceed a grid's 2^31 - 1", (size_t)B * NH * ceil_div(T, 64));
+    if ((size_t)B * NH * ceil_div(T, FLASH_BC) > 2147483647u)  // (the smallest tile of either kernel: 64 queries or keys)
+        keel_die("flash attention: B·NH·⌈T/%d⌉ = %zu blocks exceed a grid's 2^31 - 1", (int)FLASH_BC, (size_t)B * NH * ceil_div(T, FLASH_BC));
     if constexpr (sizeof(F) == 2) {
         if (hs == 64) flash_forward_launch<F, 64>(out, lse, inp, B, T, C, NH, o);
         else flash_forward_launch<F, 128>(out, lse, inp, B, T, C, NH, o);
@@ -1076,8 +1085,8 @@ void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated
     if (!flash_attention_supported(hs, sizeof(F)))
         keel_die("flash attention: head size %d with %zu-byte floats is not supported (hs 64 or 128, bf16/fp16); use the GEMM path", hs, sizeof(F));
     if ((size_t)B * NH * T == 0) return;
-    if ((size_t)B * NH * ceil_div(T, 64) > 2147483647u)
-        keel_die("flash attention: B·NH·⌈T/64⌉ = %zu blocks exceed a grid's 2^31 - 1", (size_t)B * NH * ceil_div(T, 64));
+    if ((size_t)B * NH * ceil_div(T, FLASH_BC) > 2147483647u)  // (the smallest tile of either kernel: 64 queries or keys)
+        keel_die("flash attention: B·NH·⌈T/%d⌉ = %zu blocks exceed a grid's 2^31 - 1", (int)FLASH_BC, (size_t)B * NH * ceil_div(T, FLASH_BC));
     if (ceil_div(T, 16 * FLASH_WARPS) >= (1u << FLASH_TURN_BITS))
         keel_die("flash attention: T = %d has more key tiles than the dQ chain's counter holds (%d)", T, (1 << FLASH_TURN_BITS) - 1);
     if constexpr (sizeof(F) == 2) {

@@ -92,12 +92,18 @@ template <typename K> inline cudaError_t cudaFuncSetAttribute(K kernel, int attr
 
 // Blocks of `kernel` that one multiprocessor holds at once, by threads (2048 a multiprocessor, 32
 // blocks) and by shared memory (the emulated device's 164 KB, each block its dynamic bytes plus the
-// reserved 1 KB); registers are not counted here (the emulation knows them by kernel name, at launch),
-// so a kernel a GPU holds fewer of by its registers gets more. keel asks it only to order a grid's
-// blocks, which changes no result.
+// reserved 1 KB); 0 where the dynamic bytes exceed what the kernel may launch with (48 KiB, or its
+// cudaFuncSetAttribute opt-in), as a GPU answers. Registers are not counted here (the emulation knows
+// them by kernel name, at launch), so a kernel a GPU holds fewer of by its registers gets more. keel
+// asks it only to order a grid's blocks, which changes no result.
 template <typename K> inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, K kernel, int threads, size_t smem) {
-    (void)kernel;
-    if (threads <= 0 || threads > 1024 || smem > emu::MAX_DYNAMIC_SMEM) return emu_last_error = cudaErrorInvalidValue;
+    if (threads <= 0 || threads > 1024) return emu_last_error = cudaErrorInvalidValue;
+    auto it = emu::smem_optin().find((const void*)kernel);
+    size_t limit = it == emu::smem_optin().end() ? (size_t)emu::DEFAULT_DYNAMIC_SMEM : it->second;
+    if (smem > limit) {
+        *n = 0;
+        return cudaSuccess;
+    }
     size_t by_threads = 2048 / (size_t)threads, by_smem = (size_t)164 * 1024 / (smem + 1024);
     size_t k = by_threads < by_smem ? by_threads : by_smem;
     *n = (int)(k < 32 ? k : 32);

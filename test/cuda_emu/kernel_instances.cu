@@ -18,7 +18,7 @@ template void keel_cuda::residual_backward<__half>(__half*, __half*, const __hal
 #include "llmc/cuda/flash_attention.cuh"
 #define KEEL_FLASH_BWD_CHAIN(F, HS, W, CHAIN)                                                                                    \
     template __global__ void keel_cuda::flash_attention_backward_kernel<F, HS, true, W, CHAIN>(                                  \
-        F*, const F*, const F*, const float*, const float*, float*, int*, int, int, int, int, int, AttentionOpts, keel_cuda::AttnScoreScale, \
+        F*, const F*, const F*, const float*, const float*, float*, int*, int, int, int, int, int, int, AttentionOpts, keel_cuda::AttnScoreScale, \
         float, bool);
 #define KEEL_FLASH_BWD_CHAINS(F, HS, W) KEEL_FLASH_BWD_CHAIN(F, HS, W, 0) KEEL_FLASH_BWD_CHAIN(F, HS, W, 2)
 KEEL_FLASH_BWD_CHAINS(__nv_bfloat16, 64, 4)
