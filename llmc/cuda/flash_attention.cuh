@@ -139,7 +139,8 @@ static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS, int ch
 // ---- the order in which a grid's blocks start ----------------------------------------------------
 // Both kernels' blocks differ in length: a forward block of query tile qt multiplies qt + 1 key tiles,
 // a backward block of key tile kt steps over the queries from its diagonal on. A GPU starts a 1-D
-// grid's blocks in index order as multiprocessors free up. Head by head (every tile of head 0, then
+// grid's blocks in index order as multiprocessors free up (what GPUs do, not a promise of CUDA's; the
+// backward's dQ chain has relied on it from the start, see above). Head by head (every tile of head 0, then
 // of head 1, ...), the grid's last blocks start when the others are nearly done, and the long ones
 // among them run on alone: a list schedule of the 124M shape (B=16, T=1024, 12 heads) at 3 forward
 // blocks a multiprocessor on 132 of them ends 15% after the average multiprocessor's work, the
