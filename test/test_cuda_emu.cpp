@@ -396,6 +396,16 @@ int main() {
         check_true("an opt-in of 163 KiB is allowed", cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 163 * 1024) == cudaSuccess);
         cudaFuncSetAttribute(smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);  // back to what follows expects
         cudaGetLastError();
+        // the occupancy query (keel's flash launchers size their block order by it): by threads, by
+        // shared memory (164 KiB a multiprocessor, 1 KiB reserved a block), 0 over the kernel's limit
+        int n1024 = -1, n64k = -1, n100k = -1, n32 = -1;
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n1024, smem_kernel, 1024, 0);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n64k, smem_kernel, 32, 64 * 1024);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n100k, smem_kernel, 32, 100 * 1024);
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n32, smem_kernel, 32, 0);
+        printf("      occupancy: 1024 threads %d, 64 KiB %d, 100 KiB (over the 64 KiB opt-in) %d, 32 threads %d\n", n1024, n64k, n100k, n32);
+        check_true("cudaOccupancyMaxActiveBlocksPerMultiprocessor: 2 blocks of 1024 threads, 2 of 64 KiB, 0 over the opt-in, 32 at most",
+                   n1024 == 2 && n64k == 2 && n100k == 0 && n32 == 32);
         dev_free(p);
     }
 

@@ -738,9 +738,8 @@ template <typename L, int HS> static void test_flash_order(int B, int T, int NH,
     std::vector<float> lse0;
     bool same = true;
     for (int groups : {0, 1, 2, 4, B * NH}) {
-        keel_cuda::flash_forward_launch<L, HS>(d_out, d_lse, d_inp, B, T, C, NH, &op.dev, groups);
-        constexpr int W = HS == 64 ? 8 : 4;
-        keel_cuda::flash_backward_launch<L, HS, true, W>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, &op.dev, true, groups);
+        keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &op.dev, groups);
+        keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, &op.dev, true, groups);
         std::vector<L> out = dev_download(d_out, n_out), dinp = dev_download(d_dinp, n_inp);
         std::vector<float> lse = dev_download(d_lse, n_lse);
         if (groups == 0) out0 = out, dinp0 = dinp, lse0 = lse;

@@ -97,10 +97,7 @@ int main(int argc, char** argv) {
                      [&] { return std::vector<LabCheck>{lab_compare("out", lab_from(lab_download(d_out, n_out)), out_g, 2e-2, 1.0, hs)}; }}};
     if (flash_ok) {
         fwd.variants.push_back({2, "flash", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o); }});
-        fwd.variants.push_back({3, "flash, by head", [&] {
-                                    if (hs == 64) keel_cuda::flash_forward_launch<bf16, 64>(d_out, d_lse, d_inp, B, T, C, NH, &o, B * NH);
-                                    else keel_cuda::flash_forward_launch<bf16, 128>(d_out, d_lse, d_inp, B, T, C, NH, &o, B * NH);
-                                }});
+        fwd.variants.push_back({3, "flash, by head", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o, B * NH); }});
     }
     failed += lab_run(a, fwd);
 
@@ -147,14 +144,8 @@ int main(int argc, char** argv) {
                                     if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                     else keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
-        bwd.variants.push_back({8, "flash, by head", [&] {  // (the launcher's warps and chain, as variant 2)
-                                    const int g = B * NH, w = keel_cuda::flash_backward_warps(hs);
-                                    if (hs == 64 && w == 8) keel_cuda::flash_backward_launch<bf16, 64, true, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, g);
-                                    else if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, g);
-                                    else if (w == 8) keel_cuda::flash_backward_launch<bf16, 128, true, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, g);
-                                    else if (keel_cuda::flash_backward_chain_here(128, 4) == keel_cuda::FLASH_CHAIN_SERIAL)
-                                        keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, g);
-                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, g);
+        bwd.variants.push_back({8, "flash, by head", [&] {
+                                    keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, B * NH);
                                 }});
     }
     failed += lab_run(a, bwd);

@@ -1028,10 +1028,12 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
     CUDA_CHECK_LAUNCH();
 }
 
+// groups (both entry points): of the grids' block order (flash_block); 0, as the model calls them,
+// this device's (flash_groups); B·NH is head by head, the order before (the kernel lab's "by head").
 template <typename F>
 void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)
                              const F* inp,        // (B,T,3C)
-                             int B, int T, int C, int NH, const AttentionOpts* o) {
+                             int B, int T, int C, int NH, const AttentionOpts* o, int groups = 0) {
     int hs = C / NH;
     if (!flash_attention_supported(hs, sizeof(F)))
         keel_die("flash attention: head size %d with %zu-byte floats is not supported (hs 64 or 128, bf16/fp16); use the GEMM path", hs, sizeof(F));
@@ -1039,8 +1041,8 @@ void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)
     if ((size_t)B * NH * ceil_div(T, FLASH_BC) > 2147483647u)  // (the smallest tile of either kernel: 64 queries or keys)
         keel_die("flash attention: B·NH·⌈T/%d⌉ = %zu blocks exceed a grid's 2^31 - 1", (int)FLASH_BC, (size_t)B * NH * ceil_div(T, FLASH_BC));
     if constexpr (sizeof(F) == 2) {
-        if (hs == 64) flash_forward_launch<F, 64>(out, lse, inp, B, T, C, NH, o);
-        else flash_forward_launch<F, 128>(out, lse, inp, B, T, C, NH, o);
+        if (hs == 64) flash_forward_launch<F, 64>(out, lse, inp, B, T, C, NH, o, groups);
+        else flash_forward_launch<F, 128>(out, lse, inp, B, T, C, NH, o, groups);
     }
 }
 
@@ -1081,7 +1083,7 @@ template <typename F>
 void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated into (written with dinp_write)
                               const F* dout,             // (B,T,C)
                               const F* inp, const F* out, const float* lse,  // (B,T,3C), (B,T,C), (B,NH,T)
-                              int B, int T, int C, int NH, const AttentionOpts* o, bool dinp_write = false) {
+                              int B, int T, int C, int NH, const AttentionOpts* o, bool dinp_write = false, int groups = 0) {
     int hs = C / NH;
     if (!flash_attention_supported(hs, sizeof(F)))
         keel_die("flash attention: head size %d with %zu-byte floats is not supported (hs 64 or 128, bf16/fp16); use the GEMM path", hs, sizeof(F));
@@ -1092,12 +1094,12 @@ void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated
         keel_die("flash attention: T = %d has more key tiles than the dQ chain's counter holds (%d)", T, (1 << FLASH_TURN_BITS) - 1);
     if constexpr (sizeof(F) == 2) {
         bool w8 = flash_backward_warps(hs) == 8;
-        if (hs == 64 && w8) flash_backward_launch<F, 64, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
-        else if (hs == 64) flash_backward_launch<F, 64>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
-        else if (w8) flash_backward_launch<F, 128, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
+        if (hs == 64 && w8) flash_backward_launch<F, 64, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write, groups);
+        else if (hs == 64) flash_backward_launch<F, 64>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write, groups);
+        else if (w8) flash_backward_launch<F, 128, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write, groups);
         else if (flash_backward_chain_here(128, 4) == FLASH_CHAIN_SERIAL)
-            flash_backward_launch<F, 128, true, 4, FLASH_CHAIN_SERIAL>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
-        else flash_backward_launch<F, 128>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write);
+            flash_backward_launch<F, 128, true, 4, FLASH_CHAIN_SERIAL>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write, groups);
+        else flash_backward_launch<F, 128>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write, groups);
     }
 }
 

@@ -68,8 +68,8 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     p->minor = 0;
     p->sharedMemPerBlock = 48 * 1024;
     p->sharedMemPerBlockOptin = 163 * 1024;  // an A100's (sm_80): the smallest keel builds for
-    p->sharedMemPerMultiprocessor = 164 * 1024;
-    p->reservedSharedMemPerBlock = 1024;
+    p->sharedMemPerMultiprocessor = emu::SMEM_PER_SM;
+    p->reservedSharedMemPerBlock = emu::SMEM_RESERVED_PER_BLOCK;
     p->maxThreadsPerBlock = 1024;
     p->warpSize = 32;
     return cudaSuccess;
@@ -104,7 +104,7 @@ template <typename K> inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultipro
         *n = 0;
         return cudaSuccess;
     }
-    size_t by_threads = 2048 / (size_t)threads, by_smem = (size_t)164 * 1024 / (smem + 1024);
+    size_t by_threads = 2048 / (size_t)threads, by_smem = emu::SMEM_PER_SM / (smem + emu::SMEM_RESERVED_PER_BLOCK);
     size_t k = by_threads < by_smem ? by_threads : by_smem;
     *n = (int)(k < 32 ? k : 32);
     return cudaSuccess;

@@ -978,6 +978,9 @@ inline std::map<const void*, size_t>& smem_optin() {  // kernel → its raised d
     return m;
 }
 enum : size_t { DEFAULT_DYNAMIC_SMEM = 48 * 1024, MAX_DYNAMIC_SMEM = 163 * 1024 };
+// The emulated device's shared memory a multiprocessor and reserved a block (an A100's), which
+// cudaGetDeviceProperties reports and the occupancy query counts.
+enum : size_t { SMEM_PER_SM = 164 * 1024, SMEM_RESERVED_PER_BLOCK = 1024 };
 
 // Registers per thread × threads per block, and __launch_bounds__: from ptxas's figures (registers.h).
 }  // namespace emu
