@@ -72,14 +72,14 @@ static LNForward gpu_residual_layernorm_forward(const std::vector<float>& a, con
     }
     return {d_y.get(NC), d_mean.get(N), d_rstd.get(N), d_r.get(NC)};
 }
-template <typename T, int K = keel_cuda::LN_BWD_INFLIGHT>
+template <typename T, int K = keel_cuda::LN_BWD_INFLIGHT, int Q = keel_cuda::LN_BWD_FINISH_INFLIGHT, bool ARMED = true>
 static LNGrads gpu_layernorm_backward(const LNGrads& g0, const std::vector<float>& dy, const std::vector<float>& x,
                                       const std::vector<float>& w, const std::vector<float>& mean, const std::vector<float>& rstd,
                                       int N, int C, size_t off, bool dinp_write = false, bool dweight_write = false) {
     size_t NC = (size_t)N * C;
     DevBuf<T> d_dx(g0.dx, off), d_dy(dy, off), d_x(x, off), d_w(w, off);
     DevBuf<float> d_dw(g0.dw, 0), d_db(g0.db, 0), d_mean(mean, 0), d_rstd(rstd, 0);
-    keel_cuda::layernorm_backward<T, K>(d_dx.p, d_dw.p, d_db.p, d_dy.p, d_x.p, d_w.p, d_mean.p, d_rstd.p, N, C, dinp_write, dweight_write);
+    keel_cuda::layernorm_backward<T, K, Q, ARMED>(d_dx.p, d_dw.p, d_db.p, d_dy.p, d_x.p, d_w.p, d_mean.p, d_rstd.p, N, C, dinp_write, dweight_write);
     return {d_dx.get(NC), d_dw.get(C), d_db.get(C)};
 }
 static bool same_grads(const LNGrads& a, const LNGrads& b) { return same_bytes(a.dx, b.dx) && same_bytes(a.dw, b.dw) && same_bytes(a.db, b.db); }
@@ -128,8 +128,12 @@ static void test_layernorm(int N, int C) {
     check_true("layernorm_backward twice: same bytes" + sz, same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 0), got));
     check_true("layernorm_backward misaligned (scalar path): same bytes" + sz,
                same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 1), got));
-    check_true("layernorm_backward with 1 load in flight: same bytes" + sz,
-               same_grads(gpu_layernorm_backward<float, 1>(g0, dy, x, w, mean, rstd, N, C, 0), got));
+    // the kernel as first built (1 load in flight, 2 slots in the last block, the compare-and-swap count)
+    // and with the loads in flight but that count: what the kernel lab times beside the launcher's
+    check_true("layernorm_backward with 1 load in flight and the compare-and-swap count: same bytes" + sz,
+               same_grads(gpu_layernorm_backward<float, 1, 2, false>(g0, dy, x, w, mean, rstd, N, C, 0), got));
+    check_true("layernorm_backward with 3 loads in flight and the compare-and-swap count: same bytes" + sz,
+               same_grads(gpu_layernorm_backward<float, 3, 6, false>(g0, dy, x, w, mean, rstd, N, C, 0), got));
     // the write flags (the model's first writer of a gradient: nothing zeroed first): from NaN-filled
     // gradients, the bytes of adding into zeros — GPU (vector and scalar paths) and CPU (zero, then add)
     LNGrads zeros = {std::vector<float>(NC, 0.0f), std::vector<float>(C, 0.0f), std::vector<float>(C, 0.0f)};
@@ -340,8 +344,12 @@ template <typename T> static void test_lowp_layernorm(int N, int C) {
     check_true(sz + "layernorm_backward misaligned (scalar path): same bytes",
                same_grads(gpu_layernorm_backward<T>(g0, dy, x, w, g.mean, g.rstd, N, C, 1), got));
     // the loads in flight change when values arrive, never the order they are added in
-    check_true(sz + "layernorm_backward with 1 load in flight (the kernel lab's comparison): same bytes",
-               same_grads(gpu_layernorm_backward<T, 1>(g0, dy, x, w, g.mean, g.rstd, N, C, 0), got));
+    check_true(sz + "layernorm_backward with 1 load in flight and the compare-and-swap count (the kernel lab's variant 2): same bytes",
+               same_grads(gpu_layernorm_backward<T, 1, 2, false>(g0, dy, x, w, g.mean, g.rstd, N, C, 0), got));
+    check_true(sz + "layernorm_backward with the compare-and-swap count (the kernel lab's variant 3): same bytes",
+               same_grads(gpu_layernorm_backward<T, keel_cuda::LN_BWD_INFLIGHT, 2 * keel_cuda::LN_BWD_INFLIGHT, false>(g0, dy, x, w, g.mean,
+                                                                                                                    g.rstd, N, C, 0),
+                          got));
 }
 
 static std::vector<bf16> to_bf16(const std::vector<float>& v) { return lowp_store<bf16>(v); }

@@ -252,23 +252,33 @@ static void stale_layernorm_counter() {
     OpCase c = layernorm_case();
     std::vector<uint8_t> want[2];
     made_alone(c, want, 0);
-    unsigned* done = keel_cuda::layernorm_scratch()->done;
+    keel_cuda::LayerNormScratch* ls = keel_cuda::layernorm_scratch();
+    unsigned* done = ls->done;
     const unsigned B = keel_cuda::LN_DONE_COUNT_BITS;
+    // a completed launch leaves the word armed for the next one: its tag, count 0 (so each of its
+    // blocks counts itself with one add)
+    unsigned armed = dev_download(done, 1)[0];
+    check_true("layernorm backward: a completed launch leaves the done word armed for the next launch's tag, count 0",
+               armed == keel_cuda::layernorm_following_tag(ls) && (armed & ((1u << B) - 1)) == 0);
     int bad = 0;
-    for (int kind = 0; kind < 4; kind++) {
+    for (int kind = 0; kind < 5; kind++) {
         // the partial slots hold the other set's sums: a launch that miscounted would add them in
         c.clear(1);
         c.issue(1);
         CUDA_CHECK(cudaDeviceSynchronize());
-        unsigned last_tag = keel_cuda::layernorm_scratch()->launches << B;
+        unsigned last_tag = ls->launches << B, next_tag = keel_cuda::layernorm_following_tag(ls);
         // a stale word: what a launch that stopped after 5 of its 8 blocks leaves (its tag, count 5),
-        // a count of 3 under tag 0 (no launch's), another tag's full count, all bits set
-        const unsigned stale[] = {last_tag | 5u, 3u, (last_tag + (9u << B)) | 8u, 0xffffffffu};
+        // a count of 3 under tag 0 (no launch's), another tag's full count, all bits set, and the tag
+        // before the next launch's at a full count byte (the first block's add carries into the next
+        // launch's tag with count 0: it must still count once, by its swap)
+        const unsigned stale[] = {last_tag | 5u, 3u, (last_tag + (9u << B)) | 8u, 0xffffffffu, (next_tag - (1u << B)) | 255u};
         CUDA_CHECK(cudaMemcpy(done, &stale[kind], sizeof(unsigned), cudaMemcpyHostToDevice));
         if (!next_two_match(c, want)) bad++;
+        // and the launch after a stale word armed the word again
+        if (dev_download(done, 1)[0] != keel_cuda::layernorm_following_tag(ls)) bad++;
     }
-    check_true("layernorm backward: a stale done word (4 kinds, a stopped launch's among them) changes neither the next launch nor the one "
-               "after (" + std::to_string(bad) + " wrong)",
+    check_true("layernorm backward: a stale done word (5 kinds, a stopped launch's among them) changes neither the next launch nor the one "
+               "after, and the word is armed again after them (" + std::to_string(bad) + " wrong)",
                bad == 0);
 }
 

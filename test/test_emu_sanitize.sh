@@ -127,7 +127,7 @@ plant oversized-launch llmc/cuda/flash_attention.cuh 's/\n    flash_smem_optin\(
 # its 120 registers on sm_90 need 122880 of the 65536; the flash forward at twice its threads
 # fits the register file (248 × 256) but not its __launch_bounds__(FLASH_THREADS)
 plant register-file llmc/ops.h 's/LN_BWD_WARPS = 16,/LN_BWD_WARPS = 32,/' plain layernorm \
-  "layernorm_backward_kernel<__nv_bfloat16, 3, true>: 120 registers per thread on sm_90 \(120 as allocated\) × 1024 threads = 122880 registers, over the 65536"
+  "layernorm_backward_kernel<__nv_bfloat16, 3, true, 16, true>: 120 registers per thread on sm_90 \(120 as allocated\) × 1024 threads = 122880 registers, over the 65536"
 plant launch-bounds llmc/cuda/flash_attention.cuh 's/\* B \* NH\), FLASH_THREADS,/* B * NH), 2 * FLASH_THREADS,/' plain flash \
   "flash_attention_forward_kernel<__nv_bfloat16, 128>: 256 threads per block, over its __launch_bounds__\(128\)"
 

@@ -10,10 +10,15 @@
 //                     is issued (the kernel as it was before the chunks in flight); same bytes as 1.
 //   backward 0 naive: one thread per row for dinp, then one thread per channel for dweight/dbias
 //                     walking the N rows in order.
-//            1 keel:  keel_cuda::layernorm_backward (LN_BWD_INFLIGHT loads in flight a thread).
-//            2 one in flight: the same kernel with K = 1 — each lane waits for a chunk's load
-//                     before it issues the next, a column thread for a row's, the last block for a
-//                     slot's (the kernel as it was before the loads in flight); same bytes as 1.
+//            1 keel:  keel_cuda::layernorm_backward (LN_BWD_INFLIGHT loads in flight a thread,
+//                     LN_BWD_FINISH_INFLIGHT slots in the last block, the blocks counted done by
+//                     one atomicAdd each into the word the previous launch armed).
+//            2 one in flight: the kernel as the H200 first timed it — K = 1: each lane waits for a
+//                     chunk's load before it issues the next, a column thread for a row's, the last
+//                     block for 2 slots'; the blocks counted done by a compare-and-swap loop each;
+//                     same bytes as 1.
+//            3 CAS count: 1's loads in flight (the last block 6 slots), 2's counter: 3 against 2 is
+//                     the loads in flight, 1 against 3 the counter and the last block's sum.
 // Memory-bound: GB/s is the figure.
 // Checks: out and dinp are bf16, each computed in fp32 and rounded once: relative to |want| + 0.1·rms
 // of the row (the affine shift and the backward's mean subtractions can cancel), bound 2e-2; mean,
@@ -37,7 +42,12 @@ static void keel_backward(bf16* dinp, float* dw, float* db, const bf16* dout, co
 }
 static void keel_backward_one_in_flight(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
                                         const float* mean, const float* rstd, int N, int C) {
-    keel_cuda::layernorm_backward<bf16, 1>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    keel_cuda::layernorm_backward<bf16, 1, 2, false>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+static void keel_backward_cas_count(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
+                                    const float* mean, const float* rstd, int N, int C) {
+    keel_cuda::layernorm_backward<bf16, keel_cuda::LN_BWD_INFLIGHT, 2 * keel_cuda::LN_BWD_INFLIGHT, false>(dinp, dw, db, dout, inp, w, mean,
+                                                                                                          rstd, N, C);
 }
 
 // ---- variant 0: naive ----------------------------------------------------------------------------
@@ -156,7 +166,8 @@ int main(int argc, char** argv) {
                     {1, "keel", [&] { keel_backward(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C); }},
                     {2, "one in flight", [&] {
                          keel_backward_one_in_flight(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C);
-                     }}};
+                     }},
+                    {3, "CAS count", [&] { keel_backward_cas_count(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C); }}};
     failed += lab_run(a, bwd);
     return lab_finish(failed);
 }

@@ -30,14 +30,17 @@
 //   3. the last block to finish adds the slots in block order into dweight/dbias. "Last" is decided by
 //      an integer atomic counter; which block is last depends on timing, but what it computes does
 //      not: every slot is complete when it reads them and it adds them in block order 0, 1, ....
-//      The counter carries the launch's tag (layernorm_next_tag): nothing resets it, and a count a
-//      stopped launch left is another tag's, which the next launch's first block replaces.
+//      The counter carries the launch's tag (layernorm_next_tag), and each launch's last block leaves
+//      it armed for the next launch's tag with a count of 0, so a block counts itself with one
+//      atomicAdd. A word under any other tag (the fresh word, a launch that stopped part-way, junk)
+//      is replaced by compare-and-swap (layernorm_count_done): nothing has to reset it between
+//      launches, and nothing a stopped launch left is counted.
 //   Memory ordering on the GPU: each thread fences (grid_fence: __threadfence) after writing its slot
-//   entries; __syncthreads; thread 0 then counts the block (a compare-and-swap loop). The fence makes
-//   the slot writes visible device-wide before the count can be observed. The last block's thread 0 fences after
-//   its atomic (acquire side), and the block reads the slots with L2-only loads (pack_load_cg: no stale
-//   L1 line can be read), 4 columns a thread where C % 4 == 0. Under the emulation the blocks run one
-//   after another.
+//   entries; __syncthreads; thread 0 then counts the block. The fence makes the slot writes visible
+//   device-wide before the count can be observed. The last block's thread 0 fences after its atomic
+//   (acquire side), and the block reads the slots with L2-only loads (pack_load_cg: no stale L1 line
+//   can be read), 4 columns a thread where C % 4 == 0, LN_BWD_FINISH_INFLIGHT slots in flight. Under
+//   the emulation the blocks run one after another.
 // Scratch: the partials and the counter are sized by layernorm_reserve(N_max, C_max) at set-up (no
 // cudaMalloc in a steady-state step); an unreserved larger call grows them once.
 #pragma once
@@ -65,11 +68,19 @@ static inline int layernorm_backward_rows(int N) {
 // (layernorm_backward_max_blocks(N_max), llmc/ops.h: the most blocks any N <= N_max launches.)
 
 // The blocks of one backward count themselves done in a device word: (launch tag << 8) | blocks done.
-// Each launch has its own tag (the host's launch count, 1..2^24 - 1, then again from 1), so a block
-// that finds another tag there starts the count afresh: nothing has to reset the word between
-// launches, and a launch that stopped part-way (an aborted kernel, a stale value) leaves nothing the
-// next launch counts. (A stale count could be taken for the running launch's only if it carried the
-// same tag: 2^24 - 1 launches later.)
+// Each launch has its own tag (the host's launch count, 1..2^24 - 1, then again from 1). A launch's
+// last block leaves the word armed for the next launch — (its tag, count 0) — so each block of that
+// launch counts itself with one atomicAdd. A block whose add finds another tag there (the fresh word,
+// what a launch that stopped part-way left, a value that is no launch's) replaces the word by
+// compare-and-swap with (its tag, 1), and the blocks that found it so join the count the same way:
+// nothing has to reset the word between launches, and nothing a stopped launch left is counted. (A
+// stale count could be taken for the running launch's only if it carried the same tag: 2^24 - 1
+// launches later.)
+// Why not compare-and-swap alone, as this counter first was: the blocks of one launch do the same work
+// and finish within a few microseconds of each other, and under contention such a loop lets one block
+// through per L2 round trip — every other block's swap fails and goes round again — so 128 blocks
+// took up to 128 round trips in a row, while the other multiprocessors waited for the last block. An
+// add never fails: the L2 takes the 128 in a row at its own rate.
 enum { LN_DONE_COUNT_BITS = 8 };
 static_assert(LN_BWD_MAX_BLOCKS < (1 << LN_DONE_COUNT_BITS), "a launch's block count fits the counter's low bits");
 struct LayerNormScratch {
@@ -77,20 +88,44 @@ struct LayerNormScratch {
     unsigned* done = nullptr;    // the running backward's tag and count (above); 0 when allocated
     unsigned launches = 0;       // backward launches so far: the next launch's tag
 };
+static inline unsigned layernorm_launch_after(unsigned launches) { return launches % ((1u << (32 - LN_DONE_COUNT_BITS)) - 1) + 1; }
+// The next launch's tag (1..2^24 - 1: never the fresh word's 0), counted as issued; the one after it,
+// which that launch's last block arms the word for.
 static inline unsigned layernorm_next_tag(LayerNormScratch* s) {
-    s->launches = s->launches % ((1u << (32 - LN_DONE_COUNT_BITS)) - 1) + 1;  // 1..2^24 - 1: never the fresh word's 0
+    s->launches = layernorm_launch_after(s->launches);
     return s->launches << LN_DONE_COUNT_BITS;
 }
+static inline unsigned layernorm_following_tag(const LayerNormScratch* s) { return layernorm_launch_after(s->launches) << LN_DONE_COUNT_BITS; }
 // Thread 0 of a finishing block: counts the block into `done` under this launch's tag; true for the
-// launch's last block. (A word under another tag is a previous launch's: the count starts at 1.)
-__device__ inline bool layernorm_count_done(unsigned* done, unsigned tag, unsigned blocks) {
-    unsigned seen = *(volatile unsigned*)done, expected, next;
+// launch's last block, which then arms the word for the next launch (tag `next`, count 0). ARMED
+// false: the compare-and-swap loop alone, as first built (the kernel lab times the two).
+template <bool ARMED = true> __device__ inline bool layernorm_count_done(unsigned* done, unsigned tag, unsigned next, unsigned blocks) {
+    constexpr unsigned COUNT = (1u << LN_DONE_COUNT_BITS) - 1;
+    unsigned seen;
+    if constexpr (ARMED) {
+        seen = atomicAdd(done, 1u);
+        if ((seen & ~COUNT) == tag) {  // armed for this launch (or already replaced by one of its blocks)
+            if (seen + 1 != tag + blocks) return false;
+            atomicExch(done, next);  // every block has counted: nothing else touches the word this launch
+            return true;
+        }
+        // Another tag: this add went into a word no count of this launch is in. It is wiped out by the
+        // swap below that first puts this launch's tag there (the swap expects the word with the add in
+        // it), or it carried into the tag bits and made this tag with count 0 (a swap then counts this
+        // block on top). Either way the block counts once, by its swap.
+        seen += 1;
+    } else {
+        seen = *(volatile unsigned*)done;
+    }
+    unsigned expected, next_count;
     do {
         expected = seen;
-        next = (expected & ~((1u << LN_DONE_COUNT_BITS) - 1)) == tag ? expected + 1 : tag + 1;
-        seen = atomicCAS(done, expected, next);
+        next_count = (expected & ~COUNT) == tag ? expected + 1 : tag + 1;
+        seen = atomicCAS(done, expected, next_count);
     } while (seen != expected);
-    return next == tag + blocks;
+    if (next_count != tag + blocks) return false;
+    if constexpr (ARMED) atomicExch(done, next);
+    return true;
 }
 static inline LayerNormScratch* layernorm_scratch() {
     static LayerNormScratch s;
@@ -261,14 +296,17 @@ __global__ void residual_layernorm_forward_kernel(F* residual_out, F* ln_out,   
 // each thread keeps several independent loads in flight instead of waiting on one at a time: a lane
 // loads LN_BWD_INFLIGHT chunks of a row's dout and inp (of dinp, in its second pass over the row)
 // before it adds any of them, a column thread LN_BWD_INFLIGHT rows, and the last block's threads
-// 2·LN_BWD_INFLIGHT slots of their 4 columns. The sums still run in the order the contract above gives (chunk by chunk, row by row, slot by slot):
+// LN_BWD_FINISH_INFLIGHT slots of their 4 columns. The sums still run in the order the contract above gives (chunk by chunk, row by row, slot by slot):
 // the values are loaded early, never added in another order, so the bits do not depend on how many
 // are in flight (test_cuda_layers compares the launcher with the kernel at 1 in flight, byte for
 // byte; the kernel lab times the two). 3: a GPT-2 124M row (C = 768, 8 bf16 a chunk) is 3 chunks a
 // lane, one group; at 4 the 16-bit kernels need more than the 128 registers a thread of a 512-thread
 // block can have (they spill under a launch bound).
 // The scalar fallback (odd C, misaligned views) runs with 1: it is for correctness, not speed.
-enum { LN_BWD_INFLIGHT = 3 };
+// The last block's sum (phase 3) is the launch's serial tail — one multiprocessor works while the others
+// have nothing of this launch left — and its threads hold nothing else then: 16 slots in flight, 8 round
+// trips to L2 for 128 blocks (it was 2·LN_BWD_INFLIGHT = 6: 22 round trips).
+enum { LN_BWD_INFLIGHT = 3, LN_BWD_FINISH_INFLIGHT = 16 };
 
 // Phase 1 for one row by one warp: dx += rstd·(g - mean(g) - xhat·mean(g·xhat)); write: dx = 0 + ...
 // (dx not read; the bits of adding into zeros). K chunks of d and x (then of dx) in flight a lane.
@@ -372,12 +410,11 @@ static inline int layernorm_backward_slices(int C, int V, int rows) {
 }
 
 // Phase 3 in the last block: dweight/dbias (+)= Σ over the blocks' slots in block order, a thread per
-// 4 columns of the (2, C) slot (quad4: C % 4 == 0, the 16-byte path) or per column, 2K slots' loads in
+// 4 columns of the (2, C) slot (quad4: C % 4 == 0, the 16-byte path) or per column, Q slots' loads in
 // flight. The slots come through L2 (pack_load_cg), never a line L1 kept from before.
-template <int K>
+template <int Q>
 __device__ inline void layernorm_backward_finish(float* dweight, float* dbias, const float* partial, int blocks, int C,
                                                  bool quad4, bool write) {
-    constexpr int Q = 2 * K;
     int W = quad4 ? 4 : 1, cols = 2 * C / W;
     for (int q = threadIdx.x; q < cols; q += blockDim.x) {
         float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -411,12 +448,13 @@ __device__ inline void layernorm_backward_finish(float* dweight, float* dbias, c
 }
 
 // dinp_write / dweight_write: dinp / (dweight, dbias) written instead of accumulated into. K: loads in
-// flight (LN_BWD_INFLIGHT; 1 for the kernel lab's comparison).
-template <typename F, int K, bool VEC>
+// flight (LN_BWD_INFLIGHT; 1 for the kernel lab's comparison); Q: the last block's slots in flight;
+// ARMED: the counter's atomicAdd (false: compare-and-swap alone, as first built; the lab times both).
+template <typename F, int K, bool VEC, int Q = LN_BWD_FINISH_INFLIGHT, bool ARMED = true>
 __global__ void
     layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,  // (N,C) (C) (C), accumulated into
                               float* partial, unsigned* done,        // (gridDim.x, 2, C), counter
-                              unsigned tag,                          // this launch's (layernorm_next_tag)
+                              unsigned tag, unsigned next_tag,       // this launch's (layernorm_next_tag), the next one's
                               const F* dout, const F* inp,           // (N,C), (N,C)
                               const F* weight,                       // (C)
                               const float* mean, const float* rstd,  // (N), (N)
@@ -471,12 +509,12 @@ __global__ void
     grid_fence();  // this thread's slot writes are visible device-wide before the count below
     __syncthreads();
     if (threadIdx.x == 0) {
-        is_last = layernorm_count_done(done, tag, gridDim.x);
+        is_last = layernorm_count_done<ARMED>(done, tag, next_tag, gridDim.x);
         grid_fence();  // acquire side: the slots counted before ours are read after this point
     }
     __syncthreads();
     if (!is_last) return;
-    layernorm_backward_finish<K>(dweight, dbias, partial, (int)gridDim.x, C, quad4, dweight_write);
+    layernorm_backward_finish<Q>(dweight, dbias, partial, (int)gridDim.x, C, quad4, dweight_write);
 }
 
 // ---- launchers -------------------------------------------------------------------------------------------
@@ -523,8 +561,9 @@ void residual_layernorm_forward(F* residual_out, F* ln_out,             // (N,C)
     CUDA_CHECK_LAUNCH();
 }
 
-// K: loads in flight (the kernel lab launches K = 1 to time what LN_BWD_INFLIGHT buys; same bits).
-template <typename F, int K = LN_BWD_INFLIGHT>
+// K: loads in flight, Q: the last block's slots in flight, ARMED: the counter (the kernel lab launches
+// the kernel as first built — K = 1, Q = 2, compare-and-swap — beside this one; the same bits).
+template <typename F, int K = LN_BWD_INFLIGHT, int Q = LN_BWD_FINISH_INFLIGHT, bool ARMED = true>
 void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) (C), accumulated into (written: the flags)
                         const F* dout, const F* inp,       // (N,C), (N,C)
                         const F* weight, const float* mean, const float* rstd, int N, int C,
@@ -538,14 +577,14 @@ void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) 
     bool vec = ln_vec_ok<F>(C, {dinp, dout, inp, weight});
     bool quad4 = C % 4 == 0 && aligned16(s->partial.ptr);  // every slot row then starts 16-byte aligned
     // the vector path with K loads in flight; the scalar fallback (odd C, misaligned views) one at a time
-    unsigned tag = layernorm_next_tag(s);
+    unsigned tag = layernorm_next_tag(s), next_tag = layernorm_following_tag(s);
     float* partial = (float*)s->partial.ptr;
     if (vec)
-        KEEL_LAUNCH(layernorm_backward_kernel<F KEEL_COMMA K KEEL_COMMA true>, blocks, LN_BWD_WARPS * 32, smem, MAIN_STREAM)(
-            dinp, dweight, dbias, partial, s->done, tag, dout, inp, weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write);
+        KEEL_LAUNCH(layernorm_backward_kernel<F KEEL_COMMA K KEEL_COMMA true KEEL_COMMA Q KEEL_COMMA ARMED>, blocks, LN_BWD_WARPS * 32, smem,
+                    MAIN_STREAM)(dinp, dweight, dbias, partial, s->done, tag, next_tag, dout, inp, weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write);
     else
-        KEEL_LAUNCH(layernorm_backward_kernel<F KEEL_COMMA 1 KEEL_COMMA false>, blocks, LN_BWD_WARPS * 32, smem, MAIN_STREAM)(
-            dinp, dweight, dbias, partial, s->done, tag, dout, inp, weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write);
+        KEEL_LAUNCH(layernorm_backward_kernel<F KEEL_COMMA 1 KEEL_COMMA false KEEL_COMMA Q KEEL_COMMA ARMED>, blocks, LN_BWD_WARPS * 32, smem,
+                    MAIN_STREAM)(dinp, dweight, dbias, partial, s->done, tag, next_tag, dout, inp, weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -36,18 +36,21 @@ KEEL_FLASH_BWD_CHAINS(__half, 128, 8)
 template __global__ void keel_cuda::classifier_fused_kernel<float, 4, false>(float*, float*, const int*, float, int, int);
 template __global__ void keel_cuda::classifier_fused_kernel<__nv_bfloat16, 8, false>(float*, __nv_bfloat16*, const int*, float, int, int);
 
-// The LayerNorm backward's vector path with one load in flight (K = 1), which test_cuda_layers holds to
-// the launcher's bytes and the kernel lab times beside it.
+// The LayerNorm backward's vector path as first built (one load in flight, 2 slots in the last block,
+// the compare-and-swap counter) and with the loads in flight but that counter, which test_cuda_layers
+// holds to the launcher's bytes and the kernel lab times beside it.
 #include "llmc/cuda/layernorm.cuh"
-template __global__ void keel_cuda::layernorm_backward_kernel<float, 1, true>(float*, float*, float*, float*, unsigned*, unsigned, const float*,
-                                                                              const float*, const float*, const float*, const float*, int, int,
-                                                                              int, int, bool, bool, bool);
-template __global__ void keel_cuda::layernorm_backward_kernel<__nv_bfloat16, 1, true>(
-    __nv_bfloat16*, float*, float*, float*, unsigned*, unsigned, const __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*,
-    const float*, const float*, int, int, int, int, bool, bool, bool);
-template __global__ void keel_cuda::layernorm_backward_kernel<__half, 1, true>(__half*, float*, float*, float*, unsigned*, unsigned,
-                                                                               const __half*, const __half*, const __half*, const float*,
-                                                                               const float*, int, int, int, int, bool, bool, bool);
+#define KEEL_LN_BWD_CAS(F, K, Q)                                                                                                      \
+    template __global__ void keel_cuda::layernorm_backward_kernel<F, K, true, Q, false>(F*, float*, float*, float*, unsigned*, unsigned, \
+                                                                                       unsigned, const F*, const F*, const F*,         \
+                                                                                       const float*, const float*, int, int, int, int,  \
+                                                                                       bool, bool, bool);
+KEEL_LN_BWD_CAS(float, 1, 2)
+KEEL_LN_BWD_CAS(__nv_bfloat16, 1, 2)
+KEEL_LN_BWD_CAS(__half, 1, 2)
+KEEL_LN_BWD_CAS(float, 3, 6)
+KEEL_LN_BWD_CAS(__nv_bfloat16, 3, 6)
+KEEL_LN_BWD_CAS(__half, 3, 6)
 // and the forwards with one chunk in flight, likewise
 #define KEEL_LN_FWD_ONE(F)                                                                                                         \
     template __global__ void keel_cuda::layernorm_forward_kernel<F, 1, true>(F*, float*, float*, const F*, const F*, const F*, int, int); \
