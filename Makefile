@@ -7,6 +7,7 @@
 #   make test-cuda  the CUDA kernels and trainer under the CPU emulation of CUDA (no GPU needed)
 #   make test-emu-sanitize  the emulator as a CUDA sanitizer: schedules, streams run apart, poison, the checked build (races, bounds, uninitialized shared memory), planted defects, the trainer at DP/TP/PP=2
 #   make test-gpu   the same tests on a real GPU (nvcc-built), plus train_gpt vs train_gpt_cpu
+#   make gpu-bundle what scripts/gpu_session.sh runs on a GPU lent for minutes, compiled here (nvcc, no GPU needed)
 #   make test-extra the measurements make test leaves out (8-bit vs 32-bit Adam on Brown, 2 minutes)
 #   make bench      print ms/iteration, tokens/s and GFLOP/s for fixed configurations
 #   make ptxas-report  registers, stack, spills and shared memory of every CUDA kernel (sm_80, sm_90)
@@ -146,7 +147,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all help run test test-cuda test-emu-sanitize test-gpu data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report kernel-registers fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-save-faults test-extra test-mutants
+.PHONY: all help run test test-cuda test-emu-sanitize test-gpu gpu-bundle data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report kernel-registers fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-save-faults test-extra test-mutants
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -350,6 +351,31 @@ test-gpu:
 	@$(MAKE) --no-print-directory train_gpt_cpu train_gpt $(GPU_TEST_BINS)
 	@$(MAKE) --no-print-directory data
 	@KEEL_TEST_BIN_DIR=build/gpu KEEL_CUDA_TRAINER=./train_gpt bash test/run_tests.sh cuda
+
+# A GPU lent for minutes (scripts/gpu_session.sh): everything that script runs, compiled here — nvcc
+# needs no GPU — so the machine's time goes to running. train_gpt and train_gpt_cpu without MPI and
+# NCCL (one process; a lent machine may have neither library) in build/bundle/, the nvcc kernel tests
+# and the kernel labs the script times, and data/brown. GPU_ARCH=90 (H100/H200) makes the binaries
+# about half the size of the default sm_80 + sm_90 build. The CPU trainer is built for x86-64-v3
+# (AVX2), not this machine's -march=native: the GPU machine's processor may be another.
+GPU_BUNDLE := build/bundle/train_gpt build/bundle/train_gpt_cpu $(GPU_TEST_BINS) build/lab/flash_attention build/lab/layernorm \
+  build/lab/classifier
+build/bundle/train_gpt: train_gpt.cu $(HEADERS) $(GPU_ARCH_STAMP)
+	@mkdir -p build/bundle
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -DKEEL_CUDA -I. -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno $< -o $@ \
+	  -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas -lm
+build/bundle/train_gpt_cpu: train_gpt.cu $(HEADERS)
+	@mkdir -p build/bundle
+	$(CXX) -O3 -march=x86-64-v3 $(KEEL_CXXFLAGS) -x c++ $< -o $@ $(LDLIBS)
+ifneq ($(NVCC),)
+gpu-bundle: $(GPU_BUNDLE)
+	@$(MAKE) --no-print-directory data
+	@echo "gpu-bundle: $$(du -cb $(GPU_BUNDLE) data/brown | tail -n 1 | awk '{ printf "%.1f MiB", $$1 / 1048576 }') to bring to the GPU machine:"
+	@echo "  build/bundle build/gpu build/lab data/brown  (then: bash scripts/gpu_session.sh)"
+else
+gpu-bundle:
+	@echo "✗ gpu-bundle needs nvcc (see the ✓/✗ lines above)"; exit 1
+endif
 
 # ---- kernel lab (dev/cuda) --------------------------------------------------------------------------
 # One program per hot kernel family: numbered variants, each checked against the CPU op before it

@@ -86,13 +86,16 @@ fi  # (BENCH_ONLY=gpu skips the CPU rows)
 # MFU = FLOPs/token · tokens/s / peak, with the bf16 dense peak taken from the GPU's name (H100 and
 # H200: 989 TFLOP/s, A100: 312; otherwise MFU is n/a). Peak memory: nvidia-smi's memory.used of the
 # GPU, sampled every 0.2 s during the run (the whole GPU: other processes count too).
+# TRAIN_GPT_BIN: the trainer to time (default ./train_gpt); BENCH_GPU_CONFIGS: the rows to run, by
+# name ("124M 1.5B"; default every row).
 GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 || true)
 if [ -z "$GPU_NAME" ]; then
   echo "GPU: no GPU found (nvidia-smi): the GPU figures (train_gpt at 124M, 350M and 1.5B) need a GPU — not yet measured"
   exit 0
 fi
-if [ ! -x ./train_gpt ]; then
-  echo "GPU: $GPU_NAME found but ./train_gpt is not built (make train_gpt): GPU figures not measured"
+TRAIN_GPT_BIN=${TRAIN_GPT_BIN:-./train_gpt}
+if [ ! -x "$TRAIN_GPT_BIN" ]; then
+  echo "GPU: $GPU_NAME found but $TRAIN_GPT_BIN is not built (make train_gpt): GPU figures not measured"
   exit 0
 fi
 case "$GPU_NAME" in
@@ -108,9 +111,10 @@ echo "model FLOPs per token = 6·N + 12·L·C·T (N: parameters incl. padded voc
 printf '%-6s %-28s %10s %12s %9s %7s %12s\n' config shape ms/iter tok/s TFLOP/s MFU "peak mem"
 gpu_bench() { # name L C NH T B [more flags]
   local name=$1 L=$2 C=$3 NH=$4 T=$5 B=$6 sampler P peak rc=0; shift 6
+  [ -z "${BENCH_GPU_CONFIGS:-}" ] || [[ " $BENCH_GPU_CONFIGS " == *" $name "* ]] || return 0
   nvidia-smi -i "$GPU_INDEX" --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$tmp/$name.mem" 2>/dev/null &
   sampler=$!
-  timeout -k 10 900 ./train_gpt "$@" --bf16 --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length "$T" \
+  timeout -k 10 900 "$TRAIN_GPT_BIN" "$@" --bf16 --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length "$T" \
     --micro-batch-size "$B" --train-iters "$GPU_ITERS" --lr 1e-4 --train-data-path data/brown/brown_train.bin \
     --log-interval 1000 --hidden-dropout 0 --attention-dropout 0 --metrics-file "$tmp/$name.jsonl" >"$tmp/$name.log" 2>&1 || rc=$?
   kill "$sampler" 2>/dev/null || true

@@ -2,7 +2,8 @@
 # The CUDA trainer (train_gpt.cu with KEEL_CUDA: the llmc/cuda op set, cuBLASLt, the NCCL comm
 # backend) against the CPU trainer. In CI it is build/train_gpt_emu — the CUDA sources under the CPU
 # emulation of the CUDA execution model, with device memory inaccessible to host code outside
-# kernels and copies; on a GPU `make test-gpu` sets KEEL_CUDA_TRAINER=./train_gpt.
+# kernels and copies; on a GPU `make test-gpu` sets KEEL_CUDA_TRAINER=./train_gpt. The CPU trainer is
+# ./train_gpt_cpu (KEEL_CPU_TRAINER names another: scripts/gpu_session.sh's bundle has its own).
 #   1. parity, --fp32: every iteration's loss, grad norm and validation loss within 2e-5 relative
 #      of train_gpt_cpu over 6 iterations of a tiny model with dropout on, for plain GPT-2, the model
 #      knobs (ALiBi, NormFormer, embedding LayerNorm, ReLU, qk-layer scaling) and 8-bit Adam with
@@ -24,14 +25,16 @@
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 CUDA=${KEEL_CUDA_TRAINER:-build/train_gpt_emu}
+CPU=${KEEL_CPU_TRAINER:-./train_gpt_cpu}
 [ -x "$CUDA" ] || { fail "$CUDA not built (make build/train_gpt_emu)"; finish; }
+[ -x "$CPU" ] || { fail "$CPU not built (make train_gpt_cpu)"; finish; }
 N=6
 ARGS=("${TINY[@]}" --train-iters $N --hidden-dropout 0.1 --attention-dropout 0.1 --eval-interval 3)
 
 compare() { compare_jsonl "$@"; }  # (test/lib.sh)
 parity() {  # name tol flags...: the same run on both trainers
   local name=$1 tol=$2; shift 2
-  timeout -k 10 600 ./train_gpt_cpu "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }
+  timeout -k 10 600 $CPU "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }
   timeout -k 10 600 $CUDA "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cuda.jsonl" >"$TMP/$name.cuda.log" 2>&1 || { fail "$name: CUDA run failed"; tail -5 "$TMP/$name.cuda.log"; return; }
   local r; r=$(compare "$TMP/$name.cuda.jsonl" "$TMP/$name.cpu.jsonl" $tol 2>&1) && ok "$name: CUDA = CPU within $tol ($r)" || fail "$name: $r"
 }
@@ -55,7 +58,7 @@ parity adam8bit 1e-4 --fp32 --optimizer adam8bit --adam8bit-min-size 1024 --adam
 parity_mixed() {  # name tol flags...: the CUDA run in bf16 (--bf16 among the flags, or the default), the CPU in fp32
   local name=$1 tol=$2; shift 2
   local cpu=(); for a in "$@"; do [ "$a" = --bf16 ] || cpu+=("$a"); done
-  timeout -k 10 600 ./train_gpt_cpu "${ARGS[@]}" "${cpu[@]}" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }
+  timeout -k 10 600 $CPU "${ARGS[@]}" "${cpu[@]}" --metrics-file "$TMP/$name.cpu.jsonl" >"$TMP/$name.cpu.log" 2>&1 || { fail "$name: CPU run failed"; tail -5 "$TMP/$name.cpu.log"; return; }
   timeout -k 10 600 $CUDA "${ARGS[@]}" "$@" --metrics-file "$TMP/$name.cuda.jsonl" >"$TMP/$name.cuda.log" 2>&1 || { fail "$name: CUDA run failed"; tail -5 "$TMP/$name.cuda.log"; return; }
   grep -q "precision: bf16" "$TMP/$name.cuda.log" || fail "$name: the CUDA run does not report bf16"
   local r; r=$(compare "$TMP/$name.cuda.jsonl" "$TMP/$name.cpu.jsonl" $tol 2>&1) && ok "$name: CUDA bf16 = CPU fp32 within $tol ($r)" || fail "$name: $r"
@@ -72,7 +75,7 @@ done
 # bf16 activations read on the host side: per-layer statistics (Σx² of bf16 buffers) and text
 # samples (bf16 logits converted on the host) run, and the statistics agree with the CPU's
 ST=(--log-layer-norms-interval 1 --sample-interval 6 --sample-length 8)
-./train_gpt_cpu "${ARGS[@]}" "${ST[@]}" --metrics-file "$TMP/st.cpu.jsonl" >"$TMP/st.cpu.log" 2>&1 || fail "stats: CPU run failed"
+$CPU "${ARGS[@]}" "${ST[@]}" --metrics-file "$TMP/st.cpu.jsonl" >"$TMP/st.cpu.log" 2>&1 || fail "stats: CPU run failed"
 $CUDA "${ARGS[@]}" "${ST[@]}" --metrics-file "$TMP/st.cuda.jsonl" >"$TMP/st.cuda.log" 2>&1 || fail "stats: bf16 run failed"
 grep -q "sample at iteration 6" "$TMP/st.cuda.log" || fail "bf16: no text sample"
 python3 - "$TMP/st.cuda.jsonl" "$TMP/st.cpu.jsonl" <<'PY' && ok "bf16: per-layer statistics within 5e-3 of the CPU's, text sample printed" || fail "bf16 per-layer statistics"
@@ -100,7 +103,7 @@ cmp -s <(strip_timing "$TMP/a.jsonl") <(strip_timing "$TMP/c.jsonl") && ok "stop
 
 # 5. the CPU trainer continues from the CUDA trainer's checkpoint
 $CUDA "${ARGS[@]}" --fp32 --save "$TMP/d" --save-interval 3 --exit-interval 3 >"$TMP/d.log" 2>&1 || fail "run d failed"
-./train_gpt_cpu "${ARGS[@]}" --load "$TMP/d" --eval-interval 1 --metrics-file "$TMP/x.jsonl" >"$TMP/x.log" 2>&1 || fail "CPU load of a CUDA checkpoint failed"
+$CPU "${ARGS[@]}" --load "$TMP/d" --eval-interval 1 --metrics-file "$TMP/x.jsonl" >"$TMP/x.log" 2>&1 || fail "CPU load of a CUDA checkpoint failed"
 $CUDA "${ARGS[@]}" --fp32 --load "$TMP/d" --eval-interval 1 --metrics-file "$TMP/y.jsonl" >"$TMP/y.log" 2>&1 || fail "CUDA continue failed"
 r=$(compare "$TMP/x.jsonl" "$TMP/y.jsonl" 2e-5 2>&1) && ok "CPU trainer continues the CUDA checkpoint ($r)" || fail "CPU vs CUDA from one checkpoint: $r"
 

@@ -45,12 +45,10 @@ template __global__ void keel_cuda::classifier_fused_kernel<__nv_bfloat16, 8, fa
                                                                                        unsigned, const F*, const F*, const F*,         \
                                                                                        const float*, const float*, int, int, int, int,  \
                                                                                        bool, bool, bool);
-KEEL_LN_BWD_CAS(float, 1, 2)
-KEEL_LN_BWD_CAS(__nv_bfloat16, 1, 2)
-KEEL_LN_BWD_CAS(__half, 1, 2)
-KEEL_LN_BWD_CAS(float, 3, 6)
-KEEL_LN_BWD_CAS(__nv_bfloat16, 3, 6)
-KEEL_LN_BWD_CAS(__half, 3, 6)
+#define KEEL_LN_BWD_CASES(F) KEEL_LN_BWD_CAS(F, 1, 2) KEEL_LN_BWD_CAS(F, 3, 6)
+KEEL_LN_BWD_CASES(float)
+KEEL_LN_BWD_CASES(__nv_bfloat16)
+KEEL_LN_BWD_CASES(__half)
 // and the forwards with one chunk in flight, likewise
 #define KEEL_LN_FWD_ONE(F)                                                                                                         \
     template __global__ void keel_cuda::layernorm_forward_kernel<F, 1, true>(F*, float*, float*, const F*, const F*, const F*, int, int); \

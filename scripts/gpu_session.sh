@@ -1,0 +1,159 @@
+#!/usr/bin/env bash
+# scripts/gpu_session.sh — the GPU check for a machine lent for minutes, not hours: nothing is compiled
+# there. Build everything it runs first, on any machine with nvcc (no GPU needed):
+#
+#   make gpu-bundle [GPU_ARCH=90]        # train_gpt and train_gpt_cpu without MPI/NCCL, the kernel tests
+#                                        # and kernel labs for the GPU, data/brown; prints what to carry
+#   bash scripts/gpu_session.sh [-o DIR] [--budget SECONDS]     # then, on the GPU machine
+#
+# Steps, most wanted first; each is timed, its output kept in DIR/NAME.log (default gpu_session_<date>/;
+# $OUT where that is set, so the files come back from a lent machine), and a step that would not fit
+# what is left of --budget (default 480 s) is skipped, said so, rather than started:
+#   gpu          nvidia-smi
+#   lab-flash    build/lab/flash_attention -B 16: every forward and backward variant at the trainer's
+#                shape (the block order 2 against 3 and 8, the dQ chains 7 and 6, 4 and 5 warps)
+#   bench        train_gpt at GPT-2 124M (flash, then the GEMM attention path) and 1.5B (flash): the
+#                step in ms and MFU (BENCH_ONLY=gpu scripts/bench.sh's rows, 10 iterations each)
+#   lab-memory   build/lab/layernorm and build/lab/classifier (B=8): each kernel beside its first-timed form
+#   tests        every build/gpu/test_cuda_* kernel test on the GPU
+#   ncu          Nsight Compute on the flash forward and backward and the LayerNorm backward as the
+#                124M trainer launches them (one launch each, its second iteration): stall reasons,
+#                issue rate, occupancy, throughput (skipped when ncu cannot read the counters)
+#   trainer      test/test_cuda_trainer.sh: train_gpt against train_gpt_cpu
+#   lab-shapes   the flash lab at T=512 (B=32) and T=4096 (B=4): a block's cost beside its steps
+#   memcheck     compute-sanitizer --tool memcheck on the flash and LayerNorm kernel tests
+# Last, one table: each step's status and time, and its key lines (the end of the output is what a
+# lent machine's reply carries). Exit status 0 when every step run passed, 1 when one failed, 2 when
+# there is no GPU or the bundle is missing. The full check on a machine of one's own:
+# scripts/gpu_check.sh (it builds, and runs every lab and the sanitizers on every test).
+set -u
+cd "$(dirname "$0")/.." || exit 2
+usage() { sed -n '6p' "$0" | sed 's/^# *//'; }
+budget=480
+dir=${OUT:+$OUT/gpu_session}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    -o) [ $# -ge 2 ] || { echo "error: -o needs a directory" >&2; exit 2; }; dir=$2; shift 2 ;;
+    --budget) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] || { echo "error: --budget needs a number of seconds" >&2; exit 2; }; budget=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "error: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+dir=${dir:-gpu_session_$(date +%Y%m%d_%H%M%S)}
+
+if ! nvidia-smi --query-gpu=name --format=csv,noheader >/dev/null 2>&1; then
+  echo "gpu_session: no GPU here (nvidia-smi lists none): nothing to check. Run it on a machine with an NVIDIA GPU." >&2
+  exit 2
+fi
+export TRAIN_GPT=build/bundle/train_gpt
+missing=()
+for f in "$TRAIN_GPT" build/bundle/train_gpt_cpu build/lab/flash_attention build/lab/layernorm build/lab/classifier data/brown/brown_train.bin; do
+  [ -e "$f" ] || missing+=("$f")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "gpu_session: the bundle is incomplete (missing: ${missing[*]}): run \`make gpu-bundle\` where nvcc is, and bring what it lists" >&2
+  exit 2
+fi
+mkdir -p "$dir" || exit 2
+start=$(date +%s)
+failed=0
+rows=()
+keys="$dir/keys.txt"
+: >"$keys"
+
+# step NAME NEED PATTERN CMD...: runs CMD if NEED seconds are left of the budget (its output to
+# $dir/NAME.log, stopped at what is left), records PASS/FAIL/SKIP and the lines matching PATTERN.
+step() {
+  local name=$1 need=$2 pattern=$3 left t0 rc status; shift 3
+  left=$((budget - ($(date +%s) - start)))
+  if [ "$left" -lt "$need" ]; then
+    rows+=("$(printf '%-11s %-16s %5s' "$name" "SKIP (time)" -)")
+    echo "== $name: skipped (${left} s left of the budget, about $need s needed)"
+    return
+  fi
+  echo "== $name: $*"
+  t0=$(date +%s)
+  timeout -k 5 "$left" bash -c '"$@"' "$name" "$@" >"$dir/$name.log" 2>&1  # (a function: exported below)
+  rc=$?
+  if [ $rc -eq 0 ]; then status=PASS; elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="TIMEOUT"; failed=1; else status="FAIL ($rc)"; failed=1; fi
+  rows+=("$(printf '%-11s %-16s %5s' "$name" "$status" "$(($(date +%s) - t0)) s")")
+  echo "   $status in $(($(date +%s) - t0)) s"
+  { echo "-- $name ($status)"; grep -E -- "$pattern" "$dir/$name.log" | head -n 40; } >>"$keys"
+}
+skip() { rows+=("$(printf '%-11s %-16s %5s' "$1" "SKIP" -)"); echo "== $1: skipped ($2)"; echo "-- $1: skipped ($2)" >>"$keys"; }
+
+# ---- what the steps run (functions run under `timeout` through bash -c: exported) ----------------------
+# train_gpt's step at 124M (both attention paths) and 1.5B, as make bench prints them
+bench_rows() { BENCH_GPU_ITERS=10 TRAIN_GPT_BIN=$TRAIN_GPT BENCH_GPU_CONFIGS="$1" BENCH_ONLY=gpu bash scripts/bench.sh; }
+lab_memory() { build/lab/layernorm && build/lab/classifier; }
+kernel_tests() {
+  local t bad=0
+  for t in build/gpu/test_cuda_*; do
+    [ -x "$t" ] || continue
+    echo "-- $t"
+    "$t" 2>&1 | tail -n 1
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "$t: FAILED"; bad=1; }
+  done
+  return $bad
+}
+# Nsight Compute: one launch of each kernel in the 124M trainer's second iteration (12 launches of
+# each attention kernel and 25 of the LayerNorm backward an iteration), the clocks left as they are;
+# the sections' tables, and each stall reason as cycles per issued instruction
+ncu_kernels() {
+  local kernel skip bad=0
+  local run=("$TRAIN_GPT" --bf16 --num-layers 12 --hidden-size 768 --num-attention-heads 12 --seq-length 1024 --micro-batch-size 16
+    --train-iters 2 --lr 1e-4 --train-data-path data/brown/brown_train.bin --log-interval 1000 --eval-interval 0 --hidden-dropout 0
+    --attention-dropout 0)
+  local sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats --section WarpStateStats)
+  for kernel in flash_attention_forward_kernel:12 flash_attention_backward_kernel:12 layernorm_backward_kernel:25; do
+    skip=${kernel#*:}; kernel=${kernel%:*}
+    echo "==== $kernel"
+    # (without the stall metrics if this ncu does not take a metric regex)
+    ncu --clock-control none -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 "${sections[@]}" \
+      --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' "${run[@]}" ||
+      ncu --clock-control none -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 "${sections[@]}" "${run[@]}" || bad=1
+  done
+  return $bad
+}
+trainer() { KEEL_CPU_TRAINER=build/bundle/train_gpt_cpu KEEL_CUDA_TRAINER=$TRAIN_GPT bash test/test_cuda_trainer.sh; }
+lab_shapes() { build/lab/flash_attention -B 32 -T 512 && build/lab/flash_attention -B 4 -T 4096; }
+memcheck() {
+  local t bad=0
+  for t in build/gpu/test_cuda_flash build/gpu/test_cuda_layers; do
+    [ -x "$t" ] || { echo "$t: not built"; bad=1; continue; }
+    echo "-- $t"
+    compute-sanitizer --tool memcheck --error-exitcode 99 "$t" 2>&1 | grep -E 'ERROR SUMMARY|Invalid|checks, ' | head -n 20
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "$t: compute-sanitizer failed"; bad=1; }
+  done
+  return $bad
+}
+export -f bench_rows lab_memory kernel_tests ncu_kernels trainer lab_shapes memcheck
+
+# ---- the steps, most wanted first ---------------------------------------------------------------------
+LAB_ROWS='^(attention|layernorm|classifier)|^  [0-9] |wrong|FAIL'
+step gpu 5 '^[0-9]+,' nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version,clocks.max.sm --format=csv,noheader
+step lab-flash 60 "$LAB_ROWS" build/lab/flash_attention -B 16
+step bench 90 '^GPU|^config|^(124M|124Mg|1\.5B) |failed' bench_rows "124M 124Mg 1.5B"
+step lab-memory 40 "$LAB_ROWS" lab_memory
+step tests 60 '^-- |checks, |FAILED' kernel_tests
+if command -v ncu >/dev/null 2>&1; then
+  step ncu 120 '^==== |Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issued Warp|No Eligible|Warp Cycles Per Issued|issue_stalled.* [0-9.]+$|==ERROR==' ncu_kernels
+else
+  skip ncu "ncu not on the PATH"
+fi
+step trainer 120 '^(ok|FAIL|not ok)|passed|failed' trainer
+step lab-shapes 90 "$LAB_ROWS" lab_shapes
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  step memcheck 120 '^-- |ERROR SUMMARY|Invalid|failed|not built' memcheck
+else
+  skip memcheck "compute-sanitizer not on the PATH"
+fi
+
+# ---- the table ----------------------------------------------------------------------------------------
+echo
+echo "gpu_session: commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), $(($(date +%s) - start)) s of a $budget s budget; logs in $dir/"
+printf '%-11s %-16s %5s\n' step status time
+printf '%s\n' "${rows[@]}"
+echo
+cat "$keys"
+exit $failed

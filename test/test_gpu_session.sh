@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# scripts/gpu_session.sh without a GPU: the script is the one thing a lent GPU's few minutes run, so
+# its logic is tested here on stand-ins. A scratch tree holds a copy of the script, stand-in bundle
+# programs (shell scripts that print what the real ones print, or fail when told), stand-in
+# nvidia-smi, ncu and compute-sanitizer on the PATH, and a stand-in bench.sh and trainer test.
+#   1. no GPU (nvidia-smi absent, or listing none): exit 2, one line, nothing run
+#   2. a GPU but an incomplete bundle: exit 2 naming what is missing and `make gpu-bundle`
+#   3. every step run in order, each log in the output directory ($OUT/gpu_session when OUT is set),
+#      the table last with each step's key lines; exit 0
+#   4. a failing step: the others still run, exit 1
+#   5. the budget: a step that does not fit what is left is skipped and said so, not started
+#   6. ncu and compute-sanitizer absent: those steps skipped, said so
+#   7. bad arguments refused (exit 2)
+source "$(dirname "$0")/lib.sh"
+S=$TMP/tree
+mkdir -p "$S/scripts" "$S/build/bundle" "$S/build/lab" "$S/build/gpu" "$S/data/brown" "$S/test" "$TMP/bin" "$TMP/nogpu"
+cp scripts/gpu_session.sh "$S/scripts/"
+: >"$S/data/brown/brown_train.bin"
+stub() {  # PATH BODY: an executable shell script
+  printf '#!/usr/bin/env bash\n%s\n' "$2" >"$1"
+  chmod +x "$1"
+}
+# the tools; FAIL_STEP names a program that must fail, SLOW a program that must sleep 3 s
+stub "$TMP/bin/nvidia-smi" 'echo "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04, 1980 MHz"'
+stub "$TMP/bin/ncu" 'echo "ncu $*" | cut -c1-60; echo "    Duration                         us       856.03"; echo "    smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio 3.10"'
+stub "$TMP/bin/compute-sanitizer" 'shift 4; "$@"; echo "========= ERROR SUMMARY: 0 errors"'
+prog='n=$(basename "$0"); [ "${FAIL_STEP:-}" = "$n" ] && { echo "$n: broken"; exit 3; }; [ "${SLOW:-}" = "$n" ] && sleep 3
+echo "attention backward B=16 T=1024 C=768 NH=12 bf16 ($n $*)"; echo "  2   flash                    1.0068      250.0      102.4"; echo "7 checks, 0 failed"'
+for p in build/bundle/train_gpt build/bundle/train_gpt_cpu build/lab/flash_attention build/lab/layernorm build/lab/classifier \
+  build/gpu/test_cuda_flash build/gpu/test_cuda_layers; do
+  stub "$S/$p" "$prog"
+done
+stub "$S/scripts/bench.sh" 'echo "GPU: stand-in | $BENCH_GPU_CONFIGS | $TRAIN_GPT_BIN"; echo "124M   L12 C768 NH12 T1024 B16          39.6       413000     356.0   36.0%      8.4 GiB"'
+stub "$S/test/test_cuda_trainer.sh" 'echo "ok: CPU $KEEL_CPU_TRAINER, CUDA $KEEL_CUDA_TRAINER"; echo PASS'
+run() { (cd "$S" && PATH="$TMP/bin:$PATH" "$@"); }
+
+# 1. no GPU
+out=$(cd "$S" && PATH="$TMP/nogpu:/usr/bin:/bin" bash scripts/gpu_session.sh 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "no GPU here" <<<"$out" && [ "$(wc -l <<<"$out")" -eq 1 ] && ok "no GPU: exit 2, one line" || fail "no GPU: exit $rc: $out"
+stub "$TMP/nogpu/nvidia-smi" 'exit 9'
+out=$(cd "$S" && PATH="$TMP/nogpu:/usr/bin:/bin" bash scripts/gpu_session.sh 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "no GPU here" <<<"$out" && ok "nvidia-smi listing no GPU: exit 2" || fail "nvidia-smi failing: exit $rc: $out"
+
+# 2. an incomplete bundle
+mv "$S/build/lab/layernorm" "$TMP/layernorm"
+out=$(run bash scripts/gpu_session.sh 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "missing: build/lab/layernorm" <<<"$out" && grep -q "make gpu-bundle" <<<"$out" && ok "incomplete bundle: exit 2, names build/lab/layernorm" ||
+  fail "incomplete bundle: exit $rc: $out"
+mv "$TMP/layernorm" "$S/build/lab/layernorm"
+
+# 3. every step, into $OUT/gpu_session
+out=$(OUT=$TMP/out run bash scripts/gpu_session.sh 2>&1); rc=$?
+steps=(gpu lab-flash bench lab-memory tests ncu trainer lab-shapes memcheck)
+[ $rc -eq 0 ] && ok "all steps pass: exit 0" || fail "all steps: exit $rc: $(tail -20 <<<"$out")"
+order=$(grep -oE '^== [a-z-]+' <<<"$out" | cut -c4- | tr '\n' ' ')
+[ "$order" = "${steps[*]} " ] && ok "steps run in order: $order" || fail "step order: '$order'"
+missing_logs=""
+for s in "${steps[@]}"; do [ -s "$TMP/out/gpu_session/$s.log" ] || missing_logs+=" $s"; done
+[ -z "$missing_logs" ] && ok "each step's log in \$OUT/gpu_session/" || fail "logs missing:$missing_logs"
+table=$(sed -n '/^step  *status/,$p' <<<"$out")
+for s in "${steps[@]}"; do grep -qE "^$s +PASS" <<<"$table" || fail "table lacks '$s PASS'"; done
+grep -q "1.0068" <<<"$table" && grep -q "stalled_long_scoreboard.* 3.10" <<<"$table" && grep -q "^124M " <<<"$table" &&
+  ok "the table carries the key lines (lab row, ncu stall, bench row)" || fail "key lines missing: $table"
+grep -q "124M 124Mg 1.5B | build/bundle/train_gpt" "$TMP/out/gpu_session/bench.log" && ok "bench: the 124M, 124Mg and 1.5B rows of the bundle's train_gpt" ||
+  fail "bench arguments: $(cat "$TMP/out/gpu_session/bench.log")"
+grep -q "CPU build/bundle/train_gpt_cpu, CUDA build/bundle/train_gpt" "$TMP/out/gpu_session/trainer.log" && ok "trainer test on the bundle's two trainers" ||
+  fail "trainer: $(cat "$TMP/out/gpu_session/trainer.log")"
+[ "$(grep -c '^ncu ' "$TMP/out/gpu_session/ncu.log")" -eq 3 ] && ok "ncu: three kernels profiled" || fail "ncu: $(cat "$TMP/out/gpu_session/ncu.log")"
+
+# 4. a failing step does not stop the others
+out=$(FAIL_STEP=layernorm OUT=$TMP/out4 run bash scripts/gpu_session.sh 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qE '^lab-memory +FAIL' <<<"$out" && grep -qE '^memcheck +PASS' <<<"$out" && ok "a failing step: exit 1, the later steps still run" ||
+  fail "failing step: exit $rc: $(tail -15 <<<"$out")"
+
+# 5. the budget: with 62 s and a first step of 3 s, 59 s are left: lab-flash (about 60 s) is skipped
+# and said so, lab-memory (about 40 s) after it still runs
+stub "$TMP/bin/nvidia-smi" 'if [ "$1" = --query-gpu=name ]; then echo "NVIDIA H200"; exit 0; fi; sleep 3; echo "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04, 1980 MHz"'
+out=$(OUT=$TMP/out5 run bash scripts/gpu_session.sh --budget 62 2>&1); rc=$?
+grep -qE '^== lab-flash: skipped \(5[0-9] s left of the budget, about 60 s needed\)' <<<"$out" && grep -qE '^lab-flash +SKIP \(time\)' <<<"$out" &&
+  grep -qE '^lab-memory +PASS' <<<"$out" && [ ! -e "$TMP/out5/gpu_session/lab-flash.log" ] && ok "budget: a step that does not fit is skipped and said so; a smaller one after it runs" ||
+  fail "budget: exit $rc: $out"
+stub "$TMP/bin/nvidia-smi" 'echo "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04, 1980 MHz"'
+
+# 6. no ncu, no compute-sanitizer
+rm "$TMP/bin/ncu" "$TMP/bin/compute-sanitizer"
+out=$(OUT=$TMP/out6 PATH="$TMP/bin:/usr/bin:/bin" bash -c "cd '$S' && bash scripts/gpu_session.sh" 2>&1); rc=$?
+[ $rc -eq 0 ] && grep -qE '^ncu +SKIP' <<<"$out" && grep -q "ncu: skipped (ncu not on the PATH)" <<<"$out" && grep -qE '^memcheck +SKIP' <<<"$out" &&
+  ok "ncu and compute-sanitizer absent: skipped, said so, exit 0" || fail "no tools: exit $rc: $(tail -15 <<<"$out")"
+
+# 7. arguments
+out=$(run bash scripts/gpu_session.sh --budget x 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "budget needs a number" <<<"$out" && ok "--budget x refused" || fail "--budget x: exit $rc: $out"
+out=$(run bash scripts/gpu_session.sh --frobnicate 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "unknown argument '--frobnicate'" <<<"$out" && ok "an unknown argument refused" || fail "unknown argument: exit $rc: $out"
+finish
