@@ -8,7 +8,8 @@
 #
 # Steps, most wanted first; each is timed, its output kept in DIR/NAME.log (default gpu_session_<date>/;
 # $OUT where that is set, so the files come back from a lent machine), and a step that would not fit
-# what is left of --budget (default 480 s) is skipped, said so, rather than started:
+# what is left of --budget (default 480 s) is skipped, said so, rather than started, and one that
+# runs three times as long as it should is stopped (TIMEOUT) so that the rest still run:
 #   gpu          nvidia-smi
 #   lab-flash    build/lab/flash_attention -B 16: every forward and backward variant at the trainer's
 #                shape (the block order 2 against 3 and 8, the dQ chains 7 and 6, 4 and 5 warps)
@@ -62,7 +63,8 @@ keys="$dir/keys.txt"
 : >"$keys"
 
 # step NAME NEED PATTERN CMD...: runs CMD if NEED seconds are left of the budget (its output to
-# $dir/NAME.log, stopped at what is left), records PASS/FAIL/SKIP and the lines matching PATTERN.
+# $dir/NAME.log, stopped at what is left or at 3·NEED, whichever comes first), records PASS, FAIL,
+# TIMEOUT or SKIP and the lines matching PATTERN.
 step() {
   local name=$1 need=$2 pattern=$3 left t0 rc status; shift 3
   left=$((budget - ($(date +%s) - start)))
@@ -73,6 +75,7 @@ step() {
   fi
   echo "== $name: $*"
   t0=$(date +%s)
+  [ "$left" -le $((3 * need)) ] || left=$((3 * need))  # a step that hangs leaves time for the next ones
   timeout -k 5 "$left" bash -c '"$@"' "$name" "$@" >"$dir/$name.log" 2>&1  # (a function: exported below)
   rc=$?
   if [ $rc -eq 0 ]; then status=PASS; elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="TIMEOUT"; failed=1; else status="FAIL ($rc)"; failed=1; fi

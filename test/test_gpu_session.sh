@@ -8,7 +8,8 @@
 #   3. every step run in order, each log in the output directory ($OUT/gpu_session when OUT is set),
 #      the table last with each step's key lines; exit 0
 #   4. a failing step: the others still run, exit 1
-#   5. the budget: a step that does not fit what is left is skipped and said so, not started
+#   5. the budget: a step that does not fit what is left is skipped and said so, not started; one
+#      that runs three times as long as it should is stopped (TIMEOUT) and the next one runs
 #   6. ncu and compute-sanitizer absent: those steps skipped, said so
 #   7. bad arguments refused (exit 2)
 source "$(dirname "$0")/lib.sh"
@@ -79,6 +80,14 @@ out=$(OUT=$TMP/out5 run bash scripts/gpu_session.sh --budget 62 2>&1); rc=$?
 grep -qE '^== lab-flash: skipped \(5[0-9] s left of the budget, about 60 s needed\)' <<<"$out" && grep -qE '^lab-flash +SKIP \(time\)' <<<"$out" &&
   grep -qE '^lab-memory +PASS' <<<"$out" && [ ! -e "$TMP/out5/gpu_session/lab-flash.log" ] && ok "budget: a step that does not fit is skipped and said so; a smaller one after it runs" ||
   fail "budget: exit $rc: $out"
+# and a step that runs three times as long as it should (the first, about 5 s: stopped at 15) is
+# stopped, TIMEOUT, and the next one still runs
+stub "$TMP/bin/nvidia-smi" 'if [ "$1" = --query-gpu=name ]; then echo "NVIDIA H200"; exit 0; fi; sleep 60'
+t0=$(date +%s)
+out=$(OUT=$TMP/out5b run bash scripts/gpu_session.sh --budget 100 2>&1); rc=$?
+t=$(($(date +%s) - t0))
+[ $rc -eq 1 ] && grep -qE '^gpu +TIMEOUT +1[5-7] s' <<<"$out" && grep -qE '^lab-flash +PASS' <<<"$out" && [ $t -lt 40 ] &&
+  ok "a hung step stopped at 3x its time (TIMEOUT, exit 1), the next one runs (${t} s in all)" || fail "hung step: exit $rc in $t s: $out"
 stub "$TMP/bin/nvidia-smi" 'echo "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04, 1980 MHz"'
 
 # 6. no ncu, no compute-sanitizer
