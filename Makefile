@@ -147,7 +147,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all help run test test-cuda test-emu-sanitize test-gpu gpu-bundle data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report kernel-registers fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-save-faults test-extra test-mutants
+.PHONY: all help run test test-cuda test-emu-sanitize test-gpu gpu-bundle gpu-bundle-files data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report kernel-registers fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-save-faults test-extra test-mutants
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -355,7 +355,7 @@ test-gpu:
 # A GPU lent for minutes (scripts/gpu_session.sh): everything that script runs, compiled here — nvcc
 # needs no GPU — so the machine's time goes to running. train_gpt and train_gpt_cpu without MPI and
 # NCCL (one process; a lent machine may have neither library) in build/bundle/, the nvcc kernel tests
-# and the kernel labs the script times, and data/brown. GPU_ARCH=90 (H100/H200) makes the binaries
+# and the kernel labs the script times, and data/brown and data/gpt2 (the trainer test's text samples). GPU_ARCH=90 (H100/H200) makes the binaries
 # about half the size of the default sm_80 + sm_90 build. The CPU trainer is built for x86-64-v3
 # (AVX2), not this machine's -march=native: the GPU machine's processor may be another.
 GPU_BUNDLE := build/bundle/train_gpt build/bundle/train_gpt_cpu $(GPU_TEST_BINS) build/lab/flash_attention build/lab/layernorm \
@@ -368,10 +368,13 @@ build/bundle/train_gpt_cpu: train_gpt.cu $(HEADERS)
 	@mkdir -p build/bundle
 	$(CXX) -O3 -march=x86-64-v3 $(KEEL_CXXFLAGS) -x c++ $< -o $@ $(LDLIBS)
 ifneq ($(NVCC),)
-gpu-bundle: $(GPU_BUNDLE)
+# (for sm_80 and sm_90 unless GPU_ARCH says otherwise, whatever GPU this machine has: the lent one is another)
+gpu-bundle:
+	@$(MAKE) --no-print-directory GPU_ARCH="$(if $(GPU_ARCH),$(GPU_ARCH),80 90)" gpu-bundle-files
+gpu-bundle-files: $(GPU_BUNDLE)
 	@$(MAKE) --no-print-directory data
-	@echo "gpu-bundle: $$(du -cb $(GPU_BUNDLE) data/brown | tail -n 1 | awk '{ printf "%.1f MiB", $$1 / 1048576 }') to bring to the GPU machine:"
-	@echo "  build/bundle build/gpu build/lab data/brown  (then: bash scripts/gpu_session.sh)"
+	@echo "gpu-bundle: $$(du -cb $(GPU_BUNDLE) data/brown data/gpt2 | tail -n 1 | awk '{ printf "%.1f MiB", $$1 / 1048576 }') to bring to the GPU machine:"
+	@echo "  build/bundle build/gpu build/lab data/brown data/gpt2  (then: bash scripts/gpu_session.sh)"
 else
 gpu-bundle:
 	@echo "✗ gpu-bundle needs nvcc (see the ✓/✗ lines above)"; exit 1

@@ -98,10 +98,11 @@ static void test_layouts() {
         std::string h = " (hs " + std::to_string(hs) + ")";
         auto add = [&](std::string w, int d) { cases.push_back({w + h, d}); };
         // forward: Q fragments, K as B, V as B (trans), the output staging (4-byte stores, 16-byte reads)
-        add("ldmatrix A (Q; K and V in the backward)", pattern_degree(flash_ldm_a, FLASH_BR, hs, 16, 16, 16));
+        const int br = flash_fwd_br(flash_fwd_mt(hs));  // the forward's query rows a block
+        add("ldmatrix A (Q; K and V in the backward)", pattern_degree(flash_ldm_a, br, hs, 16, 16, 16));
         add("ldmatrix B (K for Q·Kᵀ; Q, dO for K·Qᵀ, V·dOᵀ)", pattern_degree(flash_ldm_b, FLASH_BC, hs, 16, 16, 16));
         add("ldmatrix.trans B (V for P·V; dO, Q, K in the backward)", pattern_degree(flash_ldm_bt, FLASH_BC, hs, 16, 16, 16));
-        add("fragment stores (the output staging)", pattern_degree(flash_frag, FLASH_BR, hs, 8, 8, 4));
+        add("fragment stores (the output staging)", pattern_degree(flash_frag, br, hs, 8, 8, 4));
         add("16-byte chunks (cp.async fills, the output read-out)",
             pattern_degree([](int l, int r0, int, int w) { return flash_chunk(r0 * (w / 8) + l, w); }, 64, hs, 256 / hs, hs, 16));  // a warp's 32 chunks: 256/hs rows
         // backward: dSᵀ (width BQ) written as fragments, read transposed as the A of dS·K
@@ -650,8 +651,8 @@ static void test_chain_choice() {
 // blocks that start first); groups of equal size (within one head) holding three waves of blocks or
 // more. The list schedule that motivates it: blocks of the lengths the kernels give them started in
 // index order on `slots` block slots, each as one frees up, at GPT-2 124M's shape on 132
-// multiprocessors (3 forward blocks each, 1 backward block of 8 warps): the grouped order ends nearer
-// the average slot's work than head by head. And on the emulated device, every number of groups gives
+// multiprocessors (2 forward blocks of 128 queries each, 1 backward block of 8 warps): the grouped
+// order ends nearer the average slot's work than head by head. And on the emulated device, every number of groups gives
 // the same bytes.
 static double list_schedule_tail(int ntiles, int BH, int groups, long long slots, bool forward) {
     std::priority_queue<double, std::vector<double>, std::greater<double>> q;
@@ -715,7 +716,7 @@ static void test_block_order() {
     check_true("flash block order: the heads split into the groups asked for, of equal size (within one head)", groups_even);
     check_true("flash block order: each group holds at least three waves of blocks (or there is one group)", groups_big);
     const int BH = 16 * 12;
-    double f1 = list_schedule_tail(16, BH, BH, 396, true), fg = list_schedule_tail(16, BH, flash_groups(BH, 16, 396), 396, true);
+    double f1 = list_schedule_tail(8, BH, BH, 264, true), fg = list_schedule_tail(8, BH, flash_groups(BH, 8, 264), 264, true);
     double b1 = list_schedule_tail(8, BH, BH, 132, false), bg = list_schedule_tail(8, BH, flash_groups(BH, 8, 132), 132, false);
     printf("      list schedule at GPT-2 124M (B=16, T=1024), end / average work: forward head by head %.3f, grouped %.3f; backward %.3f, %.3f\n", f1, fg,
            b1, bg);
@@ -749,6 +750,13 @@ template <typename L, int HS> static void test_flash_order(int B, int T, int NH,
     char tag[96];
     snprintf(tag, sizeof tag, " (%s, B=%d T=%d hs=%d NH=%d)", v.name, B, T, HS, NH);
     check_true(std::string("flash forward and backward: heads in 1, 2, 4 groups, head by head and the launcher's, the same bytes") + tag, same);
+    if (HS == 64) {  // the 64-query blocks (one row tile a warp, as first timed) against the launcher's 128 (two)
+        keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &op.dev, 0, 1);
+        std::vector<L> out = dev_download(d_out, n_out);
+        std::vector<float> lse = dev_download(d_lse, n_lse);
+        check_true(std::string("flash forward: one row tile a warp (64-query blocks) and two (128), the same bytes") + tag,
+                   memcmp(out.data(), out0.data(), n_out * sizeof(L)) == 0 && same_bytes_f32(lse, lse0));
+    }
     for (void* p : {(void*)d_inp, (void*)d_dout, (void*)d_out, (void*)d_dinp, (void*)d_lse}) dev_free(p);
 }
 
@@ -793,6 +801,7 @@ int main() {
     test_flash_head_offset_matters(1, 37, 128, 2);
     test_flash_order<bf16, 64>(2, 300, 3, variants[7]);  // 6 heads, 5 query tiles, 3 key tiles of 128
     test_flash_order<bf16, 128>(1, 200, 5, variants[0]);
+    test_flash_order<__half, 64>(1, 130, 2, variants[0]);  // plain scores: the FULL tiles of both row-tile counts
     printf("flash_attention_supported: hs 64 bf16 %d, hs 128 fp16 %d, hs 96 bf16 %d, hs 64 fp32 %d\n", keel_cuda::flash_attention_supported(64, 2),
            keel_cuda::flash_attention_supported(128, 2), keel_cuda::flash_attention_supported(96, 2), keel_cuda::flash_attention_supported(64, 4));
     check_true("flash_attention_supported: hs 64/128 in 16-bit only",

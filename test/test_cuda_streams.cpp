@@ -282,6 +282,71 @@ static void stale_layernorm_counter() {
                bad == 0);
 }
 
+// The LayerNorm counter's protocol under every interleaving of its blocks' atomic operations, which the
+// emulator (blocks one after another) never makes: layernorm_count_step, one atomic operation of one
+// block's thread 0 a call, on a plain word (each call is atomic by construction). For 3 blocks and
+// each starting word — armed, the fresh 0, a stopped launch's partial count, other tags, a full count
+// byte one tag below (the first add carries into this launch's tag) or two adds below it, all bits
+// set — and for 4 blocks from the armed word and the two-adds carry, every interleaving must count each block once: exactly one block last, and only when
+// every other block has counted; the word left armed for the next launch (ARMED) or holding the full
+// count (the swap loop alone, as first built).
+struct ModelWord {
+    unsigned v;
+    unsigned add1() { return v++; }
+    unsigned load() { return v; }
+    unsigned cas(unsigned e, unsigned n) {
+        unsigned o = v;
+        if (o == e) v = n;
+        return o;
+    }
+    void exch(unsigned n) { v = n; }
+};
+struct ModelResult {
+    long interleavings = 0, wrong = 0;
+};
+template <bool ARMED>
+static void count_interleavings(std::vector<keel_cuda::LnCount>& c, ModelWord w, unsigned tag, unsigned next, ModelResult* r) {
+    const unsigned blocks = (unsigned)c.size();
+    bool all_done = true;
+    for (size_t i = 0; i < c.size(); i++) {
+        if (c[i].state == 3) continue;
+        all_done = false;
+        std::vector<keel_cuda::LnCount> c2 = c;
+        ModelWord w2 = w;
+        bool was_counted = c2[i].state >= 2;
+        keel_cuda::layernorm_count_step<ARMED>(c2[i], w2, tag, next, blocks);
+        if (!was_counted && c2[i].state >= 2 && c2[i].last)  // this step made block i the last: all others counted before it
+            for (size_t k = 0; k < c2.size(); k++)
+                if (k != i && c2[k].state < 2) r->wrong++;
+        count_interleavings<ARMED>(c2, w2, tag, next, r);
+    }
+    if (!all_done) return;
+    r->interleavings++;
+    int lasts = 0;
+    for (const keel_cuda::LnCount& b : c) lasts += b.last;
+    unsigned want = ARMED ? next : tag + blocks;
+    if (lasts != 1 || w.v != want) r->wrong++;
+}
+static void layernorm_counter_interleavings() {
+    const unsigned B = keel_cuda::LN_DONE_COUNT_BITS, tag = 77u << B, next = 78u << B;
+    const unsigned starts[] = {tag, 0u, (76u << B) | 5u, (300u << B) | 127u, (76u << B) | 255u, (76u << B) | 254u, 0xffffffffu};
+    ModelResult armed, swap;
+    for (unsigned blocks : {3u, 4u})
+        for (unsigned w0 : starts) {
+            if (blocks == 4 && w0 != tag && w0 != ((76u << B) | 254u)) continue;  // (4 blocks: 1.3 million interleavings a word)
+            std::vector<keel_cuda::LnCount> c(blocks);
+            count_interleavings<true>(c, ModelWord{w0}, tag, next, &armed);
+            std::vector<keel_cuda::LnCount> c2(blocks);
+            count_interleavings<false>(c2, ModelWord{w0}, tag, next, &swap);
+        }
+    check_true("layernorm done counter, every interleaving of 3 blocks' atomics from 7 starting words and of 4 from 2: each block counted once, one last "
+               "after all, the word armed (" + std::to_string(armed.interleavings) + " interleavings, " + std::to_string(armed.wrong) + " wrong)",
+               armed.interleavings > 1000 && armed.wrong == 0);
+    check_true("the same for the compare-and-swap loop alone (the word left at the full count; " + std::to_string(swap.interleavings) +
+                   " interleavings, " + std::to_string(swap.wrong) + " wrong)",
+               swap.interleavings > 1000 && swap.wrong == 0);
+}
+
 template <int WARPS> static void stale_flash_turns() {
     OpCase c = flash_case<WARPS>();
     std::vector<uint8_t> want[2];
@@ -317,6 +382,7 @@ int main() {
     two_streams(matmul_case(), a, b);
     two_streams(layernorm_case(), a, b);
     stale_layernorm_counter();
+    layernorm_counter_interleavings();
     stale_flash_turns<4>();
     stale_flash_turns<8>();
     return cuda_test_finish();

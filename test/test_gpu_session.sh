@@ -4,19 +4,23 @@
 # programs (shell scripts that print what the real ones print, or fail when told), stand-in
 # nvidia-smi, ncu and compute-sanitizer on the PATH, and a stand-in bench.sh and trainer test.
 #   1. no GPU (nvidia-smi absent, or listing none): exit 2, one line, nothing run
-#   2. a GPU but an incomplete bundle: exit 2 naming what is missing and `make gpu-bundle`
+#   2. a GPU but an incomplete bundle, or a program that does not load there (ldd): exit 2 naming
+#      what is missing (and `make gpu-bundle`), nothing run
 #   3. every step run in order, each log in the output directory ($OUT/gpu_session when OUT is set),
 #      the table last with each step's key lines; exit 0
 #   4. a failing step: the others still run, exit 1
 #   5. the budget: a step that does not fit what is left is skipped and said so, not started; one
 #      that runs three times as long as it should is stopped (TIMEOUT) and the next one runs
-#   6. ncu and compute-sanitizer absent: those steps skipped, said so
+#   6. ncu and compute-sanitizer absent: those steps skipped, said so; ncu without access to the
+#      counters: said so, the other kernels not tried; a failed bench row fails the bench step
 #   7. bad arguments refused (exit 2)
 source "$(dirname "$0")/lib.sh"
 S=$TMP/tree
-mkdir -p "$S/scripts" "$S/build/bundle" "$S/build/lab" "$S/build/gpu" "$S/data/brown" "$S/test" "$TMP/bin" "$TMP/nogpu"
+mkdir -p "$S/scripts" "$S/build/bundle" "$S/build/lab" "$S/build/gpu" "$S/data/brown" "$S/data/gpt2" "$S/test" "$TMP/bin" "$TMP/nogpu"
 cp scripts/gpu_session.sh "$S/scripts/"
 : >"$S/data/brown/brown_train.bin"
+: >"$S/data/gpt2/encoder.json"
+: >"$S/data/gpt2/vocab.bpe"
 stub() {  # PATH BODY: an executable shell script
   printf '#!/usr/bin/env bash\n%s\n' "$2" >"$1"
   chmod +x "$1"
@@ -48,6 +52,17 @@ out=$(run bash scripts/gpu_session.sh 2>&1); rc=$?
 [ $rc -eq 2 ] && grep -q "missing: build/lab/layernorm" <<<"$out" && grep -q "make gpu-bundle" <<<"$out" && ok "incomplete bundle: exit 2, names build/lab/layernorm" ||
   fail "incomplete bundle: exit $rc: $out"
 mv "$TMP/layernorm" "$S/build/lab/layernorm"
+rm "$S/data/gpt2/vocab.bpe"
+out=$(run bash scripts/gpu_session.sh 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "missing: data/gpt2/vocab.bpe" <<<"$out" && ok "incomplete bundle: exit 2, names data/gpt2/vocab.bpe (the trainer test's samples)" ||
+  fail "no vocab.bpe: exit $rc: $out"
+: >"$S/data/gpt2/vocab.bpe"
+# a program that does not load here (a library ldd cannot find): exit 2 naming it, nothing run
+stub "$TMP/bin/ldd" '[ "$(basename "$1")" = train_gpt ] && echo "	libcublasLt.so.13 => not found"; exit 0'
+out=$(OUT=$TMP/out2 run bash scripts/gpu_session.sh 2>&1); rc=$?
+[ $rc -eq 2 ] && grep -q "do not load here: build/bundle/train_gpt: .*libcublasLt.so.13 => not found" <<<"$out" && [ ! -e "$TMP/out2" ] &&
+  ok "a program whose library is missing: exit 2, named, nothing run" || fail "missing library: exit $rc: $out"
+rm "$TMP/bin/ldd"
 
 # 3. every step, into $OUT/gpu_session
 out=$(OUT=$TMP/out run bash scripts/gpu_session.sh 2>&1); rc=$?
@@ -86,9 +101,19 @@ stub "$TMP/bin/nvidia-smi" 'if [ "$1" = --query-gpu=name ]; then echo "NVIDIA H2
 t0=$(date +%s)
 out=$(OUT=$TMP/out5b run bash scripts/gpu_session.sh --budget 100 2>&1); rc=$?
 t=$(($(date +%s) - t0))
-[ $rc -eq 1 ] && grep -qE '^gpu +TIMEOUT +1[5-7] s' <<<"$out" && grep -qE '^lab-flash +PASS' <<<"$out" && [ $t -lt 40 ] &&
+[ $rc -eq 1 ] && grep -qE '^gpu +TIMEOUT +(1[5-9]|2[0-9]) s' <<<"$out" && grep -qE '^lab-flash +PASS' <<<"$out" && [ $t -lt 55 ] &&
   ok "a hung step stopped at 3x its time (TIMEOUT, exit 1), the next one runs (${t} s in all)" || fail "hung step: exit $rc in $t s: $out"
 stub "$TMP/bin/nvidia-smi" 'echo "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04, 1980 MHz"'
+
+# ncu without access to the counters: said so once, the other kernels not tried; a bench row that
+# failed fails the bench step
+stub "$TMP/bin/ncu" 'echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"; exit 1'
+stub "$S/scripts/bench.sh" 'echo "124M: train_gpt failed (exit 1)"'
+out=$(OUT=$TMP/out5c run bash scripts/gpu_session.sh 2>&1); rc=$?
+[ "$(grep -c ERR_NVGPUCTRPERM "$TMP/out5c/gpu_session/ncu.log")" -eq 1 ] && grep -q "^ncu: the hardware counters cannot be read on this machine: skipped" <<<"$out" &&
+  grep -qE '^bench +FAIL' <<<"$out" && [ $rc -eq 1 ] && ok "ncu without counters: said so once, not retried; a failed bench row fails the step" ||
+  fail "ncu without counters / failed bench: exit $rc: $(tail -25 <<<"$out")"
+stub "$S/scripts/bench.sh" 'echo "GPU: stand-in | $BENCH_GPU_CONFIGS | $TRAIN_GPT_BIN"; echo "124M   L12 C768 NH12 T1024 B16          39.6       413000     356.0   36.0%      8.4 GiB"'
 
 # 6. no ncu, no compute-sanitizer
 rm "$TMP/bin/ncu" "$TMP/bin/compute-sanitizer"

@@ -12,6 +12,10 @@
 //              of head 0, then head 1, ...), the order before the grouped one (flash_block): the
 //              same bytes; what the order is worth (a list schedule says 12% of the forward at
 //              B=16, T=1024 on 132 multiprocessors; not yet timed on a GPU)
+//            4 flash, 64 rows (head size 64): one 16-row tile a warp, 64 queries a block, 3
+//              blocks a multiprocessor — the kernel as an H200 timed it — against the launcher's two
+//              tiles a warp (128 queries a block, FlashAttention-2's: each K and V fragment feeds two
+//              row tiles), 2 blocks a multiprocessor; the same bytes; not yet timed on a GPU
 //   backward 1 gemm:  keel_cuda::attention_backward from the GEMM forward's att
 //            2 flash: keel_cuda::flash_attention_backward from the flash forward's out and lse (at
 //              the trainer's warps a block: 4 or 5 below)
@@ -98,6 +102,8 @@ int main(int argc, char** argv) {
     if (flash_ok) {
         fwd.variants.push_back({2, "flash", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o); }});
         fwd.variants.push_back({3, "flash, by head", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o, B * NH); }});
+        if (hs == 64)
+            fwd.variants.push_back({4, "flash, 64 rows", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o, 0, 1); }});
     }
     failed += lab_run(a, fwd);
 

@@ -17,10 +17,11 @@
 // while the current one is multiplied. The accumulators never leave registers inside a loop: a score
 // fragment, rescaled and rounded to F, is the A operand of the next product as it stands.
 //
-// Forward: block = (query tile of BR = 64 rows, head-batch), 4 warps, a warp owns 16 query rows: its
-//   Q fragments (hs/16 × 4 registers) are loaded once. Key tiles of BC = 64 ascending (causal: only
+// Forward: block = (query tile of BR rows, head-batch), 4 warps, a warp owns MT row tiles of 16 query
+//   rows (flash_fwd_mt: 2 at hs 64, BR = 128, FlashAttention-2's block; 1 at hs 128, BR = 64): its
+//   Q fragments (MT · hs/16 × 4 registers) are loaded once. Key tiles of BC = 64 ascending (causal: only
 //   tiles with a key ≤ the block's last query; inside, a warp skips the 8-key column blocks above its
-//   last query), K and V double-buffered. Per tile: S = Q·Kᵀ (16 × 64 per warp, fp32 registers); the
+//   last query), K and V double-buffered. Per tile: S = Q·Kᵀ (16·MT × 64 per warp, fp32 registers); the
 //   score variant in fp32 (alpha = 1/(√hs·coeff), or sq² for qk-inward; ALiBi slope·u/coeff; ·coeff);
 //   running max m and sum l per row (a row's 64 scores sit on the 4 lanes of a quad: two xor
 //   shuffles); P = F(exp(s - m)·drop) packed straight into A fragments; O (16 × hs fp32 registers)
@@ -67,7 +68,7 @@
 // D from the rounded out leaves dS of the order of 2^-9·|dout|·|v|/√hs (FlashAttention-2 has the
 // same property); test_cuda_flash bounds the difference.
 // Shared memory (bytes; opted in with cudaFuncSetAttribute above the default 48 KB):
-//   forward   Q (64·hs F) + K, V (2 buffers each, 64·hs F)                  hs 64: 40 KB, 128: 80 KB
+//   forward   Q (BR·hs F) + K, V (2 buffers each, 64·hs F)      hs 64 (BR 128): 48 KB, 128 (BR 64): 80 KB
 //   backward  K, V (BC·hs F) + Q, dO (2 buffers each, BQ·hs F) + dSᵀ (BC·BQ F) + lse, D (2·2·BQ fp32)
 //             + the dQ chain's fp32 tiles: BQ·(hs + 8) fp32 for the early chain (two deferred, none serial)
 //             early chain: 4 warps (BC = 64) hs 64: 75 KB, 128: 85.5 KB; 8 warps: 99, 121.5 KB
@@ -99,9 +100,15 @@ namespace keel_cuda {
 enum {
     FLASH_WARPS = 4,
     FLASH_THREADS = 32 * FLASH_WARPS,
-    FLASH_BR = 16 * FLASH_WARPS,  // query rows of a forward block
-    FLASH_BC = 64,                // keys of a forward tile and of a backward block
+    FLASH_BC = 64,  // keys of a forward tile and of a backward block
 };
+// The forward's row tiles (16 query rows each) a warp owns: 2 at head size 64 — FlashAttention-2's
+// 128-query block of 4 warps, each K and V fragment loaded from shared memory feeding two row tiles,
+// half the shared-memory reads a product and twice the independent products between barriers, at
+// 2 blocks a multiprocessor instead of 3 — and 1 at 128, where a row tile's O alone is 64 registers a
+// lane. The rows of a block: flash_fwd_br.
+__host__ __device__ constexpr inline int flash_fwd_mt(int hs) { return hs == 64 ? 2 : 1; }
+__host__ __device__ constexpr inline int flash_fwd_br(int mt) { return 16 * mt * FLASH_WARPS; }
 // Query rows of one backward step: dK and dV of a warp's 16 keys take 2·hs/8·4 fp32 registers per
 // lane (64 at hs 64, 128 at hs 128), and Sᵀ, dPᵀ 2·BQ/8·4 more; 32 keeps hs 128 under 255.
 __host__ __device__ constexpr inline int flash_bq(int hs) { return hs == 64 ? 64 : 32; }
@@ -128,7 +135,7 @@ static inline bool flash_attention_supported(int hs, size_t fsize) { return flas
 static inline size_t flash_attention_scratch_bytes(size_t B, size_t T, size_t C, size_t NH) { return flash_attention_gpu_scratch_bytes(B, T, C, NH); }
 
 // Shared-memory bytes of each kernel (the layouts in the kernels below).
-static inline size_t flash_forward_smem(int hs) { return (size_t)(FLASH_BR + 4 * FLASH_BC) * hs * 2; }
+static inline size_t flash_forward_smem(int hs, int mt) { return (size_t)(flash_fwd_br(mt) + 4 * FLASH_BC) * hs * 2; }
 // The backward's block of `warps` warps takes 16·warps keys (FLASH_BC with the default 4); the dQ
 // chain's fp32 staging tiles (BQ rows of hs + 8 floats) beside the rest: two deferred, one early.
 static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS, int chain = FLASH_CHAIN_EARLY) {
@@ -242,12 +249,13 @@ __device__ inline void flash_load_tile(F* dst, const F* src, int r0, int T, size
 }
 
 // ---- forward -------------------------------------------------------------------------------------
-template <typename F, int HS>
+// MT: 16-row tiles of queries a warp owns (flash_fwd_mt): the block's BR = 16·MT·FLASH_WARPS rows.
+template <typename F, int HS, int MT = flash_fwd_mt(HS)>
 __global__ void __launch_bounds__(FLASH_THREADS)
     flash_attention_forward_kernel(F* out, float* lse, const F* inp, int T, int C, int NH, int BH, int groups, AttentionOpts o, AttnScoreScale sc,
                                    float alpha) {
 #if KEEL_FLASH_ARCH_OK
-    constexpr int BR = FLASH_BR, BC = FLASH_BC, KS = HS / 16, NT = BC / 8, OT = HS / 8;
+    constexpr int BR = flash_fwd_br(MT), WR = 16 * MT, BC = FLASH_BC, KS = HS / 16, NT = BC / 8, OT = HS / 8;
     KEEL_DYNAMIC_SHARED(F, smem);
     F* Qs = smem;              // (BR,HS); at the end the output staging
     F* Ks = Qs + BR * HS;      // 2 × (BC,HS): the tile being multiplied and the next one
@@ -267,19 +275,29 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    uint32_t qf[KS][4];  // A fragments of the warp's 16 query rows, channels 16kk..16kk+15
+    uint32_t qf[MT][KS][4];  // A fragments of the warp's row tiles (16 query rows each), channels 16kk..16kk+15
     KEEL_UNROLL
-    for (int kk = 0; kk < KS; kk++) ldmatrix_x4(qf[kk], Qs + flash_ldm_a(lane, warp * 16, kk * 16, HS));
+    for (int mt = 0; mt < MT; mt++)
+        KEEL_UNROLL
+        for (int kk = 0; kk < KS; kk++) ldmatrix_x4(qf[mt][kk], Qs + flash_ldm_a(lane, warp * WR + mt * 16, kk * 16, HS));
 
-    // this lane: rows g and g+8 of the warp (queries t_r[0], t_r[1]); of every 8-column block,
-    // columns 2tq and 2tq+1
-    float oacc[OT][4];
+    // this lane: rows g and g+8 of each of the warp's row tiles (queries t_r[mt][0], t_r[mt][1]); of
+    // every 8-column block, columns 2tq and 2tq+1
+    float oacc[MT][OT][4];
+    float m_r[MT][2], l_r[MT][2];
+    int t_r[MT][2];
     KEEL_UNROLL
-    for (int n = 0; n < OT; n++)
-        for (int e = 0; e < 4; e++) oacc[n][e] = 0.0f;
-    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
-    const int t_r[2] = {q0 + warp * 16 + g, q0 + warp * 16 + g + 8};
-    const int w_first = q0 + warp * 16, w_last = flash_imin(w_first + 15, T - 1);  // the warp's real queries
+    for (int mt = 0; mt < MT; mt++) {
+        KEEL_UNROLL
+        for (int n = 0; n < OT; n++)
+            for (int e = 0; e < 4; e++) oacc[mt][n][e] = 0.0f;
+        for (int r = 0; r < 2; r++) {
+            m_r[mt][r] = -INFINITY;
+            l_r[mt][r] = 0.0f;
+            t_r[mt][r] = q0 + warp * WR + mt * 16 + g + 8 * r;
+        }
+    }
+    const int w_first = q0 + warp * WR, w_last = flash_imin(w_first + WR - 1, T - 1);  // the warp's real queries
     const bool plain = o.alibi == nullptr && o.coeff == 1.0, dropout = o.dropout.p > 0;
     const float scale2 = alpha * FLASH_LOG2E;  // (plain scores: x = s·alpha·log2(e))
     for (int kt = 0; kt < nk; kt++) {
@@ -295,18 +313,23 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         __syncthreads();
         const F* Kc = Ks + cur * BC * HS;
         const F* Vc = Vs + cur * BC * HS;
-        // 8-key column blocks with a key ≤ the warp's last query (warp-uniform)
+        // 8-key column blocks with a key ≤ the warp's last query (warp-uniform). With two row tiles a
+        // warp, the first multiplies the columns the second needs too: there they are masked (p = 0,
+        // the running max and sum unchanged), the bits of not multiplying them.
         const int nt = w_first > w_last || w_last < k0 ? 0 : flash_imin(NT, (w_last - k0) / 8 + 1);
         // The tile's products and online softmax, compiled twice: FULL for a tile whose every key is at
         // or before every query of the warp, all real (most tiles), without a mask test or a branch
         // between the fragment loads and the products, so the loads of later products issue ahead of
-        // earlier ones; the other for the diagonal tile and the rows at T.
+        // earlier ones; the other for the diagonal tile and the rows at T. Each K and V fragment
+        // loaded from shared memory feeds the warp's MT row tiles.
         auto warp_tile = [&](auto full_c) {
             constexpr bool FULL = decltype(full_c)::value;
-            float s[NT][4];
+            float s[MT][NT][4];
             KEEL_UNROLL
-            for (int j = 0; j < NT; j++)
-                for (int e = 0; e < 4; e++) s[j][e] = 0.0f;
+            for (int mt = 0; mt < MT; mt++)
+                KEEL_UNROLL
+                for (int j = 0; j < NT; j++)
+                    for (int e = 0; e < 4; e++) s[mt][j][e] = 0.0f;
             KEEL_UNROLL
             for (int kk = 0; kk < KS; kk++) {
                 KEEL_UNROLL
@@ -315,107 +338,129 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                     uint32_t kb[4];  // Kᵀ as B: (channels 16kk.., keys 8j..) and (.., keys 8j+8..)
                     ldmatrix_x4(kb, Kc + flash_ldm_b(lane, j * 8, kk * 16, HS));
                     const uint32_t b0[2] = {kb[0], kb[1]}, b1[2] = {kb[2], kb[3]};
-                    mma_m16n8k16<F>(s[j], qf[kk], b0);
-                    if (FULL || j + 1 < nt) mma_m16n8k16<F>(s[j + 1], qf[kk], b1);
+                    KEEL_UNROLL
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma_m16n8k16<F>(s[mt][j], qf[mt][kk], b0);
+                        if (FULL || j + 1 < nt) mma_m16n8k16<F>(s[mt][j + 1], qf[mt][kk], b1);
+                    }
                 }
             }
             // online softmax, in base 2 (one ex2 per element, the exponent's scale folded into the
             // score's): x = s·log2(e); the score variant, the tile's row maxima over the quad, the rescale.
             // The common case — no ALiBi, no layer coefficient, a FULL tile — is one multiply per element.
-            float mt[2] = {-INFINITY, -INFINITY};
-            if (FULL && plain) {
-                KEEL_UNROLL
-                for (int j = 0; j < NT; j++)
-                    KEEL_UNROLL
-                    for (int e = 0; e < 4; e++) {
-                        s[j][e] *= scale2;
-                        mt[e >> 1] = fmaxf(mt[e >> 1], s[j][e]);
-                    }
-            } else {
-                KEEL_UNROLL
-                for (int j = 0; j < NT; j++)
-                    KEEL_UNROLL
-                    for (int e = 0; e < 4; e++) {
-                        int r = e >> 1, u = k0 + j * 8 + 2 * tq + (e & 1), t = t_r[r];
-                        float x = -INFINITY;  // masked (above the diagonal, or a row past T)
-                        if (t < T && u <= t) x = attention_softmax_input(s[j][e] * alpha, h, u, o, sc) * FLASH_LOG2E;
-                        s[j][e] = x;
-                        mt[r] = fmaxf(mt[r], x);
-                    }
-            }
-            float corr[2], mb[2];
-            for (int r = 0; r < 2; r++) {
-                mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 1));
-                mt[r] = fmaxf(mt[r], __shfl_xor_sync(0xffffffffu, mt[r], 2));
-                float mn = fmaxf(m_r[r], mt[r]);
-                corr[r] = mn == -INFINITY ? 1.0f : exp2_approx(m_r[r] - mn);  // m = -inf (no key yet): 0
-                m_r[r] = mn;
-                mb[r] = mn == -INFINITY ? 0.0f : mn;  // a row with no key yet (past T): every x is -inf, p = 0
-            }
-            float ps[2] = {0.0f, 0.0f};
+            float corr[MT][2];
             KEEL_UNROLL
-            for (int j = 0; j < NT; j++)
-                KEEL_UNROLL
-                for (int e = 0; e < 4; e++) {
-                    float p = exp2_approx(s[j][e] - mb[e >> 1]);
-                    ps[e >> 1] += p;
-                    s[j][e] = p;
+            for (int mt = 0; mt < MT; mt++) {
+                float mx[2] = {-INFINITY, -INFINITY};
+                if (FULL && plain) {
+                    KEEL_UNROLL
+                    for (int j = 0; j < NT; j++)
+                        KEEL_UNROLL
+                        for (int e = 0; e < 4; e++) {
+                            s[mt][j][e] *= scale2;
+                            mx[e >> 1] = fmaxf(mx[e >> 1], s[mt][j][e]);
+                        }
+                } else {
+                    KEEL_UNROLL
+                    for (int j = 0; j < NT; j++)
+                        KEEL_UNROLL
+                        for (int e = 0; e < 4; e++) {
+                            int r = e >> 1, u = k0 + j * 8 + 2 * tq + (e & 1), t = t_r[mt][r];
+                            float x = -INFINITY;  // masked (above the diagonal, or a row past T)
+                            if (t < T && u <= t) x = attention_softmax_input(s[mt][j][e] * alpha, h, u, o, sc) * FLASH_LOG2E;
+                            s[mt][j][e] = x;
+                            mx[r] = fmaxf(mx[r], x);
+                        }
                 }
-            if (dropout) {  // (a loop of its own: the common case runs the one above without a test per score)
+                float mb[2];
+                for (int r = 0; r < 2; r++) {
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                    float mn = fmaxf(m_r[mt][r], mx[r]);
+                    corr[mt][r] = mn == -INFINITY ? 1.0f : exp2_approx(m_r[mt][r] - mn);  // m = -inf (no key yet): 0
+                    m_r[mt][r] = mn;
+                    mb[r] = mn == -INFINITY ? 0.0f : mn;  // a row with no key yet (past T): every x is -inf, p = 0
+                }
+                float ps[2] = {0.0f, 0.0f};
                 KEEL_UNROLL
                 for (int j = 0; j < NT; j++)
                     KEEL_UNROLL
-                    for (int e = 0; e < 4; e++)
-                        if (s[j][e] != 0.0f) s[j][e] *= attention_drop_mult(o, sc.dscale, b, h, t_r[e >> 1], k0 + j * 8 + 2 * tq + (e & 1));
-            }
-            for (int r = 0; r < 2; r++) {
-                ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 1);  // a + b = b + a: the quad holds the same bits
-                ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 2);
-                l_r[r] = l_r[r] * corr[r] + ps[r];
-            }
-            KEEL_UNROLL
-            for (int n = 0; n < OT; n++) {
-                oacc[n][0] *= corr[0];
-                oacc[n][1] *= corr[0];
-                oacc[n][2] *= corr[1];
-                oacc[n][3] *= corr[1];
+                    for (int e = 0; e < 4; e++) {
+                        float p = exp2_approx(s[mt][j][e] - mb[e >> 1]);
+                        ps[e >> 1] += p;
+                        s[mt][j][e] = p;
+                    }
+                if (dropout) {  // (a loop of its own: the common case runs the one above without a test per score)
+                    KEEL_UNROLL
+                    for (int j = 0; j < NT; j++)
+                        KEEL_UNROLL
+                        for (int e = 0; e < 4; e++)
+                            if (s[mt][j][e] != 0.0f)
+                                s[mt][j][e] *= attention_drop_mult(o, sc.dscale, b, h, t_r[mt][e >> 1], k0 + j * 8 + 2 * tq + (e & 1));
+                }
+                for (int r = 0; r < 2; r++) {
+                    ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 1);  // a + b = b + a: the quad holds the same bits
+                    ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 2);
+                    l_r[mt][r] = l_r[mt][r] * corr[mt][r] + ps[r];
+                }
+                KEEL_UNROLL
+                for (int n = 0; n < OT; n++) {
+                    oacc[mt][n][0] *= corr[mt][0];
+                    oacc[mt][n][1] *= corr[mt][0];
+                    oacc[mt][n][2] *= corr[mt][1];
+                    oacc[mt][n][3] *= corr[mt][1];
+                }
             }
             // O += P·V over the 16-key steps with a key ≤ the warp's last query
             KEEL_UNROLL
             for (int k2 = 0; k2 < BC / 16; k2++) {
                 if (!FULL && 2 * k2 >= nt) continue;
-                const uint32_t pa[4] = {pack2<F>(s[2 * k2][0], s[2 * k2][1]), pack2<F>(s[2 * k2][2], s[2 * k2][3]),
-                                        pack2<F>(s[2 * k2 + 1][0], s[2 * k2 + 1][1]), pack2<F>(s[2 * k2 + 1][2], s[2 * k2 + 1][3])};
+                uint32_t pa[MT][4];
+                KEEL_UNROLL
+                for (int mt = 0; mt < MT; mt++) {
+                    pa[mt][0] = pack2<F>(s[mt][2 * k2][0], s[mt][2 * k2][1]);
+                    pa[mt][1] = pack2<F>(s[mt][2 * k2][2], s[mt][2 * k2][3]);
+                    pa[mt][2] = pack2<F>(s[mt][2 * k2 + 1][0], s[mt][2 * k2 + 1][1]);
+                    pa[mt][3] = pack2<F>(s[mt][2 * k2 + 1][2], s[mt][2 * k2 + 1][3]);
+                }
                 KEEL_UNROLL
                 for (int n = 0; n < OT; n += 2) {
                     uint32_t vb[4];  // V as B: (keys 16k2.., channels 8n..) and (.., channels 8n+8..)
                     ldmatrix_x4_trans(vb, Vc + flash_ldm_bt(lane, k2 * 16, n * 8, HS));
                     const uint32_t b0[2] = {vb[0], vb[1]}, b1[2] = {vb[2], vb[3]};
-                    mma_m16n8k16<F>(oacc[n], pa, b0);
-                    mma_m16n8k16<F>(oacc[n + 1], pa, b1);
+                    KEEL_UNROLL
+                    for (int mt = 0; mt < MT; mt++) {
+                        mma_m16n8k16<F>(oacc[mt][n], pa[mt], b0);
+                        mma_m16n8k16<F>(oacc[mt][n + 1], pa[mt], b1);
+                    }
                 }
             }
         };
-        if (nt == NT && k0 + BC - 1 <= w_first && w_first + 15 < T) warp_tile(FlashConst<true>());  // (warp-uniform)
+        if (nt == NT && k0 + BC - 1 <= w_first && w_first + WR - 1 < T) warp_tile(FlashConst<true>());  // (warp-uniform)
         else if (nt > 0) warp_tile(FlashConst<false>());
         __syncthreads();  // every warp is done with this tile's buffers before they are refilled
     }
     // out = F(O / l): the warp's rows into the (free) Q tile, then 16-byte stores of whole rows
-    float inv[2];
-    for (int r = 0; r < 2; r++) inv[r] = l_r[r] > 0.0f ? 1.0f / l_r[r] : 0.0f;
     KEEL_UNROLL
-    for (int n = 0; n < OT; n++) {
-        *(uint32_t*)(Qs + flash_frag(lane, warp * 16, n * 8, HS)) = pack2<F>(oacc[n][0] * inv[0], oacc[n][1] * inv[0]);
-        *(uint32_t*)(Qs + flash_frag(lane, warp * 16 + 8, n * 8, HS)) = pack2<F>(oacc[n][2] * inv[1], oacc[n][3] * inv[1]);
+    for (int mt = 0; mt < MT; mt++) {
+        float inv[2];
+        for (int r = 0; r < 2; r++) inv[r] = l_r[mt][r] > 0.0f ? 1.0f / l_r[mt][r] : 0.0f;
+        KEEL_UNROLL
+        for (int n = 0; n < OT; n++) {
+            *(uint32_t*)(Qs + flash_frag(lane, warp * WR + mt * 16, n * 8, HS)) = pack2<F>(oacc[mt][n][0] * inv[0], oacc[mt][n][1] * inv[0]);
+            *(uint32_t*)(Qs + flash_frag(lane, warp * WR + mt * 16 + 8, n * 8, HS)) = pack2<F>(oacc[mt][n][2] * inv[1], oacc[mt][n][3] * inv[1]);
+        }
     }
     __syncwarp();
-    for (int i = lane; i < 16 * HS / 8; i += 32) {
-        int r = i / (HS / 8), c = i % (HS / 8), t = q0 + warp * 16 + r;  // (the warp's rows start a group of 8: its swizzle is the tile's)
-        if (t < T) pack_store<F, 8>(out + ((size_t)b * T + t) * C + h * HS + c * 8, pack_load<F, 8>(Qs + warp * 16 * HS + flash_chunk(i, HS)));
+    for (int i = lane; i < WR * HS / 8; i += 32) {
+        int r = i / (HS / 8), c = i % (HS / 8), t = q0 + warp * WR + r;  // (the warp's rows start a group of 8: its swizzle is the tile's)
+        if (t < T) pack_store<F, 8>(out + ((size_t)b * T + t) * C + h * HS + c * 8, pack_load<F, 8>(Qs + warp * WR * HS + flash_chunk(i, HS)));
     }
     if (tq == 0)
-        for (int r = 0; r < 2; r++)
-            if (t_r[r] < T) lse[(size_t)bh * T + t_r[r]] = m_r[r] * FLASH_LN2 + logf(l_r[r]);  // (m in base 2)
+        KEEL_UNROLL
+        for (int mt = 0; mt < MT; mt++)
+            for (int r = 0; r < 2; r++)
+                if (t_r[mt][r] < T) lse[(size_t)bh * T + t_r[mt][r]] = m_r[mt][r] * FLASH_LN2 + logf(l_r[mt][r]);  // (m in base 2)
 #else
     __trap();  // bf16/fp16 mma.sync needs sm_80; gpt_build never selects flash below it
 #endif
@@ -983,19 +1028,19 @@ template <typename F> static void flash_check_aligned(const F* p, const char* wh
 }
 
 // groups: of the grid's block order (flash_block); 0 = this device's (flash_groups).
-template <typename F, int HS>
+template <typename F, int HS, int MT = flash_fwd_mt(HS)>
 static void flash_forward_launch(F* out, float* lse, const F* inp, int B, int T, int C, int NH, const AttentionOpts* o, int groups = 0) {
     AttnScoreScale sc = attention_score_scale(o, HS);
     float alpha = o->scaling == ATTN_SCALING_QK_INWARD ? sc.sq * sc.sq : sc.alpha;
     flash_check_aligned(inp, "the qkv input");
     flash_check_aligned(out, "the output");
-    size_t smem = flash_forward_smem(HS);
+    size_t smem = flash_forward_smem(HS, MT);
     static bool optin = false;
-    flash_smem_optin(flash_attention_forward_kernel<F, HS>, smem, &optin);
-    static const int per_sm = flash_blocks_per_sm(flash_attention_forward_kernel<F, HS>, FLASH_THREADS, smem);
-    int ntiles = ceil_div(T, FLASH_BR);
+    flash_smem_optin(flash_attention_forward_kernel<F, HS, MT>, smem, &optin);
+    static const int per_sm = flash_blocks_per_sm(flash_attention_forward_kernel<F, HS, MT>, FLASH_THREADS, smem);
+    int ntiles = ceil_div(T, flash_fwd_br(MT));
     groups = flash_grid_groups(groups, per_sm, B * NH, ntiles);
-    KEEL_LAUNCH(flash_attention_forward_kernel<F KEEL_COMMA HS>, (unsigned)((size_t)ntiles * B * NH), FLASH_THREADS, smem, MAIN_STREAM)(
+    KEEL_LAUNCH(flash_attention_forward_kernel<F KEEL_COMMA HS KEEL_COMMA MT>, (unsigned)((size_t)ntiles * B * NH), FLASH_THREADS, smem, MAIN_STREAM)(
         out, lse, inp, T, C, NH, B * NH, groups, *o, sc, alpha);
     CUDA_CHECK_LAUNCH();
 }
@@ -1030,18 +1075,23 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
 
 // groups (both entry points): of the grids' block order (flash_block); 0, as the model calls them,
 // this device's (flash_groups); B·NH is head by head, the order before (the kernel lab's "by head").
+// row_tiles (the forward): 16-row tiles a warp owns; 0, as the model calls it, flash_fwd_mt; 1 at
+// head size 64 is the 64-query block as an H200 timed it (the kernel lab's variant 4: the same bytes).
 template <typename F>
 void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)
                              const F* inp,        // (B,T,3C)
-                             int B, int T, int C, int NH, const AttentionOpts* o, int groups = 0) {
+                             int B, int T, int C, int NH, const AttentionOpts* o, int groups = 0, int row_tiles = 0) {
     int hs = C / NH;
     if (!flash_attention_supported(hs, sizeof(F)))
         keel_die("flash attention: head size %d with %zu-byte floats is not supported (hs 64 or 128, bf16/fp16); use the GEMM path", hs, sizeof(F));
     if ((size_t)B * NH * T == 0) return;
     if ((size_t)B * NH * ceil_div(T, FLASH_BC) > 2147483647u)  // (the smallest tile of either kernel: 64 queries or keys)
         keel_die("flash attention: B·NH·⌈T/%d⌉ = %zu blocks exceed a grid's 2^31 - 1", (int)FLASH_BC, (size_t)B * NH * ceil_div(T, FLASH_BC));
+    if (row_tiles != 0 && row_tiles != flash_fwd_mt(hs) && !(hs == 64 && row_tiles == 1))
+        keel_die("flash attention: %d row tiles a warp at head size %d is not built (%d%s)", row_tiles, hs, flash_fwd_mt(hs), hs == 64 ? " or 1" : "");
     if constexpr (sizeof(F) == 2) {
-        if (hs == 64) flash_forward_launch<F, 64>(out, lse, inp, B, T, C, NH, o, groups);
+        if (hs == 64 && row_tiles == 1) flash_forward_launch<F, 64, 1>(out, lse, inp, B, T, C, NH, o, groups);
+        else if (hs == 64) flash_forward_launch<F, 64>(out, lse, inp, B, T, C, NH, o, groups);
         else flash_forward_launch<F, 128>(out, lse, inp, B, T, C, NH, o, groups);
     }
 }

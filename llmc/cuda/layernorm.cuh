@@ -96,36 +96,65 @@ static inline unsigned layernorm_next_tag(LayerNormScratch* s) {
     return s->launches << LN_DONE_COUNT_BITS;
 }
 static inline unsigned layernorm_following_tag(const LayerNormScratch* s) { return layernorm_launch_after(s->launches) << LN_DONE_COUNT_BITS; }
-// Thread 0 of a finishing block: counts the block into `done` under this launch's tag; true for the
-// launch's last block, which then arms the word for the next launch (tag `next`, count 0). ARMED
-// false: the compare-and-swap loop alone, as first built (the kernel lab times the two).
-template <bool ARMED = true> __device__ inline bool layernorm_count_done(unsigned* done, unsigned tag, unsigned next, unsigned blocks) {
+// One block's count of itself, one atomic operation of its thread 0 a call: layernorm_count_done
+// loops over it on the device, and test_cuda_streams runs several blocks' steps in every interleaving
+// on a plain word (the emulator runs a grid's blocks one after another, never their atomics
+// interleaved). Word: add1 (atomicAdd of 1), load, cas, exch, each returning the old value.
+// ARMED false: the compare-and-swap loop alone, as first built (the kernel lab times the two).
+struct LnCount {
+    unsigned seen = 0;  // the word as this block last saw (or left) it
+    int state = 0;      // 0: to count, 1: swapping (the word was under another tag), 2: last, to arm, 3: done
+    bool last = false;  // this block's count made the launch's last
+};
+template <bool ARMED, typename Word>
+__host__ __device__ inline bool layernorm_count_step(LnCount& c, Word& w, unsigned tag, unsigned next, unsigned blocks) {
     constexpr unsigned COUNT = (1u << LN_DONE_COUNT_BITS) - 1;
-    unsigned seen;
-    if constexpr (ARMED) {
-        seen = atomicAdd(done, 1u);
-        if ((seen & ~COUNT) == tag) {  // armed for this launch (or already replaced by one of its blocks)
-            if (seen + 1 != tag + blocks) return false;
-            atomicExch(done, next);  // every block has counted: nothing else touches the word this launch
-            return true;
+    auto counted = [&](bool last) {  // (the last block of an ARMED launch arms the word: one step more)
+        c.last = last;
+        c.state = ARMED && last ? 2 : 3;
+        return c.state == 3;
+    };
+    if (c.state == 0) {
+        if (!ARMED) {
+            c.seen = w.load();
+            c.state = 1;
+            return false;
         }
+        c.seen = w.add1();
+        if ((c.seen & ~COUNT) == tag) return counted(c.seen + 1 == tag + blocks);  // armed for this launch (or replaced by one of its blocks)
         // Another tag: this add went into a word no count of this launch is in. It is wiped out by the
-        // swap below that first puts this launch's tag there (the swap expects the word with the add in
-        // it), or it carried into the tag bits and made this tag with count 0 (a swap then counts this
+        // swap that first puts this launch's tag there (that swap expects the word with the add in it),
+        // or it carried into the tag bits and made this tag with count 0 (a swap then counts this
         // block on top). Either way the block counts once, by its swap.
-        seen += 1;
-    } else {
-        seen = *(volatile unsigned*)done;
+        c.seen += 1;
+        c.state = 1;
+        return false;
     }
-    unsigned expected, next_count;
-    do {
-        expected = seen;
-        next_count = (expected & ~COUNT) == tag ? expected + 1 : tag + 1;
-        seen = atomicCAS(done, expected, next_count);
-    } while (seen != expected);
-    if (next_count != tag + blocks) return false;
-    if constexpr (ARMED) atomicExch(done, next);
+    if (c.state == 1) {
+        unsigned expected = c.seen, next_count = (expected & ~COUNT) == tag ? expected + 1 : tag + 1;
+        c.seen = w.cas(expected, next_count);
+        if (c.seen != expected) return false;  // another block's add or swap came first: again, from what it left
+        return counted(next_count == tag + blocks);
+    }
+    if (c.state == 2) w.exch(next);  // every block has counted: nothing else touches the word this launch
+    c.state = 3;
     return true;
+}
+struct LnDeviceWord {
+    unsigned* p;
+    __device__ unsigned add1() { return atomicAdd(p, 1u); }
+    __device__ unsigned load() { return *(volatile unsigned*)p; }
+    __device__ unsigned cas(unsigned expected, unsigned value) { return atomicCAS(p, expected, value); }
+    __device__ void exch(unsigned value) { atomicExch(p, value); }
+};
+// Thread 0 of a finishing block: counts the block into `done` under this launch's tag; true for the
+// launch's last block, which then arms the word for the next launch (tag `next`, count 0).
+template <bool ARMED = true> __device__ inline bool layernorm_count_done(unsigned* done, unsigned tag, unsigned next, unsigned blocks) {
+    LnDeviceWord w{done};
+    LnCount c;
+    while (!layernorm_count_step<ARMED>(c, w, tag, next, blocks)) {
+    }
+    return c.last;
 }
 static inline LayerNormScratch* layernorm_scratch() {
     static LayerNormScratch s;
