@@ -290,16 +290,16 @@ static void stale_layernorm_counter() {
 // set — and for 4 blocks from the armed word and the two-adds carry, every interleaving must count each block once: exactly one block last, and only when
 // every other block has counted; the word left armed for the next launch (ARMED) or holding the full
 // count (the swap loop alone, as first built).
-struct ModelWord {
+struct ModelWord {  // (host and device, as the step function is: nvcc then has nothing to warn of)
     unsigned v;
-    unsigned add1() { return v++; }
-    unsigned load() { return v; }
-    unsigned cas(unsigned e, unsigned n) {
+    __host__ __device__ unsigned add1() { return v++; }
+    __host__ __device__ unsigned load() { return v; }
+    __host__ __device__ unsigned cas(unsigned e, unsigned n) {
         unsigned o = v;
         if (o == e) v = n;
         return o;
     }
-    void exch(unsigned n) { v = n; }
+    __host__ __device__ void exch(unsigned n) { v = n; }
 };
 struct ModelResult {
     long interleavings = 0, wrong = 0;
