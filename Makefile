@@ -355,11 +355,14 @@ test-gpu:
 # A GPU lent for minutes (scripts/gpu_session.sh): everything that script runs, compiled here — nvcc
 # needs no GPU — so the machine's time goes to running. train_gpt and train_gpt_cpu without MPI and
 # NCCL (one process; a lent machine may have neither library) in build/bundle/, the nvcc kernel tests
-# and the kernel labs the script times, and data/brown and data/gpt2 (the trainer test's text samples). GPU_ARCH=90 (H100/H200) makes the binaries
-# about half the size of the default sm_80 + sm_90 build. The CPU trainer is built for x86-64-v3
-# (AVX2), not this machine's -march=native: the GPU machine's processor may be another.
-GPU_BUNDLE := build/bundle/train_gpt build/bundle/train_gpt_cpu $(GPU_TEST_BINS) build/lab/flash_attention build/lab/layernorm \
-  build/lab/classifier
+# and the kernel labs the script times, and the Brown shards and data/gpt2 (the trainer test's text
+# samples). For sm_90 (H100, H200) unless GPU_ARCH says otherwise, whatever GPU this machine has: the
+# lent one is another, and one architecture keeps the bundle small (about 45 MiB; both sm_80 and
+# sm_90 would be about twice). The CPU trainer is built for x86-64-v3 (AVX2), not this machine's
+# -march=native: the GPU machine's processor may be another.
+GPU_BUNDLE_LABS := build/lab/flash_attention build/lab/layernorm build/lab/classifier
+GPU_BUNDLE := build/bundle/train_gpt build/bundle/train_gpt_cpu $(GPU_TEST_BINS) $(GPU_BUNDLE_LABS)
+GPU_BUNDLE_DATA := data/brown/brown_train.bin data/brown/brown_val.bin data/gpt2
 build/bundle/train_gpt: train_gpt.cu $(HEADERS) $(GPU_ARCH_STAMP)
 	@mkdir -p build/bundle
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -DKEEL_CUDA -I. -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno $< -o $@ \
@@ -368,13 +371,13 @@ build/bundle/train_gpt_cpu: train_gpt.cu $(HEADERS)
 	@mkdir -p build/bundle
 	$(CXX) -O3 -march=x86-64-v3 $(KEEL_CXXFLAGS) -x c++ $< -o $@ $(LDLIBS)
 ifneq ($(NVCC),)
-# (for sm_80 and sm_90 unless GPU_ARCH says otherwise, whatever GPU this machine has: the lent one is another)
 gpu-bundle:
-	@$(MAKE) --no-print-directory GPU_ARCH="$(if $(GPU_ARCH),$(GPU_ARCH),80 90)" gpu-bundle-files
+	@$(MAKE) --no-print-directory GPU_ARCH="$(if $(filter file,$(origin GPU_ARCH)),90,$(GPU_ARCH))" gpu-bundle-files
 gpu-bundle-files: $(GPU_BUNDLE)
 	@$(MAKE) --no-print-directory data
-	@echo "gpu-bundle: $$(du -cb $(GPU_BUNDLE) data/brown data/gpt2 | tail -n 1 | awk '{ printf "%.1f MiB", $$1 / 1048576 }') to bring to the GPU machine:"
-	@echo "  build/bundle build/gpu build/lab data/brown data/gpt2  (then: bash scripts/gpu_session.sh)"
+	@echo "gpu-bundle: $$(du -cb build/bundle build/gpu $(GPU_BUNDLE_LABS) $(GPU_BUNDLE_DATA) | tail -n 1 | awk '{ printf "%.1f MiB", $$1 / 1048576 }') to bring to the GPU machine (8 paths):"
+	@echo "  build/bundle build/gpu $(GPU_BUNDLE_LABS) $(GPU_BUNDLE_DATA)"
+	@echo "  then there: bash scripts/gpu_session.sh"
 else
 gpu-bundle:
 	@echo "✗ gpu-bundle needs nvcc (see the ✓/✗ lines above)"; exit 1

@@ -2,8 +2,8 @@
 # scripts/gpu_session.sh — the GPU check for a machine lent for minutes, not hours: nothing is compiled
 # there. Build everything it runs first, on any machine with nvcc (no GPU needed):
 #
-#   make gpu-bundle [GPU_ARCH=90]        # train_gpt and train_gpt_cpu without MPI/NCCL, the kernel tests
-#                                        # and kernel labs for the GPU, data/brown; prints what to carry
+#   make gpu-bundle [GPU_ARCH=80]        # train_gpt and train_gpt_cpu without MPI/NCCL, the kernel tests
+#                                        # and kernel labs (sm_90 unless told), the data; prints what to bring
 #   bash scripts/gpu_session.sh [-o DIR] [--budget SECONDS]     # then, on the GPU machine
 #
 # Steps, most wanted first; each is timed, its output kept in DIR/NAME.log (default gpu_session_<date>/;
@@ -54,7 +54,7 @@ fi
 export TRAIN_GPT=build/bundle/train_gpt
 missing=()
 for f in "$TRAIN_GPT" build/bundle/train_gpt_cpu build/lab/flash_attention build/lab/layernorm build/lab/classifier data/brown/brown_train.bin \
-  data/gpt2/encoder.json data/gpt2/vocab.bpe; do
+  data/brown/brown_val.bin data/gpt2/encoder.json data/gpt2/vocab.bpe; do
   [ -e "$f" ] || missing+=("$f")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -19,6 +19,7 @@ S=$TMP/tree
 mkdir -p "$S/scripts" "$S/build/bundle" "$S/build/lab" "$S/build/gpu" "$S/data/brown" "$S/data/gpt2" "$S/test" "$TMP/bin" "$TMP/nogpu"
 cp scripts/gpu_session.sh "$S/scripts/"
 : >"$S/data/brown/brown_train.bin"
+: >"$S/data/brown/brown_val.bin"
 : >"$S/data/gpt2/encoder.json"
 : >"$S/data/gpt2/vocab.bpe"
 stub() {  # PATH BODY: an executable shell script
