@@ -24,7 +24,7 @@
 //   last query), K and V double-buffered. Per tile: S = Q·Kᵀ (16·MT × 64 per warp, fp32 registers); the
 //   score variant in fp32 (alpha = 1/(√hs·coeff), or sq² for qk-inward; ALiBi slope·u/coeff; ·coeff);
 //   running max m and sum l per row (a row's 64 scores sit on the 4 lanes of a quad: two xor
-//   shuffles); P = F(exp(s - m)·drop) packed straight into A fragments; O (16 × hs fp32 registers)
+//   shuffles); P = F(exp(s - m)·drop) packed straight into A fragments; O (16·MT × hs fp32 registers)
 //   rescaled by exp(m_old - m) and O += P·V. Last: out = F(O / l) staged through shared memory for
 //   16-byte stores, lse = m + log(l).
 // Backward (FlashAttention-2's five products per tile pair, deterministic, no float atomics):
@@ -315,7 +315,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         const F* Vc = Vs + cur * BC * HS;
         // 8-key column blocks with a key ≤ the warp's last query (warp-uniform). With two row tiles a
         // warp, the first multiplies the columns the second needs too: there they are masked (p = 0,
-        // the running max and sum unchanged), the bits of not multiplying them.
+        // the running max and sum unchanged, P·V adds exact zeros), the bits of not multiplying them
+        // (one exception: an output channel whose sum so far is −0, all its values −0, becomes +0).
         const int nt = w_first > w_last || w_last < k0 ? 0 : flash_imin(NT, (w_last - k0) / 8 + 1);
         // The tile's products and online softmax, compiled twice: FULL for a tile whose every key is at
         // or before every query of the warp, all real (most tiles), without a mask test or a branch
