@@ -27,8 +27,8 @@
 # Last, one table: each step's status and time, and its key lines (the end of the output is what a
 # lent machine's reply carries). The steps' expected times add up to about 700 s: at the default
 # budget the last ones (trainer, lab-shapes, memcheck) are usually skipped; under a 600 s call,
-# --budget 540 leaves room for the table. Exit status 0 when every step run passed, 1 when one failed, 2 when
-# there is no GPU or the bundle is missing. The full check on a machine of one's own:
+# --budget 540 leaves room for the table. Exit status 0 when every step run passed, 1 when one
+# failed, 2 when there is no GPU or the bundle is incomplete or does not load. The full check on a machine of one's own:
 # scripts/gpu_check.sh (it builds, and runs every lab and the sanitizers on every test).
 set -u
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
