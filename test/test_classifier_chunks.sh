@@ -17,10 +17,20 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS
 RUN=("${TINY[@]}" --train-iters 4 --global-batch-size 4 --micro-batch-size 2 --save-interval 4)
 
 # run NAME BIN [flags...]: metrics in $TMP/NAME.jsonl, checkpoint in $TMP/NAME.ck, log in $TMP/NAME.log
+# (mpirun's own start-up can fail under load before any rank runs, "orte_session_dir failed", more so
+# with two started at once: each run has its own session directory, and such a start is repeated
+# once, from nothing)
 run() {
-  local name=$1 bin=$2; shift 2
-  $bin "${RUN[@]}" --metrics-file "$TMP/$name.jsonl" --save "$TMP/$name.ck" "$@" >"$TMP/$name.log" 2>&1 ||
-    { fail "$name: the trainer failed"; tail -5 "$TMP/$name.log"; }
+  local name=$1 bin=$2 try; shift 2
+  mkdir -p "$TMP/ompi_$name"
+  for try in 1 2; do
+    rm -rf "$TMP/$name.ck" "$TMP/$name.jsonl"
+    OMPI_MCA_orte_tmpdir_base="$TMP/ompi_$name" $bin "${RUN[@]}" --metrics-file "$TMP/$name.jsonl" --save "$TMP/$name.ck" "$@" \
+      >"$TMP/$name.log" 2>&1 && return
+    [ $try = 1 ] && grep -qE "orte_[a-z_]+ failed|ORTE_ERROR" "$TMP/$name.log" && ! grep -q "^error:" "$TMP/$name.log" || break
+  done
+  fail "$name: the trainer failed"
+  tail -5 "$TMP/$name.log"
 }
 same_run() {  # same_run WHAT A B: metrics (without timings) and checkpoint byte-identical
   if cmp -s <(strip_timing "$TMP/$2.jsonl") <(strip_timing "$TMP/$3.jsonl"); then ok "$1: metrics identical"; else fail "$1: metrics differ"; fi
