@@ -104,6 +104,7 @@ case "$GPU_NAME" in
   *) GPU_PEAK=0 ;;
 esac
 GPU_ITERS=${BENCH_GPU_ITERS:-10}
+GPU_ROWS=""  # the rows gpu_bench was called for (BENCH_GPU_CONFIGS is checked against them)
 GPU_INDEX=${CUDA_VISIBLE_DEVICES:-0}; GPU_INDEX=${GPU_INDEX%%,*}
 echo
 echo "GPU: $GPU_NAME | bf16 dense peak: $([ "$GPU_PEAK" -gt 0 ] && echo "$GPU_PEAK TFLOP/s" || echo "unknown for this GPU (MFU n/a)") | $GPU_ITERS iterations, median of 2..$GPU_ITERS"
@@ -111,6 +112,7 @@ echo "model FLOPs per token = 6·N + 12·L·C·T (N: parameters incl. padded voc
 printf '%-6s %-28s %10s %12s %9s %7s %12s\n' config shape ms/iter tok/s TFLOP/s MFU "peak mem"
 gpu_bench() { # name L C NH T B [more flags]
   local name=$1 L=$2 C=$3 NH=$4 T=$5 B=$6 sampler P peak rc=0; shift 6
+  GPU_ROWS+=" $name"
   [ -z "${BENCH_GPU_CONFIGS:-}" ] || [[ " $BENCH_GPU_CONFIGS " == *" $name "* ]] || return 0
   nvidia-smi -i "$GPU_INDEX" --query-gpu=memory.used --format=csv,noheader,nounits -lms 200 >"$tmp/$name.mem" 2>/dev/null &
   sampler=$!
@@ -142,3 +144,7 @@ gpu_bench h128 12 1536 12 1024 8                          # head size 128 (BLOOM
 gpu_bench h128g 12 1536 12 1024 8 --attention-impl gemm
 gpu_bench 350M 24 1024 16 1024 16
 gpu_bench 1.5B 48 1600 25 1024 16   # flash attention (the default at head size 64): fits 80 GB without --checkpoint-activations
+# a name in BENCH_GPU_CONFIGS that is no row's ran nothing: say so, not a silent empty table
+for want in ${BENCH_GPU_CONFIGS:-}; do
+  [[ "$GPU_ROWS " == *" $want "* ]] || { echo "error: BENCH_GPU_CONFIGS names '$want', which is no row (rows:$GPU_ROWS)" >&2; exit 2; }
+done

@@ -52,6 +52,11 @@ PY
 
 # ---- multi-rank runs (mpirun --oversubscribe; the callers export OMPI_ALLOW_RUN_AS_ROOT...) --------
 
+# mpi_start_failed < OUTPUT: mpirun's own start-up failed before any rank ran ("orte_session_dir
+# failed" and the like, seen under load on 2 cores) and keel printed no error: not keel's failure, so
+# the caller starts that run again from nothing.
+mpi_start_failed() { local out; out=$(cat); grep -qE "orte_[a-z_]+ failed|ORTE_ERROR" <<<"$out" && ! grep -q "^error:" <<<"$out"; }
+
 # mpi_refused NP PATTERN ARGS...: $KEEL on NP ranks must fail, every rank's error line matching
 # PATTERN, before any iteration ran. (A flag error is printed by rank 0 only; other errors by every rank
 # that meets them, so expect_fail's one-error-line rule is not asked for here.)

@@ -27,7 +27,7 @@ run() {
     rm -rf "$TMP/$name.ck" "$TMP/$name.jsonl"
     OMPI_MCA_orte_tmpdir_base="$TMP/ompi_$name" $bin "${RUN[@]}" --metrics-file "$TMP/$name.jsonl" --save "$TMP/$name.ck" "$@" \
       >"$TMP/$name.log" 2>&1 && return
-    [ $try = 1 ] && grep -qE "orte_[a-z_]+ failed|ORTE_ERROR" "$TMP/$name.log" && ! grep -q "^error:" "$TMP/$name.log" || break
+    [ $try = 1 ] && mpi_start_failed <"$TMP/$name.log" || break
   done
   fail "$name: the trainer failed"
   tail -5 "$TMP/$name.log"

@@ -34,7 +34,7 @@ run() {
     KEEL_EMU_PROFILE="$TMP/$name.json" KEEL_EMU_TRACE="$TMP/$name.trace" mpirun --oversubscribe -np 2 $CUDA "${BASE[@]}" \
       --num-layers "$layers" --train-iters "$iters" --global-batch-size "$gbs" --metrics-file "$TMP/$name.jsonl" --save "$TMP/$name.ck" \
       "$@" >"$TMP/$name.log" 2>&1 && return
-    [ $try = 1 ] && grep -qE "orte_[a-z_]+ failed|ORTE_ERROR" "$TMP/$name.log" && ! grep -q "^error:" "$TMP/$name.log" || break
+    [ $try = 1 ] && mpi_start_failed <"$TMP/$name.log" || break
   done
   fail "$name: the trainer failed"; tail -5 "$TMP/$name.log"
 }

@@ -113,7 +113,7 @@ lane() {  # lane FIRST LAST: runs FIRST..LAST, one line "KIND ok|lost DETAIL" ea
     for attempt in 1 2 3; do
       out=$(OMPI_MCA_orte_tmpdir_base="$TMP/ompi_$1" timeout -k 5 60 mpirun --oversubscribe -np $np $K "${TINY[@]}" --train-iters 2 \
             --global-batch-size 8 "${args[@]}" 2>&1); rc=$?
-      grep -qE "orte_[a-z_]+ failed|ORTE_ERROR" <<<"$out" && ! grep -q "^error:" <<<"$out" || break
+      mpi_start_failed <<<"$out" || break
       echo "mpirun start-up failed (run $i, attempt $attempt): started again" >&2
     done
     if [ $rc -eq 2 ] && [ "$(grep -c '^error:' <<<"$out")" -eq 1 ] && grep -q -- "^error: .*$want" <<<"$out"; then echo "$kind ok"
