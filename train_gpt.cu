@@ -104,6 +104,8 @@ struct Trainer {
     AsyncSave async_save;                      // --async-save: the save being written behind training
     std::vector<float> gather_stage;           // a save's host copy of this rank's parameters under P or T > 1 (kept under --async-save)
     double timer_forward_ms = 0, timer_backward_ms = 0;
+    OpTimes op_times;                          // --time-ops: the timed iteration's marks (llmc/op_times.h)
+    bool op_times_done = false;                // its table was printed
 };
 
 static double now_ms() {
@@ -528,6 +530,7 @@ static void trainer_micro_forward(Trainer<A>* tr, int64_t it, int mb, int64_t fi
     GPT<A>* model = &tr->model;
     bool first_stage = tr->grid.pp_rank == 0, last_stage = tr->grid.pp_rank == tr->grid.pp - 1;
     double t0 = trainer_timer_now(tr);
+    op_mark(&tr->op_times, "host", "batch read");
     if (first_stage || last_stage) trainer_read_batch(tr, &tr->train_data, first, B, T);
     if (first_stage) trainer_dump_tokens(tr, it, mb, first, B, T);
     gpt_set_dropout(model, true, tr->st.dropout_seed, first);
@@ -571,6 +574,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     for (const PipeAction& a : pipeline_schedule_1f1b(stage, P, (int)accum)) {
         switch (a.op) {
             case PIPE_RECV_FORWARD:
+                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, (double)act_bytes);
                 slot_of(a.mb);
                 comm_recv_buf(&tr->pipe, model->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
                 break;
@@ -580,10 +584,12 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 break;
             case PIPE_SEND_FORWARD:  // (no wait: the slot is written again only after mb's backward, which waits
                                      // for mb's gradient, which the next stage sends after receiving this)
+                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, (double)act_bytes);
                 slot_of(a.mb);
                 comm_send_buf(&tr->pipe, gpt_stage_output(model), act_bytes, stage + 1, PIPE_TAG);
                 break;
             case PIPE_RECV_BACKWARD:
+                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, (double)act_bytes);
                 comm_recv_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage + 1, PIPE_TAG);
                 break;
             case PIPE_BACKWARD: {
@@ -598,15 +604,18 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 break;
             }
             case PIPE_SEND_BACKWARD:  // (overlaps the next forward; the next backward waits for it)
+                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, (double)act_bytes);
                 comm_send_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage - 1, PIPE_TAG);
                 grad_sent = true;
                 break;
             case PIPE_SEND_FORWARD_RECV_BACKWARD:  // activation of mb up, gradient for mb2 down, at once
+                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, 2.0 * act_bytes);
                 slot_of(a.mb);
                 comm_sendrecv_buf(&tr->pipe, gpt_stage_output(model), act_bytes, stage + 1, gpt_stage_grad(model), act_bytes,
                                   stage + 1, PIPE_TAG);
                 break;
             case PIPE_SEND_BACKWARD_RECV_FORWARD: {  // gradient of mb down, activation of mb2 in (into mb2's slot)
+                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, 2.0 * act_bytes);
                 A* grad = gpt_stage_grad(model);
                 slot_of(a.mb2);
                 comm_sendrecv_buf(&tr->pipe, grad, act_bytes, stage - 1, model->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
@@ -617,10 +626,15 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     // the tied word embedding: the first stage's copy got the lookup's gradient, the last stage's the
     // LM head's; both take the sum, so the two copies step identically (docs/internals.md#parallelism)
     // (test hook: KEEL_TEST_UNTIE_PIPELINE_EMBEDDING=1 leaves the copies apart, to prove the exchange matters)
+    if (P > 1) op_mark(&tr->op_times, "step", "pipeline send/recv");
     comm_sends_wait(&tr->pipe);  // the iteration's sends are done before anything reuses their buffers
-    if (P > 1 && (first_stage || last_stage) && !tr->hooks.untie_pipeline_embedding)
+    if (P > 1 && (first_stage || last_stage) && !tr->hooks.untie_pipeline_embedding) {
+        op_mark(&tr->op_times, "step", "embedding gradient all-reduce", 0, 4.0 * model->table.t[P_WTE].numel);
         comm_allreduce_sum_f32_buf(&tr->embed, model->g[P_WTE], (size_t)model->table.t[P_WTE].numel);
+    }
+    op_mark(&tr->op_times, "step", "loss read-back");
     if (last_stage) losses = gpt_losses_read(model, (int)accum, B, T);  // (the host waits for the backward, not the reduction)
+    if (dp > 1) op_mark(&tr->op_times, "step", "gradient reduction (wait)");
     grad_reducer_finish(&reducer);  // the remaining buckets; this rank's shard then holds the mean
     return losses;
 }
@@ -655,6 +669,8 @@ static bool trainer_unscale_grads(Trainer<A>* tr, int64_t it, double scale) {
 template <typename A>
 static void trainer_share_update(Trainer<A>* tr, const StepResult* r) {
     if (tr->cfg.zero_stage == 1) {
+        op_mark(&tr->op_times, "step", "ZeRO-1 parameter all-gather", 0,
+                (double)tr->model.table.total * (r->compute_copy_written ? sizeof(A) : sizeof(float)));
         if (r->compute_copy_written) comm_allgather_shards(&tr->comm, tr->model.params_c, tr->opt.shard_lo);
         else comm_allgather_shards(&tr->comm, tr->model.params, tr->opt.shard_lo);
     }
@@ -678,6 +694,46 @@ static LayerStats* trainer_layer_stats(Trainer<A>* tr, const std::vector<double>
     comm_allreduce_sum_f64(&tr->mp, ls->weight_sumsq.data(), (int)ls->weight_sumsq.size());
     comm_allreduce_sum_f64(&tr->pipe, ls->act_sumsq.data(), (int)ls->act_sumsq.size());
     return ls;
+}
+
+// --time-ops: the bytes the update moves for this rank's parameters (the step model's figure per
+// parameter: master weights, moments, gradient, compute copy; llmc/step_model.h).
+template <typename A>
+static double trainer_optimizer_bytes(const Trainer<A>* tr) {
+    double per = tr->cfg.optimizer == "adam8bit" ? STEP_ADAM8BIT_BYTES_PER_PARAM : STEP_ADAM_BYTES_PER_PARAM;
+    return per * (double)(tr->opt.range_hi - tr->opt.range_lo);
+}
+
+// --time-ops: the timed iteration's table (llmc/op_times.h). Under pipeline parallelism every stage
+// times its own ops; rank 0 prints each stage's table of its pipeline (the stages' first data- and
+// tensor-parallel ranks: the others run the same ops on other data or slices).
+template <typename A>
+static void trainer_print_op_times(Trainer<A>* tr) {
+    OpTable tab = op_times_end(&tr->op_times);
+#ifdef KEEL_CUDA
+    const char* how = "the GPU's time between CUDA events on the compute stream";
+#else
+    const char* how = "the host's clock; the CPU ops run synchronously";
+#endif
+    char who[64] = "";
+    if (tr->grid.pp > 1) snprintf(who, sizeof who, ", pipeline stage %d", tr->grid.pp_rank);
+    std::string text = op_table_text(&tab, who, how);
+    tr->op_times_done = true;
+    if (tr->grid.pp == 1) {
+        if (tr->world.rank == 0) fputs(text.c_str(), stdout);
+        fflush(stdout);
+        return;
+    }
+    std::vector<uint64_t> len(tr->pipe.size);  // each stage's text to the pipeline's every rank
+    uint64_t mine = text.size();
+    comm_allgather(&tr->pipe, &mine, sizeof mine, len.data());
+    std::vector<size_t> counts(len.begin(), len.end());
+    size_t total = 0;
+    for (size_t n : counts) total += n;
+    std::string all(total, '\0');
+    comm_allgatherv(&tr->pipe, text.data(), text.size(), &all[0], counts);
+    if (tr->world.rank == 0) fputs(all.c_str(), stdout);
+    fflush(stdout);
 }
 
 // One training iteration: accumulate gradients over the micro-batches, then one optimizer step.
@@ -715,14 +771,18 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     std::vector<double> act_sumsq(stats ? accum * (L + 1) : 0, 0.0);  // per micro-batch step, (L+1) each
     double scale = st->scaler.scale;  // this iteration's (the scaler may change it below)
     tr->timer_forward_ms = tr->timer_backward_ms = 0;
+    op_times_begin(&tr->op_times, it);  // (--time-ops: from here, when `it` is the iteration asked for)
     std::vector<double> losses = trainer_accumulate(tr, it, gbs, B, T, accum, stats ? act_sumsq.data() : nullptr);
     double t_opt = trainer_timer_now(tr);
     int P = tr->grid.pp;
     double loss = trainer_sum_global_order(comm, losses.data(), accum, 1)[0] / (double)(accum * dp);
     comm_broadcast(&tr->pipe, &loss, sizeof loss, P - 1);  // the last stage computed it
     Optimizer* o = &tr->opt;
+    op_mark(&tr->op_times, "step", "optimizer", 0, trainer_optimizer_bytes(tr));
     bool found_inf = trainer_unscale_grads(tr, it, scale);
+    if (c->zero_stage == 0 && dp > 1) op_mark(&tr->op_times, "step", "gradient all-gather", 0, 4.0 * tr->model.table.total);
     if (c->zero_stage == 0) comm_allgather_shards(comm, tr->model.grads, o->shard_lo);  // every rank updates everything
+    if (c->zero_stage == 0 && dp > 1) op_mark(&tr->op_times, "step", "optimizer");
     double lr = lr_schedule_get(&st->schedule) * spike_lr_factor(&st->spike, c, it);
     StepResult r = optimizer_step(o, comm, &tr->mp, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
     if (r.spike.spike) trainer_on_spike(tr, &r.spike, it);
@@ -732,6 +792,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     }
     double optimizer_ms = 0;
     trainer_timer_add(tr, t_opt, &optimizer_ms);
+    if (tr->op_times.on) trainer_print_op_times(tr);  // (the update shared: the iteration's work is all issued)
     st->iteration = it;
     st->consumed_samples += gbs;
     st->consumed_tokens += gbs * T;
@@ -1604,6 +1665,8 @@ static void trainer_setup(Trainer<A>* tr) {
         tr->model.clock_ctx = tr;
     }
     tr->model.tp = &tr->tp;
+    tr->op_times.iteration = c->time_ops;
+    tr->model.op_times = &tr->op_times;
     optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
     if (gpt_master_sharded(&tr->model) && (tr->opt.range_lo != master_lo || tr->opt.range_hi != master_hi))
         keel_die("the sharded master weights [%lld, %lld) are not the optimizer's shard", (long long)master_lo, (long long)master_hi);
@@ -1832,6 +1895,9 @@ static int trainer_run(Trainer<A>* tr) {
     if (tr->have_valid && c->eval_interval > 0 && !evaluated_now)
         log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr, tr->st.iteration), tr->st.consumed_samples, tr->st.consumed_tokens);
     if (!nothing) trainer_evaluate_full_at_end(tr);
+    if (c->time_ops > 0 && !tr->op_times_done)
+        printf("--time-ops %lld: that iteration did not run in this process (it ended at iteration %lld)\n", (long long)c->time_ops,
+               (long long)tr->st.iteration);
     if (!c->save.empty() && !saved_now) trainer_save(tr, true);
     trainer_async_save_finish(tr, true, true);
     trainer_export(tr);

@@ -7,9 +7,11 @@
 // memory: host code reaches it only through backend_copy_to_host/to_device (the CUDA emulation
 // of the tests enforces that by keeping device memory inaccessible outside kernels and copies).
 #pragma once
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "llmc/common.h"
 
@@ -109,6 +111,26 @@ static inline void backend_copy_on_device(void* dst, const void* src, size_t byt
 // (cuda/common.cuh host_upload); backend_upload_reserve sizes the slots at set-up.
 static inline void backend_upload(void* dst, const void* src, size_t bytes) { host_upload(dst, src, bytes); }
 static inline void backend_upload_reserve(size_t bytes) { upload_reserve(bytes); }
+// Time marks (llmc/op_times.h): mark i is a CUDA event recorded on keel's stream, so the time between
+// two marks is the stream's, not the host's. Events are made as marks first need them and kept.
+struct BackendMarks {
+    std::vector<cudaEvent_t> events;
+};
+static inline void backend_mark(BackendMarks* b, size_t i) {
+    while (b->events.size() <= i) {
+        cudaEvent_t e;
+        CUDA_CHECK(cudaEventCreate(&e));
+        b->events.push_back(e);
+    }
+    CUDA_CHECK(cudaEventRecord(b->events[i], keel_stream()));
+}
+static inline void backend_marks_wait(BackendMarks* b, size_t last) { CUDA_CHECK(cudaEventSynchronize(b->events[last])); }
+// ms from mark i to mark j (both recorded, j's reached: backend_marks_wait)
+static inline double backend_marks_ms(BackendMarks* b, size_t i, size_t j) {
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, b->events[i], b->events[j]));
+    return ms;
+}
 #else
 // Device memory: host memory on the CPU backend. Sizes in bytes; failures name the size.
 static inline void* backend_malloc(size_t bytes) {
@@ -136,4 +158,14 @@ static inline void backend_copy_to_device(void* dst, const void* src, size_t byt
 static inline void backend_copy_on_device(void* dst, const void* src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }
 static inline void backend_upload(void* dst, const void* src, size_t bytes) { if (bytes) memcpy(dst, src, bytes); }
 static inline void backend_upload_reserve(size_t) {}
+// Time marks (llmc/op_times.h): the ops run synchronously, so mark i is the host's monotonic clock.
+struct BackendMarks {
+    std::vector<double> ms;
+};
+static inline void backend_mark(BackendMarks* b, size_t i) {
+    if (b->ms.size() <= i) b->ms.resize(i + 1);
+    b->ms[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+static inline void backend_marks_wait(BackendMarks*, size_t) {}
+static inline double backend_marks_ms(BackendMarks* b, size_t i, size_t j) { return b->ms[j] - b->ms[i]; }
 #endif

@@ -114,6 +114,7 @@ struct Config {
     bool log_params_norm = false, log_num_zeros_in_grad = false;
     int64_t tensorboard_queue_size = 1000;
     bool log_timers_to_tensorboard = false, log_batch_size_to_tensorboard = false, log_validation_ppl_to_tensorboard = false;
+    int64_t time_ops = 0;  // --time-ops: the iteration whose ops are timed (0: none)
     int64_t check_replicated_params_interval = 0;  // tensor parallelism: compare replicated tensors every N iterations
     bool sync_tp_duplicated_parameters = false;    // ... or average them over the TP group before every forward
     // layout and planning (docs/internals.md#parallelism): --dry-run plans any layout; training runs TP x PP x DP over the launched ranks
@@ -416,6 +417,10 @@ static const Flag FLAGS[] = {
     KEEL_FLAG(FG_LOG, "log-timers-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_timers_to_tensorboard, FK_RUN, nullptr,
               "TensorBoard: iteration-time/* at each log line and the forward-compute-time, backward-compute-time and "
               "optimizer-time of every iteration (seconds)"),
+    KEEL_FLAG(FG_LOG, "time-ops", 0, NO_MAX, FT_INT, time_ops, FK_RUN, nullptr,
+              "time every op of iteration N (as the log numbers it; 0: none) and print where its time went: calls, "
+              "ms, share, TFLOP/s or GB/s per op, largest first (GPU: CUDA events on the compute stream, one host wait "
+              "at that iteration's end; CPU: the clock). Training computes the same bytes with or without it"),
     KEEL_FLAG(FG_LOG, "log-batch-size-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_batch_size_to_tensorboard, FK_RUN, nullptr,
               "TensorBoard: batch-size/batch-size and batch-size/batch-size vs samples"),
     KEEL_FLAG(FG_LOG, "log-validation-ppl-to-tensorboard", NO_MIN, NO_MAX, FT_BOOL, log_validation_ppl_to_tensorboard, FK_RUN, nullptr,

@@ -25,6 +25,7 @@
 #include "llmc/backend.h"
 #include "llmc/comm.h"
 #include "llmc/flags.h"
+#include "llmc/op_times.h"
 #include "llmc/parallel.h"
 #include "llmc/pp_partition.h"
 #include "llmc/rand.h"
@@ -379,16 +380,31 @@ template <typename F> struct GPT {
     // Empty: every slot is current (gpt_zero_grad), so every op adds.
     std::vector<uint8_t> grad_stale;
     int grad_layers = 1;
+    // --time-ops (llmc/op_times.h): the marks of the iteration being timed (null: never), and the pass
+    // the ops belong to ("fwd", "bwd", or "recompute" for --checkpoint-activations' second forward)
+    OpTimes* op_times = nullptr;
+    const char* op_phase = "fwd";
 };
+
+// --time-ops: op `name` of the step starts here (llmc/op_times.h), in the pass under way; flops and
+// bytes give the table its rates (the model's FLOPs; the bytes a memory-bound op must move).
+template <typename F> static inline void gpt_mark(const GPT<F>* m, const char* name, double flops = 0, double bytes = 0) {
+    op_mark(m->op_times, m->op_phase, name, flops, bytes);
+}
 
 // Tensor parallelism's all-reduces over the group (no-ops without it): the sum after a row-parallel
 // layer's partial products and of a column-parallel layer's input gradient (Megatron's g and f), the
 // vocabulary-parallel lookup's rows and the cross-entropy's statistics.
+// (Under --time-ops each is a segment of its own: the op after it marks its own start.)
 template <typename F, typename T> static inline void gpt_tp_sum(const GPT<F>* m, T* buf, size_t n) {
-    if (m->tp && m->tp->size > 1) comm_allreduce_buf(m->tp, buf, n, COMM_SUM);
+    if (!m->tp || m->tp->size <= 1) return;
+    gpt_mark(m, "tensor-parallel all-reduce", 0, (double)n * sizeof(T));
+    comm_allreduce_buf(m->tp, buf, n, COMM_SUM);
 }
 template <typename F, typename T> static inline void gpt_tp_max(const GPT<F>* m, T* buf, size_t n) {
-    if (m->tp && m->tp->size > 1) comm_allreduce_buf(m->tp, buf, n, COMM_MAX);
+    if (!m->tp || m->tp->size <= 1) return;
+    gpt_mark(m, "tensor-parallel all-reduce", 0, (double)n * sizeof(T));
+    comm_allreduce_buf(m->tp, buf, n, COMM_MAX);
 }
 
 // The slices of the tensor-parallel split (the whole width without it): attention channels and
@@ -791,22 +807,28 @@ template <typename F> static void gpt_embed_forward(GPT<F>* m, int B, int T) {
     int C = cfg->channels;
     const F* wpe = cfg->alibi ? nullptr : m->p[P_WPE];
     size_t BTC = (size_t)B * T * C;
+    double es = sizeof(F);
     if (m->table.t[P_LNEW].numel) {
         encoder_forward(a->emb, m->inputs, m->p[P_WTE], (const F*)nullptr, B, T, C);
         gpt_tp_sum(m, a->emb, BTC);  // vocabulary-parallel: each row comes from one rank, the others add 0
+        gpt_mark(m, "embedding layernorm", 0, 2 * BTC * es);
         layernorm_forward(a->encoded, a->lne_mean, a->lne_rstd, a->emb, m->p[P_LNEW], m->p[P_LNEB], B * T, C);
         gpt_stored(m, a->encoded, BTC);
         if (wpe) position_forward(a->encoded, wpe, B, T, C);
     } else if (cfg->tp_size > 1) {
         encoder_forward(a->encoded, m->inputs, m->p[P_WTE], (const F*)nullptr, B, T, C);
         gpt_tp_sum(m, a->encoded, BTC);  // exactly the word rows (x + 0 = x), then the positions as one rank adds them
+        gpt_mark(m, "positions", 0, 2 * BTC * es);
         if (wpe) position_forward(a->encoded, wpe, B, T, C);
     } else {
         encoder_forward(a->encoded, m->inputs, m->p[P_WTE], wpe, B, T, C);
     }
     gpt_stored(m, a->encoded, BTC);  // (the word rows alone are bf16 already: sums of one nonzero term)
     DropoutSite d = gpt_dropout_site(m, cfg->embed_dropout, -1, DROPOUT_SITE_EMBED);
-    if (d.p > 0) dropout_forward(a->encoded, a->encoded, B, (size_t)T * C, &d);
+    if (d.p > 0) {
+        gpt_mark(m, "dropout", 0, 2 * BTC * es);
+        dropout_forward(a->encoded, a->encoded, B, (size_t)T * C, &d);
+    }
     gpt_stored(m, a->encoded, BTC);
 }
 
@@ -816,6 +838,7 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
     Activations<F>* a = &m->acts;
     int C = cfg->channels;
     size_t BTC = (size_t)B * T * C;
+    gpt_mark(m, "embed");
     DropoutSite ds = gpt_dropout_site(m, cfg->embed_dropout, -1, DROPOUT_SITE_EMBED);
     if (ds.p > 0) {
         backend_memset_zero(m->dacts.branch, BTC * sizeof(F));
@@ -830,9 +853,11 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
     if (dwpe) gpt_grad_zero_first(m, P_WPE);
     if (m->table.t[P_LNEW].numel) {
         if (dwpe) position_backward(dwpe, d, B, T, C);
+        gpt_mark(m, "embedding layernorm", 0, 3.0 * BTC * sizeof(F));
         layernorm_backward(m->dacts.ln, m->g[P_LNEW], m->g[P_LNEB], d, a->emb, m->p[P_LNEW], a->lne_mean, a->lne_rstd, B * T, C, true,
                            gpt_grads_first(m, P_LNEW, P_LNEB));
         gpt_stored(m, m->dacts.ln, BTC);
+        gpt_mark(m, "embed");
         encoder_backward(m->g[P_WTE], (acc_t<F>*)nullptr, m->dacts.ln, m->inputs, a->wte_groups, B, T, C);
     } else if (cfg->tp_size > 1) {  // the replicated positions from the whole gradient, this rank's word rows
         if (dwpe) position_backward(dwpe, d, B, T, C);
@@ -864,6 +889,8 @@ template <typename F> static void gpt_attention_core_forward(GPT<F>* m, int l, s
     F* qkv = a->qkv + 3 * la;
     F* atty = a->atty + la;
     AttentionOpts ao = gpt_attention_opts(m, m->config.stage_layer_first + l);
+    // the model's FLOPs: QKᵀ and PV over the causal half, 2·hs·T(T+1)/2 each per (sample, head)
+    gpt_mark(m, m->flash ? "attention (flash)" : "attention (gemm)", 2.0 * B * Ca * (double)T * (T + 1));
     if (m->flash) {
         flash_attention_forward(atty, a->lse + k * m->B * NH * m->T, qkv, B, T, Ca, NH, &ao);
     } else {
@@ -881,8 +908,9 @@ template <typename F> static void gpt_attention_core_forward(GPT<F>* m, int l, s
 // LayerNorm after the stage's last layer (gpt_layer_forward's `next`).
 template <typename F, typename S>
 static void gpt_residual_ln_forward(GPT<F>* m, F* sum, F* ln, S* mean, S* rstd, const F* residual, const F* branch, const F* w, const F* b,
-                                    size_t BT) {
+                                    size_t BT, const char* ln_name) {
     int C = m->config.channels;
+    gpt_mark(m, ln_name, 0, 4.0 * BT * C * sizeof(F));  // (two read, two written)
     if (m->config.round_bf16) {
         residual_forward(sum, residual, branch, BT * C);
         gpt_stored(m, sum, BT * C);
@@ -921,38 +949,51 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     bool bias_here = cfg->tp_rank == 0;
     // attention branch
     size_t BTC = BT * C;
+    double es = sizeof(F);
     if (!ln1_ready) {  // (else the previous layer's residual add formed it)
+        gpt_mark(m, "ln1", 0, 2 * BTC * es);
         layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
         gpt_stored(m, ln1, BTC);
     }
+    gpt_mark(m, "qkv matmul", 2.0 * BT * C * 3 * Ca);
     matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CCa, p[P_QKVB] + l * 3 * Ca, (int)BT, C, 3 * Ca);  // column-parallel
     gpt_stored(m, qkv, BT * 3 * Ca);
     gpt_attention_core_forward(m, l, k, B, T);
     F* attin = atty;
     if (nf) {
         attin = a->atty_hs + la;
+        gpt_mark(m, "head scale", 0, 2 * BT * Ca * es);
         headscale_forward(attin, atty, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
         gpt_stored(m, attin, BT * Ca);
     }
+    gpt_mark(m, "attproj matmul", 2.0 * BT * Ca * C);
     matmul_forward(attproj, attin, p[P_ATTPROJW] + l * CCa, bias_here ? p[P_ATTPROJB] + l * C : nullptr, (int)BT, Ca, C);  // row-parallel
     gpt_tp_sum_stored(m, attproj, BTC);
     F* branch = attproj;
     if (nf) {
         branch = a->lna + lc;
+        gpt_mark(m, "ln attn", 0, 2 * BTC * es);
         layernorm_forward(branch, a->lna_mean + lr, a->lna_rstd + lr, attproj, p[P_LNAW] + l * C, p[P_LNAB] + l * C, (int)BT, C);
         gpt_stored(m, branch, BTC);
     }
     DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
-    if (d.p > 0) dropout_forward(branch, branch, B, (size_t)T * C, &d);
+    if (d.p > 0) {
+        gpt_mark(m, "dropout", 0, 2 * BTC * es);
+        dropout_forward(branch, branch, B, (size_t)T * C, &d);
+    }
     gpt_stored(m, branch, BTC);
-    gpt_residual_ln_forward(m, residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, p[P_LN2W] + l * C, p[P_LN2B] + l * C, BT);
+    gpt_residual_ln_forward(m, residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, p[P_LN2W] + l * C, p[P_LN2B] + l * C, BT,
+                            "residual + ln2");
     // MLP branch
     // column-parallel; GeLU: one op, on the GPU one GEMM whose epilogue also keeps fch for the backward
     if (cfg->activation == ACT_GELU) {  // (the GPU's GeLU reads the fp32 product when fused, the bf16 one when not)
+        gpt_mark(m, "fc matmul + gelu", 2.0 * BT * C * H);
         matmul_forward_gelu(fch_act, fch, ln2, p[P_FCW] + l * CH, p[P_FCB] + l * H, (int)BT, C, H, m->gelu_fusion);
     } else {
+        gpt_mark(m, "fc matmul", 2.0 * BT * C * H);
         matmul_forward(fch, ln2, p[P_FCW] + l * CH, p[P_FCB] + l * H, (int)BT, C, H);
         gpt_stored(m, fch, BT * H);
+        gpt_mark(m, "activation", 0, 2 * BT * H * es);
         gpt_activation_forward(m, fch_act, fch, BT * H);
     }
     gpt_stored(m, fch, BT * H);
@@ -960,22 +1001,28 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     F* fcin = fch_act;
     if (nf) {
         fcin = a->lnfc + lh;
+        gpt_mark(m, "ln fc", 0, 2 * BT * H * es);
         layernorm_forward(fcin, a->lnfc_mean + lr, a->lnfc_rstd + lr, fch_act, p[P_LNFCW] + l * H, p[P_LNFCB] + l * H, (int)BT, H);
         gpt_stored(m, fcin, BT * H);
     }
+    gpt_mark(m, "fcproj matmul", 2.0 * BT * H * C);
     matmul_forward(fcproj, fcin, p[P_FCPROJW] + l * CH, bias_here ? p[P_FCPROJB] + l * C : nullptr, (int)BT, H, C);  // row-parallel
     gpt_stored(m, fcproj, BTC);
     gpt_tp_sum(m, fcproj, BTC);
     d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
-    if (d.p > 0) dropout_forward(fcproj, fcproj, B, (size_t)T * C, &d);
+    if (d.p > 0) {
+        gpt_mark(m, "dropout", 0, 2 * BTC * es);
+        dropout_forward(fcproj, fcproj, B, (size_t)T * C, &d);
+    }
     gpt_stored(m, fcproj, BTC);
     if (next == LN_NEXT_LAYER) {  // residual3 and layer l + 1's ln1
         size_t k1 = gpt_act_layer(m, l + 1), lc1 = k1 * BTmax * C, lr1 = k1 * BTmax;
         gpt_residual_ln_forward(m, residual3, a->ln1 + lc1, a->ln1_mean + lr1, a->ln1_rstd + lr1, residual2, fcproj, p[P_LN1W] + (l + 1) * C,
-                                p[P_LN1B] + (l + 1) * C, BT);
+                                p[P_LN1B] + (l + 1) * C, BT, "residual + next ln1");
     } else if (next == LN_NEXT_FINAL) {  // residual3 and the final LayerNorm
-        gpt_residual_ln_forward(m, residual3, a->lnf, a->lnf_mean, a->lnf_rstd, residual2, fcproj, p[P_LNFW], p[P_LNFB], BT);
+        gpt_residual_ln_forward(m, residual3, a->lnf, a->lnf_mean, a->lnf_rstd, residual2, fcproj, p[P_LNFW], p[P_LNFB], BT, "residual + lnf");
     } else {
+        gpt_mark(m, "residual", 0, 3 * BTC * es);
         residual_forward(residual3, residual2, fcproj, BTC);
     }
     gpt_stored(m, residual3, BTC);
@@ -1001,8 +1048,11 @@ template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n,
     Activations<F>* a = &m->acts;
     const F* lnf = a->lnf + r0 * C;
     const int* targets = m->targets + r0;
+    double es = sizeof(F);
+    gpt_mark(m, "lm head matmul", 2.0 * n * C * td.Vl);
     matmul_forward(a->logits, lnf, m->p[P_WTE], (const F*)nullptr, (int)n, C, td.Vl);  // this rank's vocabulary columns
     gpt_stored(m, a->logits, n * td.Vl);
+    gpt_mark(m, "classifier", 0, (dloss != 0.0 ? 2.0 : 1.0) * n * td.Vl * es);  // the logits read (and their gradient written)
     if (cfg->tp_size == 1) {
         classifier_forward(losses, a->logits, targets, (int)n, V, Vp, (acc_t<F>)dloss);
     } else {  // vocabulary-parallel cross-entropy (cpu/classifier.h): max, then Σ exp and the target's logit, over ranks
@@ -1010,13 +1060,16 @@ template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n,
         acc_t<F>* stats = m->vp_stats + n;
         vocab_parallel_max(rowmax, a->logits, (int)n, td.Vr, td.Vl);
         gpt_tp_max(m, rowmax, n);
+        gpt_mark(m, "classifier", 0, n * td.Vl * es);
         vocab_parallel_sumexp(stats, a->logits, targets, rowmax, (int)n, td.Vr, td.Vl);
         gpt_tp_sum(m, stats, 2 * n);
+        gpt_mark(m, "classifier", 0, n * td.Vl * es);
         vocab_parallel_finish(losses, a->logits, stats, rowmax, targets, (acc_t<F>)dloss, (int)n, td.Vr, td.Vl);
     }
     if (dloss != 0.0) {
         gpt_stored(m, a->logits, n * td.Vl);  // the classifier left the logits' gradient there
         double t0 = m->clock ? m->clock(m->clock_ctx) : 0;
+        op_mark(m->op_times, "bwd", "lm head matmul", 4.0 * n * C * td.Vl);  // (the backward's, run here)
         // the chunk's rows of d(lnf) written (the chunks cover every position); the word embedding's
         // gradient written by the iteration's first chunk, added by the others
         matmul_backward(m->dacts.ln + r0 * C, m->g[P_WTE], (acc_t<F>*)nullptr, a->logits, lnf, m->p[P_WTE], (int)n, C, td.Vl, true,
@@ -1056,7 +1109,9 @@ double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, i
     Activations<F>* a = &m->acts;
     F** p = m->p;
     TPDims td = gpt_tp_dims(cfg);
+    m->op_phase = "fwd";
     if (cfg->stage_first) {
+        gpt_mark(m, "embed");  // (with the ids' upload and the word-embedding gradient's token groups)
         for (size_t i = 0; i < BT; i++)
             if (inputs_host[i] < 0 || inputs_host[i] >= V) keel_die("token id %d at position %zu is outside [0, %d)", inputs_host[i], i, V);
         gpt_ids_to_device(m, m->inputs, inputs_host, BT, true);
@@ -1070,6 +1125,7 @@ double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, i
         gpt_layer_forward(m, l, B, T, l + 1 < L ? LN_NEXT_LAYER : cfg->stage_last ? LN_NEXT_FINAL : LN_NEXT_NONE, l > 0);
     if (!cfg->stage_last) return 0.0;
     if (L == 0) {  // (a stage without layers: the final LayerNorm on the embeddings)
+        gpt_mark(m, "lnf", 0, 2.0 * BT * C * sizeof(F));
         layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->encoded, p[P_LNFW], p[P_LNFB], (int)BT, C);
         gpt_stored(m, a->lnf, BT * C);
     }
@@ -1161,6 +1217,7 @@ template <typename F> void gpt_logits_row_to_host(const GPT<F>* m, size_t row, f
 template <typename F> static F* gpt_dropout_backward(GPT<F>* m, F* dout, int B, int T, const DropoutSite* d) {
     if (d->p <= 0) return dout;
     size_t N = (size_t)B * T * m->config.channels;
+    gpt_mark(m, "dropout", 0, 2.0 * N * sizeof(F));
     backend_memset_zero(m->dacts.branch, N * sizeof(F));
     dropout_backward(m->dacts.branch, dout, B, (size_t)T * m->config.channels, d);
     gpt_stored(m, m->dacts.branch, N);
@@ -1186,6 +1243,7 @@ template <typename F> static void gpt_head_backward(GPT<F>* m, int B, int T, dou
     gpt_tp_sum(m, d->ln, BT * C);  // each rank's vocabulary columns contributed a part
     gpt_stored(m, d->ln, BT * C);
     F* last = gpt_stage_output(m);  // (the LayerNorm writes d->residual: nothing zeroed first)
+    gpt_mark(m, "lnf", 0, 3.0 * BT * C * sizeof(F));
     layernorm_backward(d->residual, g[P_LNFW], g[P_LNFB], d->ln, last, p[P_LNFW], a->lnf_mean, a->lnf_rstd, (int)BT, C, true,
                        gpt_grads_first(m, P_LNFW, P_LNFB));
     gpt_stored(m, d->residual, BT * C);
@@ -1200,6 +1258,7 @@ template <typename F> static void gpt_attention_core_backward(GPT<F>* m, int l, 
     GradScratch<F>* d = &m->dacts;
     size_t la = k * (size_t)m->B * m->T * Ca, BT = (size_t)B * T;
     AttentionOpts ao = gpt_attention_opts(m, m->config.stage_layer_first + l);
+    gpt_mark(m, m->flash ? "attention (flash)" : "attention (gemm)", 4.0 * B * Ca * (double)T * (T + 1));  // (dV, dP, dQ, dK)
     // (each writes all of d->qkv)
     if (m->flash)
         flash_attention_backward(d->qkv, d->atty, a->qkv + 3 * la, a->atty + la, a->lse + k * m->B * NH * m->T, B, T, Ca, NH, &ao, true);
@@ -1226,7 +1285,12 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     // the same inputs with the same dropout masks give the same bytes as the first time (its LN1
     // and last residual add run apart here, fused the first time: the fused pass gives the two ops'
     // bytes, test_cuda_layers)
-    if (cfg->checkpoint_activations) gpt_layer_forward(m, l, B, T);
+    if (cfg->checkpoint_activations) {
+        m->op_phase = "recompute";
+        gpt_layer_forward(m, l, B, T);
+        m->op_phase = "bwd";
+    }
+    double es = sizeof(F);
     F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
     size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, la = k * BTmax * Ca, lh = k * BTmax * H, lr = k * BTmax;
     size_t CCa = (size_t)C * Ca, CH = (size_t)C * H;
@@ -1239,25 +1303,31 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
         // GeLU's derivative applied to the projection's input gradient in one op (on the GPU one GEMM,
         // the DGELU epilogue); d->fch_act is the op's scratch
         // (the GPU stores the scratch d->fch_act in bf16 only when unfused; here it stays fp32)
+        gpt_mark(m, "fcproj matmul + dgelu", 4.0 * BT * H * C);
         matmul_backward_gelu(d->fch, d->fch_act, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH,
                              a->fch + lh, (int)BT, H, C, m->gelu_fusion, gpt_grads_first(m, P_FCPROJW, P_FCPROJB, l));
     } else {  // ReLU, or --normformer: there the activation's gradient comes out of LN_fc's backward, not out of a GEMM
         F* dfcin = nf ? d->lnfc : d->fch_act;
+        gpt_mark(m, "fcproj matmul", 4.0 * BT * H * C);
         if (nf) zero(d->fch_act, BT * H);  // (LN_fc's backward adds into it; the matmul writes dfcin)
         matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C, true,
                         gpt_grads_first(m, P_FCPROJW, P_FCPROJB, l));
         gpt_stored(m, dfcin, BT * H);
+        if (nf) gpt_mark(m, "ln fc", 0, 4.0 * BT * H * es);
         if (nf)
             layernorm_backward(d->fch_act, g[P_LNFCW] + l * H, g[P_LNFCB] + l * H, d->lnfc, a->fch_act + lh, p[P_LNFCW] + l * H,
                                a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H, false, gpt_grads_first(m, P_LNFCW, P_LNFCB, l));
         gpt_stored(m, d->fch_act, BT * H);
+        gpt_mark(m, "activation", 0, 3.0 * BT * H * es);
         zero(d->fch, BT * H);
         gpt_activation_backward(m, d->fch, d->fch_act, a->fch + lh, BT * H);
     }
     gpt_stored(m, d->fch, BT * H);
+    gpt_mark(m, "fc matmul", 4.0 * BT * C * H);
     matmul_backward(d->ln, g[P_FCW] + l * CH, g[P_FCB] + l * H, d->fch, a->ln2 + lc, p[P_FCW] + l * CH, (int)BT, C, H, true,
                     gpt_grads_first(m, P_FCW, P_FCB, l));
     gpt_tp_sum_stored(m, d->ln, BT * C);  // column-parallel: the input gradient is the sum of the ranks' parts
+    gpt_mark(m, "ln2", 0, 4.0 * BT * C * es);  // (dout and the input read, the gradient read and written)
     layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
                        p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C, false, gpt_grads_first(m, P_LN2W, P_LN2B, l));
     gpt_stored(m, d->residual, BT * C);
@@ -1265,6 +1335,7 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
     dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
     if (nf) {  // d->ln is free here: the LayerNorm's input gradient goes there
+        gpt_mark(m, "ln attn", 0, 4.0 * BT * C * es);
         zero(d->ln, BT * C);
         layernorm_backward(d->ln, g[P_LNAW] + l * C, g[P_LNAB] + l * C, dbranch, a->attproj + lc, p[P_LNAW] + l * C,
                            a->lna_mean + lr, a->lna_rstd + lr, (int)BT, C, false, gpt_grads_first(m, P_LNAW, P_LNAB, l));
@@ -1273,19 +1344,23 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     }
     F* attin = nf ? a->atty_hs + la : a->atty + la;
     F* dattin = nf ? d->atty_hs : d->atty;
+    gpt_mark(m, "attproj matmul", 4.0 * BT * Ca * C);
     if (nf) zero(d->atty, BT * Ca);  // (the head scale's backward adds into it; the matmul writes dattin)
     matmul_backward(dattin, g[P_ATTPROJW] + l * CCa, g[P_ATTPROJB] + l * C, dbranch, attin, p[P_ATTPROJW] + l * CCa,
                     (int)BT, Ca, C, true, gpt_grads_first(m, P_ATTPROJW, P_ATTPROJB, l));
     gpt_stored(m, dattin, BT * Ca);
     if (nf) {
+        gpt_mark(m, "head scale", 0, 3.0 * BT * Ca * es);
         gpt_grad_zero_first(m, P_HEADSCALE, l);
         headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + la, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
         gpt_stored(m, d->atty, BT * Ca);
     }
     gpt_attention_core_backward(m, l, k, B, T);  // d->atty → d->qkv
+    gpt_mark(m, "qkv matmul", 4.0 * BT * C * 3 * Ca);
     matmul_backward(d->ln, g[P_QKVW] + l * 3 * CCa, g[P_QKVB] + l * 3 * Ca, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CCa,
                     (int)BT, C, 3 * Ca, true, gpt_grads_first(m, P_QKVW, P_QKVB, l));
     gpt_tp_sum_stored(m, d->ln, BT * C);
+    gpt_mark(m, "ln1", 0, 4.0 * BT * C * es);
     layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
                        a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C, false, gpt_grads_first(m, P_LN1W, P_LN1B, l));
     gpt_stored(m, d->residual, BT * C);
@@ -1297,13 +1372,17 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
 template <typename F> void gpt_backward(GPT<F>* m, int B, int T, double dloss, void (*layer_done)(void*, int) = nullptr,
                                         void* layer_ctx = nullptr) {
     const GPTConfig* cfg = &m->config;
+    m->op_phase = "bwd";
     // the last stage starts from the loss; any other from the gradient of gpt_stage_output, which
     // the caller put in d->residual (gpt_stage_grad)
     if (cfg->stage_last) gpt_head_backward(m, B, T, dloss);
     for (int l = gpt_stage_layers(cfg) - 1; l >= 0; l--) {
         gpt_layer_backward(m, l, B, T);
         gpt_grads_settle(m, l);  // (before the reduction hook reads the layer's gradients)
-        if (layer_done) layer_done(layer_ctx, l);
+        if (layer_done) {
+            op_mark(m->op_times, "step", "gradient reduction");  // (the GPU: issued to the communication stream)
+            layer_done(layer_ctx, l);
+        }
     }
     if (cfg->stage_first) gpt_embed_backward(m, m->dacts.residual, B, T);
     gpt_grads_settle(m, -1);

@@ -15,6 +15,8 @@
 #                shape (the block order 2 against 3 and 8, the dQ chains 7 and 6, 4 and 5 warps)
 #   bench        train_gpt at GPT-2 124M (flash, then the GEMM attention path) and 1.5B (flash): the
 #                step in ms and MFU (BENCH_ONLY=gpu scripts/bench.sh's rows, 10 iterations each)
+#   ops          train_gpt --time-ops 3 at GPT-2 124M and 1.5B (flash, B=16, T=1024): where the step's
+#                time goes, op by op (CUDA events; each table whole in the log, its top rows in the table)
 #   lab-memory   build/lab/layernorm and build/lab/classifier (B=8): each kernel beside its first-timed form
 #   tests        every build/gpu/test_cuda_* kernel test on the GPU
 #   ncu          Nsight Compute on the flash forward and backward and the LayerNorm backward as the
@@ -25,7 +27,7 @@
 #   lab-shapes   the flash lab at T=512 (B=32) and T=4096 (B=4): a block's cost beside its steps
 #   memcheck     compute-sanitizer --tool memcheck on the flash and LayerNorm kernel tests
 # Last, one table: each step's status and time, and its key lines (the end of the output is what a
-# lent machine's reply carries). The steps' expected times add up to about 700 s: at the default
+# lent machine's reply carries). The steps' expected times add up to about 760 s: at the default
 # budget the last ones (trainer, lab-shapes, memcheck) are usually skipped; under a 600 s call,
 # --budget 540 leaves room for the table. Exit status 0 when every step run passed, 1 when one
 # failed, 2 when there is no GPU or the bundle is incomplete or does not load. The full check on a machine of one's own:
@@ -108,6 +110,24 @@ bench_rows() {  # (bench.sh prints a failed row and goes on: a failed row fails 
   echo "$out"
   ! grep -qE 'failed|no timed iterations' <<<"$out"
 }
+# --time-ops: iteration 3 of 3 cut into its ops (docs/operations.md); the whole table to the log, and
+# for the summary each model's header, its 12 largest rows and its FLOPs line, prefixed by the model
+op_tables() {
+  local row name L C NH log bad=0
+  log=$(mktemp)
+  for row in "124M 12 768 12" "1.5B 48 1600 25"; do
+    read -r name L C NH <<<"$row"
+    "$TRAIN_GPT" --bf16 --num-layers "$L" --hidden-size "$C" --num-attention-heads "$NH" --seq-length 1024 --micro-batch-size 16 \
+      --train-iters 3 --time-ops 3 --lr 1e-4 --train-data-path data/brown/brown_train.bin --log-interval 1000 --eval-interval 0 \
+      --hidden-dropout 0 --attention-dropout 0 >"$log" 2>&1 || { echo "$name: train_gpt failed"; tail -n 3 "$log"; bad=1; continue; }
+    grep -q '^time per op' "$log" || { echo "$name: no table in train_gpt's output"; tail -n 3 "$log"; bad=1; continue; }
+    echo "==== $name"
+    sed -n '/^time per op/,/^  model FLOPs/p' "$log"
+    { sed -n '/^time per op/,/^  model FLOPs/p' "$log" | head -n 14; grep '^  model FLOPs' "$log"; } | sed "s/^/$name | /"
+  done
+  rm -f "$log"
+  return $bad
+}
 lab_memory() { build/lab/layernorm && build/lab/classifier; }
 kernel_tests() {
   local t bad=0
@@ -165,13 +185,14 @@ memcheck() {
   done
   return $bad
 }
-export -f bench_rows lab_memory kernel_tests ncu_kernels trainer lab_shapes memcheck
+export -f bench_rows op_tables lab_memory kernel_tests ncu_kernels trainer lab_shapes memcheck
 
 # ---- the steps, most wanted first ---------------------------------------------------------------------
 LAB_ROWS='^(attention|layernorm|classifier)|^  [0-9] |wrong|FAIL'
 step gpu 5 '^[0-9]+,' nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 step lab-flash 60 "$LAB_ROWS" build/lab/flash_attention -B 16
 step bench 90 '^GPU|^config|^(124M|124Mg|1\.5B) |failed' bench_rows "124M 124Mg 1.5B"
+step ops 60 '^(124M|1\.5B) \| |failed|no table' op_tables
 step lab-memory 40 "$LAB_ROWS" lab_memory
 step tests 60 '^-- |checks, |FAILED|^FAIL' kernel_tests
 if command -v ncu >/dev/null 2>&1; then

@@ -92,6 +92,7 @@ __global__ void uninit_static_smem_kernel(float* out) {
 }
 
 __global__ void fill_kernel(int* x, int v) { x[threadIdx.x] = v; }
+__global__ void fill_all_kernel(int* x, int v) { x[blockIdx.x * blockDim.x + threadIdx.x] = v; }
 __global__ void copy_kernel(int* dst, const int* src) { dst[threadIdx.x] = src[threadIdx.x]; }
 // KEEL_EMU_STREAMS=async:seed: x = 7 on stream a, then out = x on stream b, with or without b
 // waiting for a's event; whether out got the 7.
@@ -308,6 +309,54 @@ static void test_streams() {
     }
 }
 
+// Event timing (cudaEventElapsedTime, which --time-ops reads): the emulation's time between two
+// events spans the work queued between them; the real call's errors for an event without timing, one
+// never recorded, and (async streams) one its stream has not reached.
+static void test_event_timing() {
+    emu::Streams saved_mode = emu::streams();
+    emu::set_streams(false, 0);
+    cudaEvent_t a, b, c, untimed;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    cudaEventCreate(&c);
+    cudaEventCreateWithFlags(&untimed, cudaEventDisableTiming);
+    int n = 1 << 16;
+    int* x = dev_upload(std::vector<int>(n, 0));
+    cudaEventRecord(a, MAIN_STREAM);
+    for (int k = 0; k < 4; k++) KEEL_LAUNCH(fill_all_kernel, n / 256, 256, 0, MAIN_STREAM)(x, k);
+    cudaEventRecord(b, MAIN_STREAM);
+    cudaEventRecord(c, MAIN_STREAM);
+    cudaEventRecord(untimed, MAIN_STREAM);
+    cudaEventSynchronize(c);
+    float ab = -1, bc = -1, ba = 1;
+    bool ok = cudaEventElapsedTime(&ab, a, b) == cudaSuccess && cudaEventElapsedTime(&bc, b, c) == cudaSuccess &&
+              cudaEventElapsedTime(&ba, b, a) == cudaSuccess;
+    printf("      event timing: 4 launches %.3f ms, nothing %.3f ms\n", ab, bc);
+    check_true("cudaEventElapsedTime: the launches between two events take time, nothing between two takes less, reversed is negative",
+               ok && ab > 0 && bc >= 0 && bc < ab && ba == -ab);
+    float t = 0;
+    cudaEvent_t never;
+    cudaEventCreate(&never);
+    check_true("cudaEventElapsedTime: an event without timing, or never recorded, is an invalid handle (as on a GPU)",
+               cudaEventElapsedTime(&t, a, untimed) == cudaErrorInvalidResourceHandle &&
+                   cudaEventElapsedTime(&t, never, a) == cudaErrorInvalidResourceHandle);
+    cudaGetLastError();
+    emu::set_streams(true, 3);  // queued work: the event is not reached until the host waits
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    cudaEventRecord(a, s);
+    KEEL_LAUNCH(fill_kernel, 1, 32, 0, s)(x, 9);
+    cudaEventRecord(b, s);
+    bool not_ready = cudaEventElapsedTime(&t, a, b) == cudaErrorNotReady;
+    cudaEventSynchronize(b);
+    check_true("cudaEventElapsedTime: not ready before its stream reaches the event, a time after the wait",
+               not_ready && cudaEventElapsedTime(&t, a, b) == cudaSuccess && t >= 0);
+    cudaStreamDestroy(s);
+    for (cudaEvent_t e : {a, b, c, untimed, never}) cudaEventDestroy(e);
+    dev_free(x);
+    emu::set_streams(saved_mode.async, saved_mode.rng);
+}
+
 int main() {
     // shared memory + barriers, several blocks, a partial block
     int n = 200, blocks = 5;
@@ -414,6 +463,7 @@ int main() {
 
     test_schedules();
     test_streams();
+    test_event_timing();
 
     // round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 → 1 (even); 1 + 3·2^-8 → 1 + 2^-6
     check_true("bf16 rounding: ties to even, NaN stays NaN",

@@ -31,6 +31,7 @@ stub "$TMP/bin/nvidia-smi" 'echo "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04, 1
 stub "$TMP/bin/ncu" 'echo "ncu $*" | cut -c1-60; echo "    Duration                         us       856.03"; echo "    smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio 3.10"'
 stub "$TMP/bin/compute-sanitizer" 'shift 4; "$@"; echo "========= ERROR SUMMARY: 0 errors"'
 prog='n=$(basename "$0"); [ "${FAIL_STEP:-}" = "$n" ] && { echo "$n: broken"; exit 3; }; [ "${SLOW:-}" = "$n" ] && sleep 3
+[[ " $* " == *" --time-ops 3 "* ]] && { echo "time per op, iteration 3: 39.600 ms (L$3)"; echo "  op  calls  ms"; echo "  bwd attention (flash)  12  12.082"; echo "  model FLOPs 1 (the rows sum)"; }
 echo "attention backward B=16 T=1024 C=768 NH=12 bf16 ($n $*)"; echo "  2   flash                    1.0068      250.0      102.4"; echo "7 checks, 0 failed"'
 for p in build/bundle/train_gpt build/bundle/train_gpt_cpu build/lab/flash_attention build/lab/layernorm build/lab/classifier \
   build/gpu/test_cuda_flash build/gpu/test_cuda_layers; do
@@ -67,7 +68,7 @@ rm "$TMP/bin/ldd"
 
 # 3. every step, into $OUT/gpu_session
 out=$(OUT=$TMP/out run bash scripts/gpu_session.sh 2>&1); rc=$?
-steps=(gpu lab-flash bench lab-memory tests ncu trainer lab-shapes memcheck)
+steps=(gpu lab-flash bench ops lab-memory tests ncu trainer lab-shapes memcheck)
 [ $rc -eq 0 ] && ok "all steps pass: exit 0" || fail "all steps: exit $rc: $(tail -20 <<<"$out")"
 order=$(grep -oE '^== [a-z-]+' <<<"$out" | cut -c4- | tr '\n' ' ')
 [ "$order" = "${steps[*]} " ] && ok "steps run in order: $order" || fail "step order: '$order'"
@@ -83,6 +84,10 @@ grep -q "124M 124Mg 1.5B | build/bundle/train_gpt" "$TMP/out/gpu_session/bench.l
 grep -q "CPU build/bundle/train_gpt_cpu, CUDA build/bundle/train_gpt" "$TMP/out/gpu_session/trainer.log" && ok "trainer test on the bundle's two trainers" ||
   fail "trainer: $(cat "$TMP/out/gpu_session/trainer.log")"
 [ "$(grep -c '^ncu ' "$TMP/out/gpu_session/ncu.log")" -eq 3 ] && ok "ncu: three kernels profiled" || fail "ncu: $(cat "$TMP/out/gpu_session/ncu.log")"
+grep -q "^124M | time per op, iteration 3: 39.600 ms (L12)" <<<"$table" && grep -q "^1.5B | time per op, iteration 3: 39.600 ms (L48)" <<<"$table" &&
+  grep -q "^1.5B |   bwd attention (flash)" <<<"$table" && grep -q "^==== 1.5B" "$TMP/out/gpu_session/ops.log" &&
+  ok "ops: the bundle's train_gpt --time-ops 3 at 124M and 1.5B, each table in the log and its top rows in the summary" ||
+  fail "ops: $(cat "$TMP/out/gpu_session/ops.log")"
 
 # 4. a failing step does not stop the others
 out=$(FAIL_STEP=layernorm OUT=$TMP/out4 run bash scripts/gpu_session.sh 2>&1); rc=$?

@@ -13,6 +13,7 @@
 // synchronisations, copies by direction (a blocking device→host cudaMemcpy is a host wait),
 // memsets, cudaMalloc/cudaFree.
 #pragma once
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -22,7 +23,14 @@
 #include "emu_core.h"
 
 typedef int cudaError_t;
-enum : int { cudaSuccess = 0, cudaErrorMemoryAllocation = 2, cudaErrorInvalidValue = 1, cudaErrorNoDevice = 100, cudaErrorNotReady = 600 };
+enum : int {
+    cudaSuccess = 0,
+    cudaErrorMemoryAllocation = 2,
+    cudaErrorInvalidValue = 1,
+    cudaErrorNoDevice = 100,
+    cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600
+};
 enum cudaMemcpyKind { cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4 };
 typedef struct emu_stream* cudaStream_t;
 typedef struct emu_event* cudaEvent_t;
@@ -47,6 +55,8 @@ inline const char* cudaGetErrorString(cudaError_t e) {
         case cudaErrorMemoryAllocation: return "out of memory";
         case cudaErrorInvalidValue: return "invalid argument";
         case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+        case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+        case cudaErrorNotReady: return "device not ready";
     }
     return "unknown error";
 }
@@ -230,7 +240,18 @@ inline cudaError_t cudaStreamQuery(cudaStream_t s) {
 }
 // An event is the point of its stream where it was last recorded (an op id; 0: already passed). A
 // null event is one that has always passed; `never`: recorded on a wedged stream, it never passes.
-struct emu_event { uint64_t op; bool never = false; };
+// Timing: when the stream reaches the event's latest record, the host's monotonic clock is read
+// (t_ms; `records` tells the latest record from an earlier one still queued), so
+// cudaEventElapsedTime gives the time the emulation spent on the work between two events. As on a
+// GPU, an event made with cudaEventDisableTiming, or one never recorded, has no time to give.
+struct emu_event {
+    uint64_t op;
+    bool never = false;
+    bool timing = true;
+    uint64_t records = 0;  // cudaEventRecord calls so far
+    bool timed = false;    // the latest record was reached and t_ms read
+    double t_ms = 0;
+};
 inline uint64_t emu_event_op(cudaEvent_t e) { return e ? e->op : 0; }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
     emu::profile_trace("wait");
@@ -239,12 +260,25 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned =
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new emu_event{0}; return cudaSuccess; }
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { return cudaEventCreate(e); }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    cudaEventCreate(e);
+    (*e)->timing = !(flags & cudaEventDisableTiming);
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+inline double emu_clock_ms() {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     if (!e) return emu_last_error = cudaErrorInvalidValue;
     e->never = emu::stream_wedged(s);
-    e->op = emu::stream_submit(s, [] {});
+    uint64_t record = ++e->records;
+    e->timed = false;
+    e->op = emu::stream_submit(s, [e, record] {
+        if (e->records != record) return;  // recorded again since: that record's time counts
+        e->t_ms = emu_clock_ms();
+        e->timed = true;
+    });
     return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
@@ -257,6 +291,14 @@ inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     if (e && e->never) return cudaErrorNotReady;
     return emu_query([](const void* ev) { return emu::stream_pending(emu_event_op((cudaEvent_t)ev)); }, e);
 }
-inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
+// (the real call's errors: cudaErrorInvalidResourceHandle for an event without timing or never
+// recorded, cudaErrorNotReady for one its stream has not reached)
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+    if (!start || !end) return emu_last_error = cudaErrorInvalidValue;
+    if (!start->timing || !end->timing || !start->records || !end->records) return emu_last_error = cudaErrorInvalidResourceHandle;
+    if (!start->timed || !end->timed) return cudaErrorNotReady;
+    *ms = (float)(end->t_ms - start->t_ms);
+    return cudaSuccess;
+}
 
 #include "cuda_bf16.h"
