@@ -1667,6 +1667,14 @@ static void trainer_setup(Trainer<A>* tr) {
     tr->model.tp = &tr->tp;
     tr->op_times.iteration = c->time_ops;
     tr->model.op_times = &tr->op_times;
+    std::string device;
+    double device_mem = 0;
+    const GpuSpec* roof = c->time_ops > 0 && backend_gpu_found(&device, &device_mem) ? gpu_spec_match(device, device_mem) : nullptr;
+    if (roof) {  // (--time-ops' roofline: the GPU's dense peak at the training precision, its memory's bandwidth)
+        tr->op_times.peak_flops = sizeof(A) == sizeof(float) ? roof->peak32 : roof->peak16;
+        tr->op_times.peak_bytes = roof->hbm_bw;
+        tr->op_times.peak_name = roof->name;
+    }
     optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
     if (gpt_master_sharded(&tr->model) && (tr->opt.range_lo != master_lo || tr->opt.range_hi != master_hi))
         keel_die("the sharded master weights [%lld, %lld) are not the optimizer's shard", (long long)master_lo, (long long)master_hi);

@@ -23,7 +23,9 @@
 //   flops: the model's FLOPs of the op (matrix products 2·m·n·k; attention at its causal half, the
 //   forward's two products and the backward's four — flash's recomputed scores not counted);
 //   bytes: the bytes a memory-bound op must move at least (each tensor read or written once). A row
-//   shows TFLOP/s or GB/s where its ops gave them.
+//   shows TFLOP/s or GB/s where its ops gave them, and on a GPU of the step model's table
+//   (llmc/step_model.h) its roofline: the time its FLOPs need at the dense peak or its bytes at the
+//   memory's bandwidth, whichever is longer, as a share of the time it took.
 #pragma once
 #include <algorithm>
 #include <cstdio>
@@ -41,6 +43,9 @@ struct OpMark {
 
 struct OpTimes {
     int64_t iteration = 0;      // the iteration to time (--time-ops; 0: none)
+    // the roofline (0: none, on the CPU or an unknown GPU): dense FLOP/s at the training precision, bytes/s
+    double peak_flops = 0, peak_bytes = 0;
+    std::string peak_name;      // whose peaks ("h200")
     bool on = false;            // marking now: that iteration is running
     std::vector<OpMark> marks;  // segment i starts at mark i
     BackendMarks clock;         // the marks' times (events on the GPU)
@@ -73,17 +78,15 @@ struct OpTable {
     int64_t iteration;
     double total_ms;          // the first mark to the end of the iteration
     std::vector<OpRow> rows;  // by time, the largest first (ties: in order of first appearance)
+    double peak_flops, peak_bytes;  // the roofline's (OpTimes'), 0: none
+    std::string peak_name;
 };
 
-// Closes the last segment, waits for the device, and sums the segments per op. Stops marking.
-static inline OpTable op_times_end(OpTimes* t) {
-    OpTable tab = {t->iteration, 0, {}};
-    if (!t->on) return tab;
-    size_t n = t->marks.size();
-    backend_mark(&t->clock, n);  // the end of the last segment
-    backend_marks_wait(&t->clock, n);
+// The marks' segments summed per op (the marks' times already read: op_times_end).
+static inline OpTable op_times_table(OpTimes* t) {
+    OpTable tab = {t->iteration, 0, {}, t->peak_flops, t->peak_bytes, t->peak_name};
     std::map<std::string, size_t> index;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < t->marks.size(); i++) {  // segment i: mark i to mark i + 1 (the last: to the end)
         const OpMark* mk = &t->marks[i];
         std::string op = std::string(mk->phase) + " " + mk->name;
         auto it = index.find(op);
@@ -100,6 +103,15 @@ static inline OpTable op_times_end(OpTimes* t) {
         tab.total_ms += ms;
     }
     std::stable_sort(tab.rows.begin(), tab.rows.end(), [](const OpRow& a, const OpRow& b) { return a.ms > b.ms; });
+    return tab;
+}
+
+// Closes the last segment, waits for the device, and sums the segments per op. Stops marking.
+static inline OpTable op_times_end(OpTimes* t) {
+    if (!t->on) return {t->iteration, 0, {}, t->peak_flops, t->peak_bytes, t->peak_name};
+    backend_mark(&t->clock, t->marks.size());  // the end of the last segment
+    backend_marks_wait(&t->clock, t->marks.size());
+    OpTable tab = op_times_table(t);
     t->on = false;
     t->marks.clear();
     return tab;
@@ -113,7 +125,14 @@ static inline std::string op_table_text(const OpTable* tab, const char* who, con
     snprintf(line, sizeof line, "time per op, iteration %lld%s: %.3f ms from its start to its end (%s)\n", (long long)tab->iteration, who,
              tab->total_ms, how);
     s += line;
-    snprintf(line, sizeof line, "  %-36s %6s %10s %7s %10s %9s %9s\n", "op", "calls", "ms", "share", "ms/call", "TFLOP/s", "GB/s");
+    bool roof = tab->peak_flops > 0 && tab->peak_bytes > 0;
+    if (roof) {
+        snprintf(line, sizeof line, "  roofline: %s's %.0f TFLOP/s dense and %.2f TB/s (the longer of an op's FLOPs and bytes at those, over its time)\n",
+                 tab->peak_name.c_str(), tab->peak_flops / 1e12, tab->peak_bytes / 1e12);
+        s += line;
+    }
+    snprintf(line, sizeof line, "  %-36s %6s %10s %7s %10s %9s %9s%s\n", "op", "calls", "ms", "share", "ms/call", "TFLOP/s", "GB/s",
+             roof ? "  roofline" : "");
     s += line;
     // a rate with three significant digits or more (a GPU's 650 TFLOP/s, a CPU's 0.0612)
     auto rate = [](char* out, size_t n, double v) { snprintf(out, n, v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : v >= 1 ? "%.2f" : "%.3g", v); };
@@ -122,9 +141,14 @@ static inline std::string op_table_text(const OpTable* tab, const char* who, con
         double sec = r.ms / 1000.0;
         if (r.flops > 0 && sec > 0) rate(tf, sizeof tf, r.flops / sec / 1e12);
         if (r.bytes > 0 && sec > 0) rate(gb, sizeof gb, r.bytes / sec / 1e9);
-        snprintf(line, sizeof line, "  %-36s %6lld %10.3f %6.1f%% %10.4f %9s %9s\n", r.op.c_str(), (long long)r.calls, r.ms,
-                 tab->total_ms > 0 ? 100.0 * r.ms / tab->total_ms : 0.0, r.ms / (double)r.calls, tf, gb);
-        s += line;
+        char rl[16] = "";
+        if (roof && sec > 0 && (r.flops > 0 || r.bytes > 0))
+            snprintf(rl, sizeof rl, "%.1f%%", 100.0 * std::max(r.flops / tab->peak_flops, r.bytes / tab->peak_bytes) / sec);
+        snprintf(line, sizeof line, "  %-36s %6lld %10.3f %6.1f%% %10.4f %9s %9s %9s", r.op.c_str(), (long long)r.calls, r.ms,
+                 tab->total_ms > 0 ? 100.0 * r.ms / tab->total_ms : 0.0, r.ms / (double)r.calls, tf, gb, rl);
+        std::string row = line;
+        row.erase(row.find_last_not_of(' ') + 1);  // (no trailing blanks where the last columns are empty)
+        s += row + "\n";
     }
     double flops = 0;
     for (const OpRow& r : tab->rows) flops += r.flops;
