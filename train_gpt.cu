@@ -106,6 +106,7 @@ struct Trainer {
     double timer_forward_ms = 0, timer_backward_ms = 0;
     OpTimes op_times;                          // --time-ops: the timed iteration's marks (llmc/op_times.h)
     bool op_times_done = false;                // its table was printed
+    bool op_times_skipped = false;             // that iteration fell in a --skip-train-iteration-range
 };
 
 static double now_ms() {
@@ -536,6 +537,7 @@ static void trainer_micro_forward(Trainer<A>* tr, int64_t it, int mb, int64_t fi
     gpt_set_dropout(model, true, tr->st.dropout_seed, first);
     double head_before = model->head_backward_ms;
     gpt_forward(model, tr->inputs.data(), last_stage ? tr->targets.data() : nullptr, B, T, dloss, mb);
+    if (act_sumsq) op_mark(&tr->op_times, "step", "statistics");
     if (act_sumsq) layer_stats_acts(model, B, T, act_sumsq);
     trainer_timer_add(tr, t0, &tr->timer_forward_ms);
     // the LM head's backward ran inside the fused classifier: it is backward time, as Megatron counts it
@@ -574,7 +576,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     for (const PipeAction& a : pipeline_schedule_1f1b(stage, P, (int)accum)) {
         switch (a.op) {
             case PIPE_RECV_FORWARD:
-                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, (double)act_bytes);
+                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 slot_of(a.mb);
                 comm_recv_buf(&tr->pipe, model->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
                 break;
@@ -584,12 +586,12 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 break;
             case PIPE_SEND_FORWARD:  // (no wait: the slot is written again only after mb's backward, which waits
                                      // for mb's gradient, which the next stage sends after receiving this)
-                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, (double)act_bytes);
+                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 slot_of(a.mb);
                 comm_send_buf(&tr->pipe, gpt_stage_output(model), act_bytes, stage + 1, PIPE_TAG);
                 break;
             case PIPE_RECV_BACKWARD:
-                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, (double)act_bytes);
+                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 comm_recv_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage + 1, PIPE_TAG);
                 break;
             case PIPE_BACKWARD: {
@@ -604,18 +606,18 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 break;
             }
             case PIPE_SEND_BACKWARD:  // (overlaps the next forward; the next backward waits for it)
-                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, (double)act_bytes);
+                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 comm_send_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage - 1, PIPE_TAG);
                 grad_sent = true;
                 break;
             case PIPE_SEND_FORWARD_RECV_BACKWARD:  // activation of mb up, gradient for mb2 down, at once
-                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, 2.0 * act_bytes);
+                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 slot_of(a.mb);
                 comm_sendrecv_buf(&tr->pipe, gpt_stage_output(model), act_bytes, stage + 1, gpt_stage_grad(model), act_bytes,
                                   stage + 1, PIPE_TAG);
                 break;
             case PIPE_SEND_BACKWARD_RECV_FORWARD: {  // gradient of mb down, activation of mb2 in (into mb2's slot)
-                op_mark(&tr->op_times, "step", "pipeline send/recv", 0, 2.0 * act_bytes);
+                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 A* grad = gpt_stage_grad(model);
                 slot_of(a.mb2);
                 comm_sendrecv_buf(&tr->pipe, grad, act_bytes, stage - 1, model->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
@@ -629,7 +631,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     if (P > 1) op_mark(&tr->op_times, "step", "pipeline send/recv");
     comm_sends_wait(&tr->pipe);  // the iteration's sends are done before anything reuses their buffers
     if (P > 1 && (first_stage || last_stage) && !tr->hooks.untie_pipeline_embedding) {
-        op_mark(&tr->op_times, "step", "embedding gradient all-reduce", 0, 4.0 * model->table.t[P_WTE].numel);
+        op_mark_comm(&tr->op_times, "step", "embedding gradient all-reduce", 4.0 * model->table.t[P_WTE].numel);
         comm_allreduce_sum_f32_buf(&tr->embed, model->g[P_WTE], (size_t)model->table.t[P_WTE].numel);
     }
     op_mark(&tr->op_times, "step", "loss read-back");
@@ -669,12 +671,15 @@ static bool trainer_unscale_grads(Trainer<A>* tr, int64_t it, double scale) {
 template <typename A>
 static void trainer_share_update(Trainer<A>* tr, const StepResult* r) {
     if (tr->cfg.zero_stage == 1) {
-        op_mark(&tr->op_times, "step", "ZeRO-1 parameter all-gather", 0,
-                (double)tr->model.table.total * (r->compute_copy_written ? sizeof(A) : sizeof(float)));
+        op_mark_comm(&tr->op_times, "step", "ZeRO-1 parameter all-gather",
+                     (double)tr->model.table.total * (r->compute_copy_written ? sizeof(A) : sizeof(float)));
         if (r->compute_copy_written) comm_allgather_shards(&tr->comm, tr->model.params_c, tr->opt.shard_lo);
         else comm_allgather_shards(&tr->comm, tr->model.params, tr->opt.shard_lo);
     }
-    if (!r->compute_copy_written) gpt_params_changed(&tr->model);
+    if (!r->compute_copy_written) {
+        op_mark(&tr->op_times, "step", "compute copy refresh");
+        gpt_params_changed(&tr->model);
+    }
 }
 
 // --log-layer-norms-interval's statistics of this iteration: gradient and weight norms per layer and
@@ -701,6 +706,7 @@ static LayerStats* trainer_layer_stats(Trainer<A>* tr, const std::vector<double>
 template <typename A>
 static double trainer_optimizer_bytes(const Trainer<A>* tr) {
     double per = tr->cfg.optimizer == "adam8bit" ? STEP_ADAM8BIT_BYTES_PER_PARAM : STEP_ADAM_BYTES_PER_PARAM;
+    if (!gpt_has_compute_copy<A>()) per -= 2;  // (those figures write a 2-byte compute copy; --fp32 has none)
     return per * (double)(tr->opt.range_hi - tr->opt.range_lo);
 }
 
@@ -719,6 +725,7 @@ static void trainer_print_op_times(Trainer<A>* tr) {
     if (tr->grid.pp > 1) snprintf(who, sizeof who, ", pipeline stage %d", tr->grid.pp_rank);
     std::string text = op_table_text(&tab, who, how);
     tr->op_times_done = true;
+    tr->op_times.iteration = 0;  // once (a rollback may run the iteration's number again)
     if (tr->grid.pp == 1) {
         if (tr->world.rank == 0) fputs(text.c_str(), stdout);
         fflush(stdout);
@@ -747,6 +754,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     int64_t gbs = rampup_global_batch(&tr->rampup, st->consumed_samples);
     int B = (int)c->micro_batch_size, T = (int)curriculum_seqlen(&tr->curriculum, it);
     if (trainer_skips(tr, it)) {
+        if (it == c->time_ops) tr->op_times_skipped = true;
         trainer_skip_iteration(tr, gbs, T);
         return false;
     }
@@ -754,8 +762,10 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     const Comm* comm = &tr->comm;
     int dp = comm->size;
     int64_t accum = gbs / ((int64_t)B * dp);  // micro-batch steps on this rank
+    op_times_begin(&tr->op_times, it);  // (--time-ops: from here to the statistics, when `it` is the iteration asked for)
     double t0 = now_ms();
     if (tr->grid.tp > 1) {
+        op_mark(&tr->op_times, "step", "replicated weights check");
         trainer_sync_replicated(tr, it);
         if (c->check_replicated_params_interval > 0 && it % c->check_replicated_params_interval == 0) trainer_check_replicated(tr, it);
     }
@@ -771,20 +781,21 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     std::vector<double> act_sumsq(stats ? accum * (L + 1) : 0, 0.0);  // per micro-batch step, (L+1) each
     double scale = st->scaler.scale;  // this iteration's (the scaler may change it below)
     tr->timer_forward_ms = tr->timer_backward_ms = 0;
-    op_times_begin(&tr->op_times, it);  // (--time-ops: from here, when `it` is the iteration asked for)
     std::vector<double> losses = trainer_accumulate(tr, it, gbs, B, T, accum, stats ? act_sumsq.data() : nullptr);
     double t_opt = trainer_timer_now(tr);
     int P = tr->grid.pp;
+    op_mark(&tr->op_times, "host", "loss sum over ranks");
     double loss = trainer_sum_global_order(comm, losses.data(), accum, 1)[0] / (double)(accum * dp);
     comm_broadcast(&tr->pipe, &loss, sizeof loss, P - 1);  // the last stage computed it
     Optimizer* o = &tr->opt;
     op_mark(&tr->op_times, "step", "optimizer", 0, trainer_optimizer_bytes(tr));
     bool found_inf = trainer_unscale_grads(tr, it, scale);
-    if (c->zero_stage == 0 && dp > 1) op_mark(&tr->op_times, "step", "gradient all-gather", 0, 4.0 * tr->model.table.total);
+    if (c->zero_stage == 0 && dp > 1) op_mark_comm(&tr->op_times, "step", "gradient all-gather", 4.0 * tr->model.table.total);
     if (c->zero_stage == 0) comm_allgather_shards(comm, tr->model.grads, o->shard_lo);  // every rank updates everything
     if (c->zero_stage == 0 && dp > 1) op_mark(&tr->op_times, "step", "optimizer");
     double lr = lr_schedule_get(&st->schedule) * spike_lr_factor(&st->spike, c, it);
     StepResult r = optimizer_step(o, comm, &tr->mp, &tr->model, &st->guard, &st->spike, c, it, lr, loss, found_inf);
+    if (r.skipped) op_marks_unbytes(&tr->op_times, "step", "optimizer");  // (no update ran: no GB/s to claim)
     if (r.spike.spike) trainer_on_spike(tr, &r.spike, it);
     if (!r.skipped) {
         trainer_share_update(tr, &r);
@@ -792,7 +803,6 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     }
     double optimizer_ms = 0;
     trainer_timer_add(tr, t_opt, &optimizer_ms);
-    if (tr->op_times.on) trainer_print_op_times(tr);  // (the update shared: the iteration's work is all issued)
     st->iteration = it;
     st->consumed_samples += gbs;
     st->consumed_tokens += gbs * T;
@@ -806,6 +816,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
     }
     double ms = now_ms() - t0;
     trainer_fill_record(tr, rec, it, gbs, T, lr, loss, &r, ms);
+    if (c->log_params_norm || stats) op_mark(&tr->op_times, "step", "statistics");
     if (c->log_params_norm) rec->params_norm = trainer_params_norm(tr);
     if (c->log_timers_to_tensorboard) {
         rec->forward_s = tr->timer_forward_ms / 1000.0;
@@ -813,6 +824,7 @@ static bool trainer_iteration(Trainer<A>* tr, IterationRecord* rec) {
         rec->optimizer_s = optimizer_ms / 1000.0;
     }
     if (stats) rec->layers = trainer_layer_stats(tr, act_sumsq, accum, (double)gbs * T * c->hidden_size);
+    if (tr->op_times.on) trainer_print_op_times(tr);  // (the iteration's last work issued)
     return true;
 }
 
@@ -1670,6 +1682,8 @@ static void trainer_setup(Trainer<A>* tr) {
     std::string device;
     double device_mem = 0;
     const GpuSpec* roof = c->time_ops > 0 && backend_gpu_found(&device, &device_mem) ? gpu_spec_match(device, device_mem) : nullptr;
+    // the timed iteration's marks made now (on the GPU, events): a generous count per micro-batch and layer
+    if (c->time_ops > 0) backend_marks_reserve(&tr->op_times.clock, (size_t)(128 + accum_max * (40 * gpt_stage_layers(g) + 64)));
     if (roof) {  // (--time-ops' roofline: the GPU's dense peak at the training precision, its memory's bandwidth)
         tr->op_times.peak_flops = sizeof(A) == sizeof(float) ? roof->peak32 : roof->peak16;
         tr->op_times.peak_bytes = roof->hbm_bw;
@@ -1903,9 +1917,6 @@ static int trainer_run(Trainer<A>* tr) {
     if (tr->have_valid && c->eval_interval > 0 && !evaluated_now)
         log_validation(&tr->log, tr->st.iteration, trainer_evaluate(tr, tr->st.iteration), tr->st.consumed_samples, tr->st.consumed_tokens);
     if (!nothing) trainer_evaluate_full_at_end(tr);
-    if (c->time_ops > 0 && !tr->op_times_done)
-        printf("--time-ops %lld: that iteration did not run in this process (it ended at iteration %lld)\n", (long long)c->time_ops,
-               (long long)tr->st.iteration);
     if (!c->save.empty() && !saved_now) trainer_save(tr, true);
     trainer_async_save_finish(tr, true, true);
     trainer_export(tr);
@@ -1917,6 +1928,15 @@ static int trainer_run(Trainer<A>* tr) {
 // checks every exit path, test/sanitize.sh).
 template <typename A>
 static void trainer_finish(Trainer<A>* tr) {
+    const Config* c = &tr->cfg;
+    if (c->time_ops > 0 && !tr->op_times_done && c->eval_only.empty()) {  // (whichever way the run ended)
+        if (tr->op_times_skipped)
+            printf("--time-ops %lld: that iteration was skipped (--skip-train-iteration-range): nothing to time\n", (long long)c->time_ops);
+        else
+            printf("--time-ops %lld: that iteration did not run in this process (it ended at iteration %lld)\n", (long long)c->time_ops,
+                   (long long)tr->st.iteration);
+    }
+    backend_marks_free(&tr->op_times.clock);
     logger_close(&tr->log);
     dataloader_free(&tr->train_data);
     if (tr->have_valid) dataloader_free(&tr->valid_data);

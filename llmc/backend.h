@@ -112,24 +112,38 @@ static inline void backend_copy_on_device(void* dst, const void* src, size_t byt
 static inline void backend_upload(void* dst, const void* src, size_t bytes) { host_upload(dst, src, bytes); }
 static inline void backend_upload_reserve(size_t bytes) { upload_reserve(bytes); }
 // Time marks (llmc/op_times.h): mark i is a CUDA event recorded on keel's stream, so the time between
-// two marks is the stream's, not the host's. Events are made as marks first need them and kept.
+// two marks is the stream's, not the host's. backend_marks_reserve makes the events before the timed
+// iteration (the host then only records them); a mark past them makes one more.
 struct BackendMarks {
     std::vector<cudaEvent_t> events;
 };
-static inline void backend_mark(BackendMarks* b, size_t i) {
-    while (b->events.size() <= i) {
+static inline void backend_marks_reserve(BackendMarks* b, size_t n) {
+    while (b->events.size() < n) {
         cudaEvent_t e;
         CUDA_CHECK(cudaEventCreate(&e));
         b->events.push_back(e);
     }
+}
+static inline void backend_mark(BackendMarks* b, size_t i) {
+    backend_marks_reserve(b, i + 1);
     CUDA_CHECK(cudaEventRecord(b->events[i], keel_stream()));
 }
-static inline void backend_marks_wait(BackendMarks* b, size_t last) { CUDA_CHECK(cudaEventSynchronize(b->events[last])); }
+// The host waits for the last mark, as for any result: under the watchdog, polling NCCL's errors
+// (the iteration's last collectives are queued before it: a dead peer must not hang this wait).
+static inline void backend_marks_wait(BackendMarks* b, size_t last) {
+    const char* what = "waiting for the GPU (--time-ops: the end of the timed iteration)";
+    WatchedWait w(what, "");
+    gpu_wait_event(b->events[last], what);
+}
 // ms from mark i to mark j (both recorded, j's reached: backend_marks_wait)
 static inline double backend_marks_ms(BackendMarks* b, size_t i, size_t j) {
     float ms = 0;
     CUDA_CHECK(cudaEventElapsedTime(&ms, b->events[i], b->events[j]));
     return ms;
+}
+static inline void backend_marks_free(BackendMarks* b) {
+    for (cudaEvent_t e : b->events) CUDA_CHECK(cudaEventDestroy(e));
+    b->events.clear();
 }
 #else
 // Device memory: host memory on the CPU backend. Sizes in bytes; failures name the size.
@@ -166,6 +180,8 @@ static inline void backend_mark(BackendMarks* b, size_t i) {
     if (b->ms.size() <= i) b->ms.resize(i + 1);
     b->ms[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+static inline void backend_marks_reserve(BackendMarks* b, size_t n) { b->ms.reserve(n); }
 static inline void backend_marks_wait(BackendMarks*, size_t) {}
 static inline double backend_marks_ms(BackendMarks* b, size_t i, size_t j) { return b->ms[j] - b->ms[i]; }
+static inline void backend_marks_free(BackendMarks* b) { b->ms.clear(); }
 #endif

@@ -398,12 +398,12 @@ template <typename F> static inline void gpt_mark(const GPT<F>* m, const char* n
 // (Under --time-ops each is a segment of its own: the op after it marks its own start.)
 template <typename F, typename T> static inline void gpt_tp_sum(const GPT<F>* m, T* buf, size_t n) {
     if (!m->tp || m->tp->size <= 1) return;
-    gpt_mark(m, "tensor-parallel all-reduce", 0, (double)n * sizeof(T));
+    op_mark_comm(m->op_times, m->op_phase, "tensor-parallel all-reduce", (double)n * sizeof(T));
     comm_allreduce_buf(m->tp, buf, n, COMM_SUM);
 }
 template <typename F, typename T> static inline void gpt_tp_max(const GPT<F>* m, T* buf, size_t n) {
     if (!m->tp || m->tp->size <= 1) return;
-    gpt_mark(m, "tensor-parallel all-reduce", 0, (double)n * sizeof(T));
+    op_mark_comm(m->op_times, m->op_phase, "tensor-parallel all-reduce", (double)n * sizeof(T));
     comm_allreduce_buf(m->tp, buf, n, COMM_MAX);
 }
 
@@ -814,12 +814,17 @@ template <typename F> static void gpt_embed_forward(GPT<F>* m, int B, int T) {
         gpt_mark(m, "embedding layernorm", 0, 2 * BTC * es);
         layernorm_forward(a->encoded, a->lne_mean, a->lne_rstd, a->emb, m->p[P_LNEW], m->p[P_LNEB], B * T, C);
         gpt_stored(m, a->encoded, BTC);
-        if (wpe) position_forward(a->encoded, wpe, B, T, C);
+        if (wpe) {
+            gpt_mark(m, "positions", 0, 2 * BTC * es);
+            position_forward(a->encoded, wpe, B, T, C);
+        }
     } else if (cfg->tp_size > 1) {
         encoder_forward(a->encoded, m->inputs, m->p[P_WTE], (const F*)nullptr, B, T, C);
         gpt_tp_sum(m, a->encoded, BTC);  // exactly the word rows (x + 0 = x), then the positions as one rank adds them
-        gpt_mark(m, "positions", 0, 2 * BTC * es);
-        if (wpe) position_forward(a->encoded, wpe, B, T, C);
+        if (wpe) {
+            gpt_mark(m, "positions", 0, 2 * BTC * es);
+            position_forward(a->encoded, wpe, B, T, C);
+        }
     } else {
         encoder_forward(a->encoded, m->inputs, m->p[P_WTE], wpe, B, T, C);
     }
@@ -838,14 +843,15 @@ template <typename F> static void gpt_embed_backward(GPT<F>* m, F* d, int B, int
     Activations<F>* a = &m->acts;
     int C = cfg->channels;
     size_t BTC = (size_t)B * T * C;
-    gpt_mark(m, "embed");
     DropoutSite ds = gpt_dropout_site(m, cfg->embed_dropout, -1, DROPOUT_SITE_EMBED);
     if (ds.p > 0) {
+        gpt_mark(m, "dropout", 0, 2.0 * BTC * sizeof(F));
         backend_memset_zero(m->dacts.branch, BTC * sizeof(F));
         dropout_backward(m->dacts.branch, d, B, (size_t)T * C, &ds);
         gpt_stored(m, m->dacts.branch, BTC);
         d = m->dacts.branch;
     }
+    gpt_mark(m, "embed");  // (the position rows' gradient, and the words' scatter — after the embedding LayerNorm's if any)
     acc_t<F>* dwpe = cfg->alibi ? nullptr : m->g[P_WPE];
     // the scatter by token id and the position rows below T cover part of their tensors: zeroed first
     // when this is the iteration's first writer (the tied head on this stage wrote the word embedding's)
@@ -1052,7 +1058,9 @@ template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n,
     gpt_mark(m, "lm head matmul", 2.0 * n * C * td.Vl);
     matmul_forward(a->logits, lnf, m->p[P_WTE], (const F*)nullptr, (int)n, C, td.Vl);  // this rank's vocabulary columns
     gpt_stored(m, a->logits, n * td.Vl);
-    gpt_mark(m, "classifier", 0, (dloss != 0.0 ? 2.0 : 1.0) * n * td.Vl * es);  // the logits read (and their gradient written)
+    // the logits read (and their gradient written); under tensor parallelism three passes, each its own mark
+    if (cfg->tp_size == 1) gpt_mark(m, "classifier", 0, (dloss != 0.0 ? 2.0 : 1.0) * n * td.Vl * es);
+    else gpt_mark(m, "classifier", 0, (double)n * td.Vl * es);
     if (cfg->tp_size == 1) {
         classifier_forward(losses, a->logits, targets, (int)n, V, Vp, (acc_t<F>)dloss);
     } else {  // vocabulary-parallel cross-entropy (cpu/classifier.h): max, then Σ exp and the target's logit, over ranks
@@ -1060,10 +1068,10 @@ template <typename F> static void gpt_head_chunk(GPT<F>* m, size_t r0, size_t n,
         acc_t<F>* stats = m->vp_stats + n;
         vocab_parallel_max(rowmax, a->logits, (int)n, td.Vr, td.Vl);
         gpt_tp_max(m, rowmax, n);
-        gpt_mark(m, "classifier", 0, n * td.Vl * es);
+        gpt_mark(m, "classifier", 0, (double)n * td.Vl * es);
         vocab_parallel_sumexp(stats, a->logits, targets, rowmax, (int)n, td.Vr, td.Vl);
         gpt_tp_sum(m, stats, 2 * n);
-        gpt_mark(m, "classifier", 0, n * td.Vl * es);
+        gpt_mark(m, "classifier", 0, (dloss != 0.0 ? 2.0 : 0.0) * n * td.Vl * es);  // (the gradient: the logits read, written)
         vocab_parallel_finish(losses, a->logits, stats, rowmax, targets, (acc_t<F>)dloss, (int)n, td.Vr, td.Vl);
     }
     if (dloss != 0.0) {
@@ -1136,6 +1144,7 @@ double gpt_forward(GPT<F>* m, const int* inputs_host, const int* targets_host, i
         m->logits_row0 = r0;
         return 0.0;
     }
+    op_mark(m->op_times, "host", "targets");  // (their check, and the upload)
     for (size_t i = 0; i < BT; i++)
         if (targets_host[i] < 0 || targets_host[i] >= V) keel_die("target id %d at position %zu is outside [0, %d)", targets_host[i], i, V);
     gpt_ids_to_device(m, m->targets, targets_host, BT, false);
@@ -1313,7 +1322,7 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
         matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C, true,
                         gpt_grads_first(m, P_FCPROJW, P_FCPROJB, l));
         gpt_stored(m, dfcin, BT * H);
-        if (nf) gpt_mark(m, "ln fc", 0, 4.0 * BT * H * es);
+        if (nf) gpt_mark(m, "ln fc", 0, 3.0 * BT * H * es);  // (into a zeroed gradient: nothing to read back)
         if (nf)
             layernorm_backward(d->fch_act, g[P_LNFCW] + l * H, g[P_LNFCB] + l * H, d->lnfc, a->fch_act + lh, p[P_LNFCW] + l * H,
                                a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H, false, gpt_grads_first(m, P_LNFCW, P_LNFCB, l));
@@ -1335,7 +1344,7 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
     dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
     if (nf) {  // d->ln is free here: the LayerNorm's input gradient goes there
-        gpt_mark(m, "ln attn", 0, 4.0 * BT * C * es);
+        gpt_mark(m, "ln attn", 0, 3.0 * BT * C * es);  // (into a zeroed gradient)
         zero(d->ln, BT * C);
         layernorm_backward(d->ln, g[P_LNAW] + l * C, g[P_LNAB] + l * C, dbranch, a->attproj + lc, p[P_LNAW] + l * C,
                            a->lna_mean + lr, a->lna_rstd + lr, (int)BT, C, false, gpt_grads_first(m, P_LNAW, P_LNAB, l));

@@ -14,21 +14,25 @@
 //   GPU: each mark is a CUDA event recorded on keel's stream (llmc/cuda/stream.h), and a segment is
 //   the time between the stream reaching its mark and reaching the next — the op's kernels, plus any
 //   time the stream sat idle because the host had not yet issued the next op. The host's own work
-//   has segments of its own (phase "host": reading the batch), so a GPU starved by the host shows
-//   there, not in the op after it. The data-parallel reduction runs on the communication stream
-//   beside the backward; what of it the compute stream waits for shows as "step grad reduce".
+//   has segments of its own (phase "host": reading the batch, checking and uploading the targets), so
+//   a GPU starved by the host shows there, not in the op after it. The data-parallel reduction runs
+//   on the communication stream beside the backward; what of it the compute stream still waits for
+//   shows as "step gradient reduction (wait)".
 //   CPU: each mark reads a monotonic clock; the ops run synchronously, so a segment is the op.
 //
 // Rates
 //   flops: the model's FLOPs of the op (matrix products 2·m·n·k; attention at its causal half, the
 //   forward's two products and the backward's four — flash's recomputed scores not counted);
-//   bytes: the bytes a memory-bound op must move at least (each tensor read or written once). A row
-//   shows TFLOP/s or GB/s where its ops gave them, and on a GPU of the step model's table
-//   (llmc/step_model.h) its roofline: the time its FLOPs need at the dense peak or its bytes at the
-//   memory's bandwidth, whichever is longer, as a share of the time it took.
+//   bytes: the bytes a memory-bound op must move at least (each tensor read or written once), or a
+//   collective's buffer (comm: its GB/s is the collective's, and it has no roofline — its link is not
+//   the memory). A row shows TFLOP/s or GB/s where its ops gave them, and on a GPU of the step model's
+//   table (llmc/step_model.h) its roofline: the time its FLOPs need at the dense peak or its bytes at
+//   the memory's bandwidth, whichever is longer, as a share of the time it took. The FLOPs line sums
+//   the model's FLOPs (the recomputed forward of --checkpoint-activations apart).
 #pragma once
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -39,6 +43,7 @@ struct OpMark {
     const char* phase;  // "fwd", "bwd", "recompute", "step", "host"
     const char* name;   // the op, e.g. "qkv matmul"
     double flops, bytes;
+    bool comm = false;  // a collective: bytes are its buffer's
 };
 
 struct OpTimes {
@@ -58,13 +63,26 @@ static inline void op_times_begin(OpTimes* t, int64_t it) {
     if (!t->on) return;
     t->marks.reserve(4096);
     backend_mark(&t->clock, 0);
-    t->marks.push_back({"step", "iteration start", 0, 0});
+    t->marks.push_back({"step", "iteration start", 0, 0, false});
 }
 
 static inline void op_mark(OpTimes* t, const char* phase, const char* name, double flops = 0, double bytes = 0) {
     if (!t || !t->on) return;
     backend_mark(&t->clock, t->marks.size());
-    t->marks.push_back({phase, name, flops, bytes});
+    t->marks.push_back({phase, name, flops, bytes, false});
+}
+// A collective (tensor-parallel all-reduces, the gradients' and weights' all-gathers): `bytes` its buffer.
+static inline void op_mark_comm(OpTimes* t, const char* phase, const char* name, double bytes) {
+    if (!t || !t->on) return;
+    backend_mark(&t->clock, t->marks.size());
+    t->marks.push_back({phase, name, 0, bytes, true});
+}
+// Takes back the bytes of the marks of (phase, name) so far: the work they named did not run (an
+// update skipped on a non-finite gradient).
+static inline void op_marks_unbytes(OpTimes* t, const char* phase, const char* name) {
+    if (!t || !t->on) return;
+    for (OpMark& mk : t->marks)
+        if (!strcmp(mk.phase, phase) && !strcmp(mk.name, name)) mk.bytes = 0;
 }
 
 struct OpRow {
@@ -72,6 +90,8 @@ struct OpRow {
     int64_t calls;     // segments of that op in the iteration
     double ms;         // their time, summed
     double flops, bytes;
+    bool comm;         // a collective's (no roofline)
+    bool recompute;    // --checkpoint-activations' second forward (not the model's FLOPs)
 };
 
 struct OpTable {
@@ -92,7 +112,7 @@ static inline OpTable op_times_table(OpTimes* t) {
         auto it = index.find(op);
         if (it == index.end()) {
             it = index.emplace(op, tab.rows.size()).first;
-            tab.rows.push_back({op, 0, 0, 0, 0});
+            tab.rows.push_back({op, 0, 0, 0, 0, mk->comm, !strcmp(mk->phase, "recompute")});
         }
         OpRow* r = &tab.rows[it->second];
         double ms = backend_marks_ms(&t->clock, i, i + 1);
@@ -142,7 +162,7 @@ static inline std::string op_table_text(const OpTable* tab, const char* who, con
         if (r.flops > 0 && sec > 0) rate(tf, sizeof tf, r.flops / sec / 1e12);
         if (r.bytes > 0 && sec > 0) rate(gb, sizeof gb, r.bytes / sec / 1e9);
         char rl[16] = "";
-        if (roof && sec > 0 && (r.flops > 0 || r.bytes > 0))
+        if (roof && !r.comm && sec > 0 && (r.flops > 0 || r.bytes > 0))
             snprintf(rl, sizeof rl, "%.1f%%", 100.0 * std::max(r.flops / tab->peak_flops, r.bytes / tab->peak_bytes) / sec);
         snprintf(line, sizeof line, "  %-36s %6lld %10.3f %6.1f%% %10.4f %9s %9s %9s", r.op.c_str(), (long long)r.calls, r.ms,
                  tab->total_ms > 0 ? 100.0 * r.ms / tab->total_ms : 0.0, r.ms / (double)r.calls, tf, gb, rl);
@@ -150,10 +170,15 @@ static inline std::string op_table_text(const OpTable* tab, const char* who, con
         row.erase(row.find_last_not_of(' ') + 1);  // (no trailing blanks where the last columns are empty)
         s += row + "\n";
     }
-    double flops = 0;
-    for (const OpRow& r : tab->rows) flops += r.flops;
-    snprintf(line, sizeof line, "  model FLOPs %.0f (the rows' sum), %.3g TFLOP/s over the iteration\n", flops,
+    double flops = 0, again = 0;
+    for (const OpRow& r : tab->rows) (r.recompute ? again : flops) += r.flops;
+    snprintf(line, sizeof line, "  model FLOPs %.0f (the rows' sum), %.3g TFLOP/s over the iteration", flops,
              tab->total_ms > 0 ? flops / (tab->total_ms / 1000.0) / 1e12 : 0.0);
     s += line;
+    if (again > 0) {
+        snprintf(line, sizeof line, "; %.0f more recomputed", again);
+        s += line;
+    }
+    s += "\n";
     return s;
 }

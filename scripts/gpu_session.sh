@@ -123,7 +123,8 @@ op_tables() {
     grep -q '^time per op' "$log" || { echo "$name: no table in train_gpt's output"; tail -n 3 "$log"; bad=1; continue; }
     echo "==== $name"
     sed -n '/^time per op/,/^  model FLOPs/p' "$log"
-    { sed -n '/^time per op/,/^  model FLOPs/p' "$log" | head -n 14; grep '^  model FLOPs' "$log"; } | sed "s/^/$name | /"
+    { sed -n '/^time per op/,/^  model FLOPs/p' "$log" | grep -v '^  roofline:' | head -n 14; grep '^  model FLOPs' "$log"; } |
+      sed "s/^/$name | /"  # (the header, the columns' names, 12 rows, the FLOPs line)
   done
   rm -f "$log"
   return $bad

@@ -323,7 +323,7 @@ static void test_event_timing() {
     int n = 1 << 16;
     int* x = dev_upload(std::vector<int>(n, 0));
     cudaEventRecord(a, MAIN_STREAM);
-    for (int k = 0; k < 4; k++) KEEL_LAUNCH(fill_all_kernel, n / 256, 256, 0, MAIN_STREAM)(x, k);
+    for (int k = 0; k < 16; k++) KEEL_LAUNCH(fill_all_kernel, n / 256, 256, 0, MAIN_STREAM)(x, k);
     cudaEventRecord(b, MAIN_STREAM);
     cudaEventRecord(c, MAIN_STREAM);
     cudaEventRecord(untimed, MAIN_STREAM);
@@ -331,7 +331,7 @@ static void test_event_timing() {
     float ab = -1, bc = -1, ba = 1;
     bool ok = cudaEventElapsedTime(&ab, a, b) == cudaSuccess && cudaEventElapsedTime(&bc, b, c) == cudaSuccess &&
               cudaEventElapsedTime(&ba, b, a) == cudaSuccess;
-    printf("      event timing: 4 launches %.3f ms, nothing %.3f ms\n", ab, bc);
+    printf("      event timing: 16 launches %.3f ms, nothing %.3f ms\n", ab, bc);
     check_true("cudaEventElapsedTime: the launches between two events take time, nothing between two takes less, reversed is negative",
                ok && ab > 0 && bc >= 0 && bc < ab && ba == -ab);
     float t = 0;
@@ -351,6 +351,13 @@ static void test_event_timing() {
     cudaEventSynchronize(b);
     check_true("cudaEventElapsedTime: not ready before its stream reaches the event, a time after the wait",
                not_ready && cudaEventElapsedTime(&t, a, b) == cudaSuccess && t >= 0);
+    cudaEvent_t gone;  // destroyed while its record is still queued (CUDA allows it): the record runs harmlessly
+    cudaEventCreate(&gone);
+    cudaEventRecord(gone, s);
+    cudaEventDestroy(gone);
+    KEEL_LAUNCH(fill_kernel, 1, 32, 0, s)(x, 11);
+    check_true("an event destroyed with its record queued: the stream runs on", cudaStreamSynchronize(s) == cudaSuccess &&
+                                                                                   dev_download(x, 32)[31] == 11);
     cudaStreamDestroy(s);
     for (cudaEvent_t e : {a, b, c, untimed, never}) cudaEventDestroy(e);
     dev_free(x);

@@ -1,7 +1,8 @@
 // test_op_times — --time-ops' table (llmc/op_times.h) from marks of known times, against sums and
 // rates worked by hand: segments summed per op in order of first appearance, sorted by time, calls
 // counted, the rates and the roofline column (the longer of FLOPs at the peak and bytes at the
-// bandwidth, over the time), none without a peak; marking only in the iteration asked for.
+// bandwidth, over the time), none without a peak and none for a collective; the recomputed
+// forward's FLOPs apart from the model's; bytes taken back; marking only in the iteration asked for.
 #include "llmc/op_times.h"
 
 static int failures = 0;
@@ -58,6 +59,29 @@ int main() {
     bool on = got.rows.size() == 3 && got.total_ms >= 0 && !m.on && m.marks.empty();
     op_mark(&m, "fwd", "x", 1, 0);
     expect("marks only in the iteration asked for: nothing in another, its start and ops in it, nothing after", off && on && m.marks.empty());
+    // a collective: GB/s, no roofline; the recomputed forward: apart in the FLOPs line
+    OpTimes c;
+    c.iteration = 1, c.peak_flops = 1e12, c.peak_bytes = 1e11, c.peak_name = "test-gpu";
+    c.marks = {{"step", "iteration start", 0, 0}, {"fwd", "all-reduce", 0, 1e8, true}, {"recompute", "x", 5e8, 0}, {"bwd", "x", 1e9, 0}};
+    c.clock.ms = {0, 1, 3, 4, 6};
+    OpTable ct = op_times_table(&c);
+    text = op_table_text(&ct, "", "test clock");
+    printf("%s", text.c_str());
+    expect("a collective's row: 50 GB/s and no roofline; the FLOPs line: 1e9 the model's, 5e8 more recomputed",
+           has(text, "fwd all-reduce                            1      2.000   33.3%     2.0000                50.0\n") &&
+               has(text, "recompute x                               1      1.000   16.7%     1.0000       0.5               50.0%\n") &&
+               has(text, "model FLOPs 1000000000 (the rows' sum), 0.167 TFLOP/s over the iteration; 500000000 more recomputed\n"));
+    // bytes taken back (an update that did not run)
+    OpTimes u;
+    u.iteration = 1;
+    op_times_begin(&u, 1);
+    op_mark(&u, "step", "optimizer", 0, 4e9);
+    op_mark(&u, "step", "gradient all-gather", 0, 1e9);
+    op_mark(&u, "step", "optimizer", 0, 4e9);
+    op_marks_unbytes(&u, "step", "optimizer");
+    expect("op_marks_unbytes: the optimizer's marks lose their bytes, the others keep theirs",
+           u.marks[1].bytes == 0 && u.marks[3].bytes == 0 && u.marks[2].bytes == 1e9);
+    op_times_end(&u);
     OpTimes none;
     op_times_begin(&none, 1);
     expect("--time-ops 0 marks nothing", !none.on && none.marks.empty());

@@ -14,7 +14,8 @@
 // accumulated into counts twice: read and written); TFLOP/s only where the op is a matrix product.
 //
 // Under the CPU emulation (g++ -Itest/cuda_emu -DKEEL_CUDA_EMULATION, `make cuda-lab-emu`) the
-// same programs run their checks at small sizes; events are no-ops there, so nothing is timed.
+// same programs run their checks at small sizes and time nothing: the emulation's events would give
+// the CPU's time for the emulated kernels, which says nothing of a GPU's.
 #pragma once
 #include <algorithm>
 #include <cerrno>
@@ -191,7 +192,7 @@ static void lab_print_checks(const LabRow& r) {
 
 // ---- timing --------------------------------------------------------------------------------------
 // The median time of one call of `run`, ms; `reset` (may be empty) restores what run overwrites and
-// runs before each call, outside the events. 0 under the emulation (events are no-ops).
+// runs before each call, outside the events. 0 under the emulation (its events time the CPU, not a GPU).
 [[maybe_unused]] static double lab_time_ms(const LabArgs& a, const std::function<void()>& run, const std::function<void()>& reset) {
 #ifdef KEEL_CUDA_EMULATION
     (void)a; (void)run; (void)reset;

@@ -243,14 +243,19 @@ inline cudaError_t cudaStreamQuery(cudaStream_t s) {
 // Timing: when the stream reaches the event's latest record, the host's monotonic clock is read
 // (t_ms; `records` tells the latest record from an earlier one still queued), so
 // cudaEventElapsedTime gives the time the emulation spent on the work between two events. As on a
-// GPU, an event made with cudaEventDisableTiming, or one never recorded, has no time to give.
+// GPU, an event made with cudaEventDisableTiming, or one never recorded, has no time to give. The
+// timing state is shared with the queued records, so an event destroyed before its stream reaches
+// it (CUDA allows that) leaves them nothing freed to write to.
+struct emu_event_time {
+    uint64_t records = 0;  // cudaEventRecord calls so far
+    bool timed = false;    // the latest record was reached and t_ms read
+    double t_ms = 0;
+};
 struct emu_event {
     uint64_t op;
     bool never = false;
     bool timing = true;
-    uint64_t records = 0;  // cudaEventRecord calls so far
-    bool timed = false;    // the latest record was reached and t_ms read
-    double t_ms = 0;
+    std::shared_ptr<emu_event_time> time = std::make_shared<emu_event_time>();
 };
 inline uint64_t emu_event_op(cudaEvent_t e) { return e ? e->op : 0; }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned = 0) {
@@ -272,12 +277,13 @@ inline double emu_clock_ms() {
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s = nullptr) {
     if (!e) return emu_last_error = cudaErrorInvalidValue;
     e->never = emu::stream_wedged(s);
-    uint64_t record = ++e->records;
-    e->timed = false;
-    e->op = emu::stream_submit(s, [e, record] {
-        if (e->records != record) return;  // recorded again since: that record's time counts
-        e->t_ms = emu_clock_ms();
-        e->timed = true;
+    std::shared_ptr<emu_event_time> time = e->time;
+    uint64_t record = ++time->records;
+    time->timed = false;
+    e->op = emu::stream_submit(s, [time, record] {
+        if (time->records != record) return;  // recorded again since: that record's time counts
+        time->t_ms = emu_clock_ms();
+        time->timed = true;
     });
     return cudaSuccess;
 }
@@ -295,9 +301,10 @@ inline cudaError_t cudaEventQuery(cudaEvent_t e) {
 // recorded, cudaErrorNotReady for one its stream has not reached)
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
     if (!start || !end) return emu_last_error = cudaErrorInvalidValue;
-    if (!start->timing || !end->timing || !start->records || !end->records) return emu_last_error = cudaErrorInvalidResourceHandle;
-    if (!start->timed || !end->timed) return cudaErrorNotReady;
-    *ms = (float)(end->t_ms - start->t_ms);
+    if (!start->timing || !end->timing || !start->time->records || !end->time->records)
+        return emu_last_error = cudaErrorInvalidResourceHandle;
+    if (!start->time->timed || !end->time->timed) return cudaErrorNotReady;
+    *ms = (float)(end->time->t_ms - start->time->t_ms);
     return cudaSuccess;
 }
 
