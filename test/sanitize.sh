@@ -6,7 +6,7 @@
 # build/asan/train_gpt_cpu is train_gpt.cu built with -fsanitize=address,undefined
 # -fno-sanitize-recover=all (the Makefile). The smoke runs: a training run with many knobs on at once
 # (fp16 loss scaling, z-score skips, curriculum, ALiBi, embedding LayerNorm, NormFormer,
-# ReLU, dropout, activation checkpointing, 8-bit Adam, every logging extra, samples, TensorBoard), a
+# ReLU, dropout, activation checkpointing, 8-bit Adam, every logging extra, --time-ops, samples, TensorBoard), a
 # save + resume that must end byte-identical to a straight run, a DP=2 ZeRO-1 run under mpirun, and
 # bad inputs that must each exit with their error line. Any sanitizer report fails: reports exit with
 # code 86 (ASAN/UBSAN_OPTIONS below), which no keel error uses, and the output is searched too.
@@ -39,9 +39,10 @@ KNOBS=(--fp16 --initial-loss-scale 1024 --loss-scale-window 3 --hysteresis 2 --s
        --position-embedding-type alibi --embed-layernorm --normformer --activation relu --apply-query-key-layer-scaling
        --hidden-dropout 0.1 --attention-dropout 0.1 --checkpoint-activations --optimizer adam8bit --adam8bit-min-size 64
        --log-params-norm --log-num-zeros-in-grad --log-layer-norms-interval 2 --sample-interval 4 --sample-length 8
-       --tensorboard-dir "$TMP/tb" --metrics-file "$TMP/knobs.jsonl")
+       --time-ops 4 --tensorboard-dir "$TMP/tb" --metrics-file "$TMP/knobs.jsonl")
 srun knobs "${TINY[@]}" --train-iters 6 "${KNOBS[@]}"
 [ "$(grep -c '"lm_loss"' "$TMP/knobs.jsonl" 2>/dev/null)" = 6 ] && ok "knobs: 6 training records" || fail "knobs: the run did not train 6 iterations"
+grep -q "^time per op, iteration 4" "$TMP/knobs.log" && ok "knobs: --time-ops' table of iteration 4" || fail "knobs: no --time-ops table"
 
 # 2. save + resume = straight, byte for byte
 srun straight "${TINY[@]}" --train-iters 4 --save "$TMP/straight"
@@ -52,7 +53,7 @@ same_checkpoint "save + resume under the sanitizers" "$TMP/straight" "$TMP/split
 # 3. DP=2, ZeRO-1, under mpirun (leak checking off: see the header)
 if command -v mpirun >/dev/null; then
   ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0 timeout -k 10 300 mpirun --oversubscribe -np 2 -x ASAN_OPTIONS -x UBSAN_OPTIONS \
-    $A "${TINY[@]}" --train-iters 4 --zero-stage 1 --save "$TMP/dp2" >"$TMP/dp2.log" 2>&1
+    $A "${TINY[@]}" --train-iters 4 --zero-stage 1 --time-ops 3 --save "$TMP/dp2" >"$TMP/dp2.log" 2>&1
   clean "DP=2 ZeRO-1 under mpirun (detect_leaks=0)" "$TMP/dp2.log" $?
 else
   fail "mpirun not found (scripts/setup.sh installs OpenMPI): the DP=2 run cannot run"
