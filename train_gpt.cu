@@ -574,9 +574,9 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     if (last_stage) gpt_loss_log_reserve(model, (int)accum, B, T);
     bool grad_sent = false;  // a gradient send may still be moving (CUDA: on the communication stream)
     for (const PipeAction& a : pipeline_schedule_1f1b(stage, P, (int)accum)) {
+        if (a.op != PIPE_FORWARD && a.op != PIPE_BACKWARD) op_mark(&tr->op_times, "step", "pipeline send/recv");
         switch (a.op) {
             case PIPE_RECV_FORWARD:
-                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 slot_of(a.mb);
                 comm_recv_buf(&tr->pipe, model->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
                 break;
@@ -586,12 +586,10 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 break;
             case PIPE_SEND_FORWARD:  // (no wait: the slot is written again only after mb's backward, which waits
                                      // for mb's gradient, which the next stage sends after receiving this)
-                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 slot_of(a.mb);
                 comm_send_buf(&tr->pipe, gpt_stage_output(model), act_bytes, stage + 1, PIPE_TAG);
                 break;
             case PIPE_RECV_BACKWARD:
-                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 comm_recv_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage + 1, PIPE_TAG);
                 break;
             case PIPE_BACKWARD: {
@@ -606,18 +604,15 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
                 break;
             }
             case PIPE_SEND_BACKWARD:  // (overlaps the next forward; the next backward waits for it)
-                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 comm_send_buf(&tr->pipe, gpt_stage_grad(model), act_bytes, stage - 1, PIPE_TAG);
                 grad_sent = true;
                 break;
             case PIPE_SEND_FORWARD_RECV_BACKWARD:  // activation of mb up, gradient for mb2 down, at once
-                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 slot_of(a.mb);
                 comm_sendrecv_buf(&tr->pipe, gpt_stage_output(model), act_bytes, stage + 1, gpt_stage_grad(model), act_bytes,
                                   stage + 1, PIPE_TAG);
                 break;
             case PIPE_SEND_BACKWARD_RECV_FORWARD: {  // gradient of mb down, activation of mb2 in (into mb2's slot)
-                op_mark(&tr->op_times, "step", "pipeline send/recv");
                 A* grad = gpt_stage_grad(model);
                 slot_of(a.mb2);
                 comm_sendrecv_buf(&tr->pipe, grad, act_bytes, stage - 1, model->acts.encoded, act_bytes, stage - 1, PIPE_TAG);
@@ -708,6 +703,25 @@ static double trainer_optimizer_bytes(const Trainer<A>* tr) {
     double per = tr->cfg.optimizer == "adam8bit" ? STEP_ADAM8BIT_BYTES_PER_PARAM : STEP_ADAM_BYTES_PER_PARAM;
     if (!gpt_has_compute_copy<A>()) per -= 2;  // (those figures write a 2-byte compute copy; --fp32 has none)
     return per * (double)(tr->opt.range_hi - tr->opt.range_lo);
+}
+
+// --time-ops at set-up: the iteration to time, the model's marks, the marks made now (on the GPU,
+// events: a generous count per micro-batch and layer), and the roofline of a GPU in the step model's
+// table (its dense peak at the training precision, its memory's bandwidth).
+template <typename A>
+static void trainer_op_times_setup(Trainer<A>* tr, int64_t accum_max) {
+    const Config* c = &tr->cfg;
+    tr->op_times.iteration = c->time_ops;
+    tr->model.op_times = &tr->op_times;
+    if (c->time_ops <= 0) return;
+    backend_marks_reserve(&tr->op_times.clock, (size_t)(128 + accum_max * (40 * gpt_stage_layers(&tr->gcfg) + 64)));
+    std::string device;
+    double device_mem = 0;
+    const GpuSpec* roof = backend_gpu_found(&device, &device_mem) ? gpu_spec_match(device, device_mem) : nullptr;
+    if (!roof) return;
+    tr->op_times.peak_flops = sizeof(A) == sizeof(float) ? roof->peak32 : roof->peak16;
+    tr->op_times.peak_bytes = roof->hbm_bw;
+    tr->op_times.peak_name = roof->name;
 }
 
 // --time-ops: the timed iteration's table (llmc/op_times.h). Under pipeline parallelism every stage
@@ -1677,18 +1691,7 @@ static void trainer_setup(Trainer<A>* tr) {
         tr->model.clock_ctx = tr;
     }
     tr->model.tp = &tr->tp;
-    tr->op_times.iteration = c->time_ops;
-    tr->model.op_times = &tr->op_times;
-    std::string device;
-    double device_mem = 0;
-    const GpuSpec* roof = c->time_ops > 0 && backend_gpu_found(&device, &device_mem) ? gpu_spec_match(device, device_mem) : nullptr;
-    // the timed iteration's marks made now (on the GPU, events): a generous count per micro-batch and layer
-    if (c->time_ops > 0) backend_marks_reserve(&tr->op_times.clock, (size_t)(128 + accum_max * (40 * gpt_stage_layers(g) + 64)));
-    if (roof) {  // (--time-ops' roofline: the GPU's dense peak at the training precision, its memory's bandwidth)
-        tr->op_times.peak_flops = sizeof(A) == sizeof(float) ? roof->peak32 : roof->peak16;
-        tr->op_times.peak_bytes = roof->hbm_bw;
-        tr->op_times.peak_name = roof->name;
-    }
+    trainer_op_times_setup(tr, accum_max);
     optimizer_init(&tr->opt, &tr->model.table, c, tr->comm.rank, tr->comm.size, (int)c->zero_stage);
     if (gpt_master_sharded(&tr->model) && (tr->opt.range_lo != master_lo || tr->opt.range_hi != master_hi))
         keel_die("the sharded master weights [%lld, %lld) are not the optimizer's shard", (long long)master_lo, (long long)master_hi);
