@@ -934,37 +934,50 @@ static void gpt_residual_ln_forward(GPT<F>* m, F* sum, F* ln, S* mean, S* rstd, 
 // does not (its slot of the next layer's activations is the recomputed layer's own).
 enum LnNext { LN_NEXT_NONE, LN_NEXT_LAYER, LN_NEXT_FINAL };
 
-// Layer l of the stage, forward: reads the residual stream entering it, writes its activations and
-// the stream leaving it (residual3 of layer l).
-template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int T, LnNext next = LN_NEXT_NONE, bool ln1_ready = false) {
+// Layer l's place in the stage's buffers, as its forward and backward branches see it: this rank's
+// widths under tensor parallelism, the offsets of its activation slice (gpt_act_layer) in the
+// (·,C), (·,Ca), (·,H) and per-row buffers, and the residual stream entering it.
+template <typename F> struct GptLayerAt {
+    int l, C, NH, Ca, H;        // NH heads of Ca channels and an MLP slice of H on this rank
+    size_t BT, BTmax;           // this micro-batch's rows; the rows of an activation slot
+    size_t k, lc, la, lh, lr;   // the activation slice; its offsets in (·,C), (·,Ca), (·,H), (·) buffers
+    size_t CCa, CH;             // a layer's slice of the (Ca,C)-sized and (H,C)-sized weights
+    F* residual;                // (B,T,C) the stream entering the layer
+};
+template <typename F> static GptLayerAt<F> gpt_layer_at(const GPT<F>* m, int l, int B, int T) {
     const GPTConfig* cfg = &m->config;
-    TPDims td = gpt_tp_dims(cfg);  // under tensor parallelism: this rank's heads (Ca channels) and MLP slice (H)
-    int L0 = cfg->stage_layer_first, C = cfg->channels, NH = td.NH, Ca = td.C, H = td.H;
-    size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
+    TPDims td = gpt_tp_dims(cfg);
+    GptLayerAt<F> at;
+    at.l = l, at.C = cfg->channels, at.NH = td.NH, at.Ca = td.C, at.H = td.H;
+    at.BT = (size_t)B * T, at.BTmax = (size_t)m->B * m->T;
+    at.k = gpt_act_layer(m, l);
+    at.lc = at.k * at.BTmax * at.C, at.la = at.k * at.BTmax * at.Ca, at.lh = at.k * at.BTmax * at.H, at.lr = at.k * at.BTmax;
+    at.CCa = (size_t)at.C * at.Ca, at.CH = (size_t)at.C * at.H;
+    at.residual = l == 0 ? m->acts.encoded : m->acts.residual3 + (l - 1) * at.BTmax * at.C;
+    return at;
+}
+
+// Layer l's attention branch, forward: from the stream entering it (or, ln1_ready, the LN1 the
+// previous layer's residual add formed) to residual2 = residual + dropout([LN_attn](proj([head
+// scale](attention(qkv(ln1(residual))))))) and the LN2 of it.
+template <typename F> static void gpt_attention_branch_forward(GPT<F>* m, const GptLayerAt<F>* at, int B, int T, bool ln1_ready) {
+    const GPTConfig* cfg = &m->config;
+    int l = at->l, C = at->C, NH = at->NH, Ca = at->Ca;
+    size_t BT = at->BT, BTC = BT * C, lc = at->lc, la = at->la, lr = at->lr, CCa = at->CCa;
     Activations<F>* a = &m->acts;
     F** p = m->p;
     bool nf = cfg->normformer;
-    F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
-    size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, la = k * BTmax * Ca, lh = k * BTmax * H, lr = k * BTmax;
-    size_t CCa = (size_t)C * Ca, CH = (size_t)C * H;
-    F* ln1 = a->ln1 + lc; F* qkv = a->qkv + 3 * la; F* atty = a->atty + la;
-    F* attproj = a->attproj + lc; F* residual2 = a->residual2 + lc; F* ln2 = a->ln2 + lc;
-    F* fch = a->fch + lh; F* fch_act = a->fch_act + lh; F* fcproj = a->fcproj + lc;
-    F* residual3 = a->residual3 + l * BTmax * C;
-    // row-parallel layers add their bias once, on tensor-parallel rank 0, into the sum over ranks
-    bool bias_here = cfg->tp_rank == 0;
-    // attention branch
-    size_t BTC = BT * C;
     double es = sizeof(F);
+    F* ln1 = a->ln1 + lc; F* qkv = a->qkv + 3 * la; F* atty = a->atty + la; F* attproj = a->attproj + lc;
     if (!ln1_ready) {  // (else the previous layer's residual add formed it)
         gpt_mark(m, "ln1", 0, 2 * BTC * es);
-        layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
+        layernorm_forward(ln1, a->ln1_mean + lr, a->ln1_rstd + lr, at->residual, p[P_LN1W] + l * C, p[P_LN1B] + l * C, (int)BT, C);
         gpt_stored(m, ln1, BTC);
     }
     gpt_mark(m, "qkv matmul", 2.0 * BT * C * 3 * Ca);
     matmul_forward(qkv, ln1, p[P_QKVW] + l * 3 * CCa, p[P_QKVB] + l * 3 * Ca, (int)BT, C, 3 * Ca);  // column-parallel
     gpt_stored(m, qkv, BT * 3 * Ca);
-    gpt_attention_core_forward(m, l, k, B, T);
+    gpt_attention_core_forward(m, l, at->k, B, T);
     F* attin = atty;
     if (nf) {
         attin = a->atty_hs + la;
@@ -972,6 +985,8 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
         headscale_forward(attin, atty, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
         gpt_stored(m, attin, BT * Ca);
     }
+    // row-parallel layers add their bias once, on tensor-parallel rank 0, into the sum over ranks
+    bool bias_here = cfg->tp_rank == 0;
     gpt_mark(m, "attproj matmul", 2.0 * BT * Ca * C);
     matmul_forward(attproj, attin, p[P_ATTPROJW] + l * CCa, bias_here ? p[P_ATTPROJB] + l * C : nullptr, (int)BT, Ca, C);  // row-parallel
     gpt_tp_sum_stored(m, attproj, BTC);
@@ -982,15 +997,27 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
         layernorm_forward(branch, a->lna_mean + lr, a->lna_rstd + lr, attproj, p[P_LNAW] + l * C, p[P_LNAB] + l * C, (int)BT, C);
         gpt_stored(m, branch, BTC);
     }
-    DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
+    DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, cfg->stage_layer_first + l, DROPOUT_SITE_ATTN_OUT);
     if (d.p > 0) {
         gpt_mark(m, "dropout", 0, 2 * BTC * es);
         dropout_forward(branch, branch, B, (size_t)T * C, &d);
     }
     gpt_stored(m, branch, BTC);
-    gpt_residual_ln_forward(m, residual2, ln2, a->ln2_mean + lr, a->ln2_rstd + lr, residual, branch, p[P_LN2W] + l * C, p[P_LN2B] + l * C, BT,
-                            "residual + ln2");
-    // MLP branch
+    gpt_residual_ln_forward(m, a->residual2 + lc, a->ln2 + lc, a->ln2_mean + lr, a->ln2_rstd + lr, at->residual, branch, p[P_LN2W] + l * C,
+                            p[P_LN2B] + l * C, BT, "residual + ln2");
+}
+
+// Layer l's MLP branch, forward: residual3 = residual2 + dropout(proj([LN_fc](act(fc(ln2))))), with
+// the LayerNorm that follows it fused in as `next` says.
+template <typename F> static void gpt_mlp_branch_forward(GPT<F>* m, const GptLayerAt<F>* at, int B, int T, LnNext next) {
+    const GPTConfig* cfg = &m->config;
+    int l = at->l, C = at->C, H = at->H;
+    size_t BT = at->BT, BTC = BT * C, lc = at->lc, lh = at->lh, lr = at->lr, CH = at->CH;
+    Activations<F>* a = &m->acts;
+    F** p = m->p;
+    double es = sizeof(F);
+    F* ln2 = a->ln2 + lc; F* residual2 = a->residual2 + lc; F* fch = a->fch + lh; F* fch_act = a->fch_act + lh; F* fcproj = a->fcproj + lc;
+    F* residual3 = a->residual3 + l * at->BTmax * C;
     // column-parallel; GeLU: one op, on the GPU one GEMM whose epilogue also keeps fch for the backward
     if (cfg->activation == ACT_GELU) {  // (the GPU's GeLU reads the fp32 product when fused, the bf16 one when not)
         gpt_mark(m, "fc matmul + gelu", 2.0 * BT * C * H);
@@ -1005,24 +1032,25 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
     gpt_stored(m, fch, BT * H);
     gpt_stored(m, fch_act, BT * H);
     F* fcin = fch_act;
-    if (nf) {
+    if (cfg->normformer) {
         fcin = a->lnfc + lh;
         gpt_mark(m, "ln fc", 0, 2 * BT * H * es);
         layernorm_forward(fcin, a->lnfc_mean + lr, a->lnfc_rstd + lr, fch_act, p[P_LNFCW] + l * H, p[P_LNFCB] + l * H, (int)BT, H);
         gpt_stored(m, fcin, BT * H);
     }
+    bool bias_here = cfg->tp_rank == 0;  // (row-parallel: the bias once, into the sum over ranks)
     gpt_mark(m, "fcproj matmul", 2.0 * BT * H * C);
     matmul_forward(fcproj, fcin, p[P_FCPROJW] + l * CH, bias_here ? p[P_FCPROJB] + l * C : nullptr, (int)BT, H, C);  // row-parallel
     gpt_stored(m, fcproj, BTC);
     gpt_tp_sum(m, fcproj, BTC);
-    d = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
+    DropoutSite d = gpt_dropout_site(m, cfg->hidden_dropout, cfg->stage_layer_first + l, DROPOUT_SITE_MLP_OUT);
     if (d.p > 0) {
         gpt_mark(m, "dropout", 0, 2 * BTC * es);
         dropout_forward(fcproj, fcproj, B, (size_t)T * C, &d);
     }
     gpt_stored(m, fcproj, BTC);
     if (next == LN_NEXT_LAYER) {  // residual3 and layer l + 1's ln1
-        size_t k1 = gpt_act_layer(m, l + 1), lc1 = k1 * BTmax * C, lr1 = k1 * BTmax;
+        size_t k1 = gpt_act_layer(m, l + 1), lc1 = k1 * at->BTmax * C, lr1 = k1 * at->BTmax;
         gpt_residual_ln_forward(m, residual3, a->ln1 + lc1, a->ln1_mean + lr1, a->ln1_rstd + lr1, residual2, fcproj, p[P_LN1W] + (l + 1) * C,
                                 p[P_LN1B] + (l + 1) * C, BT, "residual + next ln1");
     } else if (next == LN_NEXT_FINAL) {  // residual3 and the final LayerNorm
@@ -1032,6 +1060,14 @@ template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int
         residual_forward(residual3, residual2, fcproj, BTC);
     }
     gpt_stored(m, residual3, BTC);
+}
+
+// Layer l of the stage, forward: reads the residual stream entering it, writes its activations and
+// the stream leaving it (residual3 of layer l).
+template <typename F> static void gpt_layer_forward(GPT<F>* m, int l, int B, int T, LnNext next = LN_NEXT_NONE, bool ln1_ready = false) {
+    GptLayerAt<F> at = gpt_layer_at(m, l, B, T);
+    gpt_attention_branch_forward(m, &at, B, T, ln1_ready);
+    gpt_mlp_branch_forward(m, &at, B, T, next);
 }
 
 // The mean of n per-position losses, added in position order in double.
@@ -1276,35 +1312,23 @@ template <typename F> static void gpt_attention_core_backward(GPT<F>* m, int l, 
     gpt_stored(m, d->qkv, BT * 3 * Ca);
 }
 
-// Backward of layer l of the stage: d->residual holds the gradient of its output and receives the
-// gradient of its input; parameter gradients are written or added into m->grads (gpt_grad_first).
-template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, int T) {
+// Zero n elements of a gradient buffer some op then adds into.
+template <typename F> static inline void gpt_zero(F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); }
+
+// Layer l's MLP branch, backward: residual3 = residual2 + dropout(proj([LN_fc](act(fc(ln2(residual2)))))).
+// From the gradient of residual3 in d->residual to the gradient of residual2 there (LN2's backward
+// adds the branch's part to the stream's own).
+template <typename F> static void gpt_mlp_branch_backward(GPT<F>* m, const GptLayerAt<F>* at, int B, int T) {
     const GPTConfig* cfg = &m->config;
-    TPDims td = gpt_tp_dims(cfg);
-    int L0 = cfg->stage_layer_first;
-    int C = cfg->channels, NH = td.NH, Ca = td.C, H = td.H;
-    size_t BT = (size_t)B * T, BTmax = (size_t)m->B * m->T;
+    int l = at->l, C = at->C, H = at->H;
+    size_t BT = at->BT, lc = at->lc, lh = at->lh, lr = at->lr, CH = at->CH;
     Activations<F>* a = &m->acts;
     GradScratch<F>* d = &m->dacts;
     F** p = m->p;
     acc_t<F>** g = m->g;
     bool nf = cfg->normformer;
-    auto zero = [](F* x, size_t n) { backend_memset_zero(x, n * sizeof(F)); };
-    // --checkpoint-activations: the layer's forward again, from its kept input; the same ops on
-    // the same inputs with the same dropout masks give the same bytes as the first time (its LN1
-    // and last residual add run apart here, fused the first time: the fused pass gives the two ops'
-    // bytes, test_cuda_layers)
-    if (cfg->checkpoint_activations) {
-        m->op_phase = "recompute";
-        gpt_layer_forward(m, l, B, T);
-        m->op_phase = "bwd";
-    }
     double es = sizeof(F);
-    F* residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BTmax * C;
-    size_t k = gpt_act_layer(m, l), lc = k * BTmax * C, la = k * BTmax * Ca, lh = k * BTmax * H, lr = k * BTmax;
-    size_t CCa = (size_t)C * Ca, CH = (size_t)C * H;
-    // MLP: residual3 = residual2 + dropout(proj([LN_fc](act(fc(ln2(residual2))))))
-    DropoutSite ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_MLP_OUT);
+    DropoutSite ds = gpt_dropout_site(m, cfg->hidden_dropout, cfg->stage_layer_first + l, DROPOUT_SITE_MLP_OUT);
     F* dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
     F* fcin = nf ? a->lnfc + lh : a->fch_act + lh;
     // row-parallel: the whole output gradient on every rank; the bias gradient on every rank too
@@ -1318,7 +1342,7 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     } else {  // ReLU, or --normformer: there the activation's gradient comes out of LN_fc's backward, not out of a GEMM
         F* dfcin = nf ? d->lnfc : d->fch_act;
         gpt_mark(m, "fcproj matmul", 4.0 * BT * H * C);
-        if (nf) zero(d->fch_act, BT * H);  // (LN_fc's backward adds into it; the matmul writes dfcin)
+        if (nf) gpt_zero(d->fch_act, BT * H);  // (LN_fc's backward adds into it; the matmul writes dfcin)
         matmul_backward(dfcin, g[P_FCPROJW] + l * CH, g[P_FCPROJB] + l * C, dbranch, fcin, p[P_FCPROJW] + l * CH, (int)BT, H, C, true,
                         gpt_grads_first(m, P_FCPROJW, P_FCPROJB, l));
         gpt_stored(m, dfcin, BT * H);
@@ -1328,7 +1352,7 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
                                a->lnfc_mean + lr, a->lnfc_rstd + lr, (int)BT, H, false, gpt_grads_first(m, P_LNFCW, P_LNFCB, l));
         gpt_stored(m, d->fch_act, BT * H);
         gpt_mark(m, "activation", 0, 3.0 * BT * H * es);
-        zero(d->fch, BT * H);
+        gpt_zero(d->fch, BT * H);
         gpt_activation_backward(m, d->fch, d->fch_act, a->fch + lh, BT * H);
     }
     gpt_stored(m, d->fch, BT * H);
@@ -1340,12 +1364,26 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     layernorm_backward(d->residual, g[P_LN2W] + l * C, g[P_LN2B] + l * C, d->ln, a->residual2 + lc,
                        p[P_LN2W] + l * C, a->ln2_mean + lr, a->ln2_rstd + lr, (int)BT, C, false, gpt_grads_first(m, P_LN2W, P_LN2B, l));
     gpt_stored(m, d->residual, BT * C);
-    // attention: residual2 = residual + dropout([LN_attn](proj([head scale](attention(qkv(ln1(residual)))))))
-    ds = gpt_dropout_site(m, cfg->hidden_dropout, L0 + l, DROPOUT_SITE_ATTN_OUT);
-    dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
+}
+
+// Layer l's attention branch, backward: residual2 = residual + dropout([LN_attn](proj([head
+// scale](attention(qkv(ln1(residual))))))). From the gradient of residual2 in d->residual to the
+// gradient of the stream entering the layer there.
+template <typename F> static void gpt_attention_branch_backward(GPT<F>* m, const GptLayerAt<F>* at, int B, int T) {
+    const GPTConfig* cfg = &m->config;
+    int l = at->l, C = at->C, NH = at->NH, Ca = at->Ca;
+    size_t BT = at->BT, lc = at->lc, la = at->la, lr = at->lr, CCa = at->CCa;
+    Activations<F>* a = &m->acts;
+    GradScratch<F>* d = &m->dacts;
+    F** p = m->p;
+    acc_t<F>** g = m->g;
+    bool nf = cfg->normformer;
+    double es = sizeof(F);
+    DropoutSite ds = gpt_dropout_site(m, cfg->hidden_dropout, cfg->stage_layer_first + l, DROPOUT_SITE_ATTN_OUT);
+    F* dbranch = gpt_dropout_backward(m, d->residual, B, T, &ds);
     if (nf) {  // d->ln is free here: the LayerNorm's input gradient goes there
         gpt_mark(m, "ln attn", 0, 3.0 * BT * C * es);  // (into a zeroed gradient)
-        zero(d->ln, BT * C);
+        gpt_zero(d->ln, BT * C);
         layernorm_backward(d->ln, g[P_LNAW] + l * C, g[P_LNAB] + l * C, dbranch, a->attproj + lc, p[P_LNAW] + l * C,
                            a->lna_mean + lr, a->lna_rstd + lr, (int)BT, C, false, gpt_grads_first(m, P_LNAW, P_LNAB, l));
         gpt_stored(m, d->ln, BT * C);
@@ -1354,7 +1392,7 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
     F* attin = nf ? a->atty_hs + la : a->atty + la;
     F* dattin = nf ? d->atty_hs : d->atty;
     gpt_mark(m, "attproj matmul", 4.0 * BT * Ca * C);
-    if (nf) zero(d->atty, BT * Ca);  // (the head scale's backward adds into it; the matmul writes dattin)
+    if (nf) gpt_zero(d->atty, BT * Ca);  // (the head scale's backward adds into it; the matmul writes dattin)
     matmul_backward(dattin, g[P_ATTPROJW] + l * CCa, g[P_ATTPROJB] + l * C, dbranch, attin, p[P_ATTPROJW] + l * CCa,
                     (int)BT, Ca, C, true, gpt_grads_first(m, P_ATTPROJW, P_ATTPROJB, l));
     gpt_stored(m, dattin, BT * Ca);
@@ -1364,15 +1402,32 @@ template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, in
         headscale_backward(d->atty, g[P_HEADSCALE] + l * NH, d->atty_hs, a->atty + la, p[P_HEADSCALE] + l * NH, (int)BT, Ca, NH);
         gpt_stored(m, d->atty, BT * Ca);
     }
-    gpt_attention_core_backward(m, l, k, B, T);  // d->atty → d->qkv
+    gpt_attention_core_backward(m, l, at->k, B, T);  // d->atty → d->qkv
     gpt_mark(m, "qkv matmul", 4.0 * BT * C * 3 * Ca);
     matmul_backward(d->ln, g[P_QKVW] + l * 3 * CCa, g[P_QKVB] + l * 3 * Ca, d->qkv, a->ln1 + lc, p[P_QKVW] + l * 3 * CCa,
                     (int)BT, C, 3 * Ca, true, gpt_grads_first(m, P_QKVW, P_QKVB, l));
     gpt_tp_sum_stored(m, d->ln, BT * C);
     gpt_mark(m, "ln1", 0, 4.0 * BT * C * es);
-    layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, residual, p[P_LN1W] + l * C,
+    layernorm_backward(d->residual, g[P_LN1W] + l * C, g[P_LN1B] + l * C, d->ln, at->residual, p[P_LN1W] + l * C,
                        a->ln1_mean + lr, a->ln1_rstd + lr, (int)BT, C, false, gpt_grads_first(m, P_LN1W, P_LN1B, l));
     gpt_stored(m, d->residual, BT * C);
+}
+
+// Backward of layer l of the stage: d->residual holds the gradient of its output and receives the
+// gradient of its input; parameter gradients are written or added into m->grads (gpt_grad_first).
+template <typename F> static void gpt_layer_backward(GPT<F>* m, int l, int B, int T) {
+    // --checkpoint-activations: the layer's forward again, from its kept input; the same ops on
+    // the same inputs with the same dropout masks give the same bytes as the first time (its LN1
+    // and last residual add run apart here, fused the first time: the fused pass gives the two ops'
+    // bytes, test_cuda_layers)
+    if (m->config.checkpoint_activations) {
+        m->op_phase = "recompute";
+        gpt_layer_forward(m, l, B, T);
+        m->op_phase = "bwd";
+    }
+    GptLayerAt<F> at = gpt_layer_at(m, l, B, T);
+    gpt_mlp_branch_backward(m, &at, B, T);
+    gpt_attention_branch_backward(m, &at, B, T);
 }
 
 // layer_done (or null): called after the backward of each stage layer l (from the last to the first)
