@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "cuda_runtime.h"
 
@@ -274,7 +275,33 @@ inline cublasStatus_t emu_lt_check_epilogue(cublasLtMatmulDesc_t d, uint64_t row
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// One column tile's products: acc[jj·m + i] = Σ_p a[p·m + i]·b[jj·k + p] for the tile's nj ≤ EMU_LT_NJ
+// columns, each product rounded to fp32 and added in ascending p (`acc += a·b`, the build's
+// -ffp-contract=off keeping the two roundings). The rows go in chunks of EMU_LT_ROWS so a chunk's
+// accumulators stay in the L1 cache while p runs, and one row chunk of a is read once for all the
+// tile's columns; the inner loops have constant trip counts, which the compiler vectorizes. The
+// order of each element's sum is the scalar loop's: the same bits.
+static const uint64_t EMU_LT_NJ = 8, EMU_LT_ROWS = 64;
+inline void emu_lt_tile(float* acc, const float* a, const float* b, uint64_t m, uint64_t k, uint64_t nj) {
+    for (uint64_t i0 = 0; i0 < m; i0 += EMU_LT_ROWS) {
+        uint64_t rows = m - i0 < EMU_LT_ROWS ? m - i0 : EMU_LT_ROWS;
+        float c[EMU_LT_NJ][EMU_LT_ROWS] = {};
+        for (uint64_t p = 0; p < k; p++) {
+            const float* ap = a + p * m + i0;
+            float ar[EMU_LT_ROWS] = {};
+            memcpy(ar, ap, rows * sizeof(float));
+            for (uint64_t jj = 0; jj < nj; jj++) {
+                float bv = b[jj * k + p];
+                for (uint64_t i = 0; i < EMU_LT_ROWS; i++) c[jj][i] += ar[i] * bv;  // (rows past m: discarded)
+            }
+        }
+        for (uint64_t jj = 0; jj < nj; jj++) memcpy(acc + jj * m + i0, c[jj], rows * sizeof(float));
+    }
+}
+
 // D = alpha·op(A)·op(B) + beta·C and the epilogue, m×n×k from the layouts (validated by cublasLtMatmul).
+// Per product (batch entry): op(A) is converted once to fp32 with k rows of m (column i of a row
+// holds op(A)[i][p]), then columns of op(B) go EMU_LT_NJ at a time through emu_lt_tile.
 inline void emu_lt_compute(const emu_lt_desc* d, float alpha, const void* A, const emu_lt_layout* la, const void* B, const emu_lt_layout* lb,
                            float beta, const void* C, const emu_lt_layout* lc, void* D, const emu_lt_layout* ld) {
     uint64_t m = d->transa == CUBLAS_OP_N ? la->rows : la->cols, k = d->transa == CUBLAS_OP_N ? la->cols : la->rows;
@@ -285,32 +312,38 @@ inline void emu_lt_compute(const emu_lt_desc* d, float alpha, const void* A, con
         size_t sz = t == CUDA_R_32F ? 4 : 2;
         return (const void*)((const char*)base + off * (int64_t)sz);
     };
-#pragma omp parallel for collapse(2) schedule(static)
+    std::vector<float> a(m * k);
+    int64_t tiles = (int64_t)((n + EMU_LT_NJ - 1) / EMU_LT_NJ);
     for (int32_t bi = 0; bi < batch; bi++) {
-        for (int64_t j = 0; j < (int64_t)n; j++) {
-            const void* Ab = elem(A, la->type, bi * la->stride);
-            const void* Bb = elem(B, lb->type, bi * lb->stride);
-            const void* Cb = elem(C, lc->type, bi * lc->stride);
-            void* Db = (void*)elem(D, ld->type, bi * ld->stride);
-            for (uint64_t i = 0; i < m; i++) {
-                float acc = 0.0f;
-                for (uint64_t p = 0; p < k; p++) {
-                    float a = emu_lt_load(Ab, la->type, ta ? i * la->ld + p : p * la->ld + i);
-                    float b = emu_lt_load(Bb, lb->type, tb ? p * lb->ld + j : j * lb->ld + p);
-                    acc += a * b;
+        const void* Ab = elem(A, la->type, bi * la->stride);
+        const void* Bb = elem(B, lb->type, bi * lb->stride);
+        const void* Cb = elem(C, lc->type, bi * lc->stride);
+        void* Db = (void*)elem(D, ld->type, bi * ld->stride);
+        for (uint64_t p = 0; p < k; p++)
+            for (uint64_t i = 0; i < m; i++) a[p * m + i] = emu_lt_load(Ab, la->type, ta ? i * la->ld + p : p * la->ld + i);
+#pragma omp parallel for schedule(static)
+        for (int64_t t = 0; t < tiles; t++) {
+            uint64_t j0 = (uint64_t)t * EMU_LT_NJ, nj = n - j0 < EMU_LT_NJ ? n - j0 : EMU_LT_NJ;
+            std::vector<float> b(nj * k), acc(nj * m);
+            for (uint64_t jj = 0; jj < nj; jj++)
+                for (uint64_t p = 0; p < k; p++) b[jj * k + p] = emu_lt_load(Bb, lb->type, tb ? p * lb->ld + j0 + jj : (j0 + jj) * lb->ld + p);
+            emu_lt_tile(acc.data(), a.data(), b.data(), m, k, nj);
+            for (uint64_t jj = 0; jj < nj; jj++) {
+                uint64_t j = j0 + jj;
+                for (uint64_t i = 0; i < m; i++) {
+                    float r = alpha * acc[jj * m + i];
+                    if (beta != 0.0f) r += beta * emu_lt_load(Cb, lc->type, j * lc->ld + i);
+                    if (d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
+                        r += emu_lt_load(d->bias, ld->type, i);
+                    size_t aux_i = (size_t)j * d->aux_ld + i;  // (no batches with an aux epilogue)
+                    if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                        emu_lt_store(d->aux, ld->type, aux_i, r);  // the pre-activation, rounded to D's type
+                        r = emu_lt_gelu(r);                         // GeLU of the unrounded fp32 value
+                    } else if (d->epilogue == CUBLASLT_EPILOGUE_DGELU) {
+                        r *= emu_lt_gelu_derivative(emu_lt_load(d->aux, ld->type, aux_i));
+                    }
+                    emu_lt_store(Db, ld->type, j * ld->ld + i, r);
                 }
-                float r = alpha * acc;
-                if (beta != 0.0f) r += beta * emu_lt_load(Cb, lc->type, j * lc->ld + i);
-                if (d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS)
-                    r += emu_lt_load(d->bias, ld->type, i);
-                size_t aux_i = (size_t)j * d->aux_ld + i;  // (no batches with an aux epilogue)
-                if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
-                    emu_lt_store(d->aux, ld->type, aux_i, r);  // the pre-activation, rounded to D's type
-                    r = emu_lt_gelu(r);                         // GeLU of the unrounded fp32 value
-                } else if (d->epilogue == CUBLASLT_EPILOGUE_DGELU) {
-                    r *= emu_lt_gelu_derivative(emu_lt_load(d->aux, ld->type, aux_i));
-                }
-                emu_lt_store(Db, ld->type, j * ld->ld + i, r);
             }
         }
     }

@@ -1,7 +1,8 @@
 // ptx.h (emulation) — the warp-level instructions of llmc/cuda/mma.cuh on the CPU, to the letter of
 // the PTX ISA's fragment layouts (that header documents them; this file implements exactly those):
-//   mma_m16n8k16<F>   a warp collective: every lane publishes its a[4], b[2] registers, meets the warp,
-//                     and computes its own four d elements from the owners' registers (A element
+//   mma_m16n8k16<F>   a warp collective: every lane publishes its a[4], b[2], d[4] registers and
+//                     meets the warp; the first lane to run after the meeting computes the warp's
+//                     16×8 result from the owners' registers, and each lane takes its four (A element
 //                     (m, k) lives in lane (m%8)·4 + (k%8)/2, register (m/8) + 2·(k/8), half k%2; B
 //                     element (k, n) in lane n·4 + (k%8)/2, register k/8, half k%2). Products are exact
 //                     in fp32 (16-bit operands); they are added to d in ascending k in fp32 (the
@@ -32,33 +33,55 @@ struct LaneRegs {
     int op = 0;
     const void* p = nullptr;  // ldmatrix: the row address; mma: a
     const void* q = nullptr;  // mma: b
+    const float* r = nullptr; // mma: d (the accumulators the lane adds to)
 };
 inline thread_local std::vector<LaneRegs> lanes;
 enum { OP_MMA = 1, OP_LDM, OP_LDM_T };
 static const char* const op_names[] = {"", "mma.sync.m16n8k16", "ldmatrix.x4", "ldmatrix.x4.trans"};
 
-// Publishes this lane's operands and meets the warp; returns the index of the warp's lane 0.
-inline int begin(LaneRegs me) {
+// One warp's current collective as the first of its lanes to run after the meeting saw it: the
+// lanes then run one after another until they meet again (end), so what that lane derives from all
+// 32 lanes' operands — their agreement, an mma's operands widened to fp32 — serves the others too.
+struct WarpMeet {
+    uint64_t epoch = ~0ull, seq = 0;  // the meeting (block, the lanes' count of collectives)
+    float d[16][8];                    // mma: the warp's result D (m, n)
+    uint32_t ldm[32][4];               // ldmatrix: each lane's four registers
+};
+inline thread_local std::vector<WarpMeet> warp_meets;
+
+// Publishes this lane's operands and meets the warp; returns the index of the warp's lane 0 and, in
+// *first, whether this lane is the first to run after the meeting (it checks that all 32 lanes are
+// at the same instruction; for the others that is then settled: they all hold one epoch and count).
+inline int begin(LaneRegs me, bool* first = nullptr) {
     Block* b = &tl_block;
     int i = b->current, w = i / 32, n = (int)b->fibers.size();
     if ((w + 1) * 32 > n) die("kernel %s: %s in a partial warp (the block's thread count is not a multiple of 32)", b->kernel_name, op_names[me.op]);
-    if ((int)lanes.size() < n) lanes.resize(n);
+    std::vector<LaneRegs>& lr = lanes;
+    if ((int)lr.size() < n) lr.resize(n);
     uint64_t epoch = stats().blocks;
-    LaneRegs& slot = lanes[i];
+    LaneRegs& slot = lr[i];
     if (slot.epoch != epoch) slot.seq = 0;
     me.epoch = epoch;
     me.seq = slot.seq + 1;
     slot = me;
     warp_sync(0xffffffffu);
-    for (int l = 0; l < 32; l++) {
-        const LaneRegs& o = lanes[w * 32 + l];
-        if (b->fibers[w * 32 + l].state == FIBER_DONE || o.epoch != epoch || o.seq != me.seq || o.op != me.op)
-            die("kernel %s: all 32 lanes of a warp must execute %s together (the same instruction, in the same order)",
-                b->kernel_name, op_names[me.op]);
+    std::vector<WarpMeet>& meets = warp_meets;
+    if ((int)meets.size() < n / 32) meets.resize(n / 32);
+    WarpMeet& wm = meets[w];
+    bool fresh = wm.epoch != epoch || wm.seq != me.seq;
+    if (fresh) {
+        for (int l = 0; l < 32; l++) {
+            const LaneRegs& o = lr[w * 32 + l];
+            if (b->fibers[w * 32 + l].state == FIBER_DONE || o.epoch != epoch || o.seq != me.seq || o.op != me.op)
+                die("kernel %s: all 32 lanes of a warp must execute %s together (the same instruction, in the same order)",
+                    b->kernel_name, op_names[me.op]);
+        }
+        wm.epoch = epoch;
+        wm.seq = me.seq;
     }
+    if (first) *first = fresh;
     return w * 32;
 }
-inline void end() { warp_sync(0xffffffffu); }
 
 inline uint16_t half_of(uint32_t r, int hi) { return (uint16_t)(hi ? r >> 16 : r & 0xffffu); }
 inline float widen_t(uint16_t bits, const __nv_bfloat16*) {
@@ -97,20 +120,26 @@ EMU_UNCHECKED inline void ldmatrix(uint32_t (&r)[4], const void* p, bool trans, 
     LaneRegs me;
     me.op = trans ? OP_LDM_T : OP_LDM;
     me.p = p;
-    int base = begin(me);
-    int l = tl_block.current % 32, g = l / 4, t = l % 4;
-    uint32_t out[4];
-    for (int j = 0; j < 4; j++) {
-        uint16_t e[2];
-        for (int k = 0; k < 2; k++) {
-            int row = trans ? 2 * t + k : g, col = trans ? g : 2 * t + k;  // (row of matrix j, element in the row)
-            const uint16_t* rowp = (const uint16_t*)lanes[base + 8 * j + row].p;
-            e[k] = rowp[col];
+    bool first;
+    int base = begin(me, &first);
+    WarpMeet& wm = warp_meets[base / 32];
+    if (first) {  // every lane's registers, from the rows as they are at the meeting
+        const std::vector<LaneRegs>& lr = lanes;
+        for (int l = 0; l < 32; l++) {
+            int g = l / 4, t = l % 4;
+            for (int j = 0; j < 4; j++) {
+                uint16_t e[2];
+                for (int k = 0; k < 2; k++) {
+                    int row = trans ? 2 * t + k : g, col = trans ? g : 2 * t + k;  // (row of matrix j, element in the row)
+                    const uint16_t* rowp = (const uint16_t*)lr[base + 8 * j + row].p;
+                    e[k] = rowp[col];
+                }
+                wm.ldm[l][j] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
+            }
         }
-        out[j] = (uint32_t)e[0] | (uint32_t)e[1] << 16;
     }
-    end();
-    for (int j = 0; j < 4; j++) r[j] = out[j];
+    // (no second meeting: the first lane read every row before any lane moved on)
+    for (int j = 0; j < 4; j++) r[j] = wm.ldm[tl_block.current % 32][j];
 }
 
 // cp.async: per fiber, groups of pending copies.
@@ -149,23 +178,41 @@ template <typename F> EMU_UNCHECKED inline void mma_m16n8k16(float (&d)[4], cons
     me.op = OP_MMA;
     me.p = a;
     me.q = b;
-    int base = begin(me);
-    int l = emu::tl_block.current % 32, g = l / 4, t = l % 4;
-    float out[4];
-    for (int e = 0; e < 4; e++) {
-        int m = g + (e >= 2 ? 8 : 0), n = 2 * t + (e & 1);
-        float acc = d[e];
-        for (int k = 0; k < 16; k++) {
-            const uint32_t* ra = (const uint32_t*)lanes[base + (m % 8) * 4 + (k % 8) / 2].p;
-            const uint32_t* rb = (const uint32_t*)lanes[base + n * 4 + (k % 8) / 2].q;
-            float x = widen_t(half_of(ra[(m / 8) + 2 * (k / 8)], k & 1), (const F*)nullptr);
-            float y = widen_t(half_of(rb[k / 8], k & 1), (const F*)nullptr);
-            acc += x * y;
+    me.r = d;
+    bool first;
+    int base = begin(me, &first);
+    WarpMeet& wm = warp_meets[base / 32];
+    if (first) {  // the warp's product, from the registers as they are at the meeting
+        const std::vector<LaneRegs>& lr = lanes;
+        float A[16][16], Bt[16][8];
+        for (int m = 0; m < 16; m++)
+            for (int k = 0; k < 16; k++) {
+                const uint32_t* ra = (const uint32_t*)lr[base + (m % 8) * 4 + (k % 8) / 2].p;
+                A[m][k] = widen_t(half_of(ra[(m / 8) + 2 * (k / 8)], k & 1), (const F*)nullptr);
+            }
+        for (int k = 0; k < 16; k++)
+            for (int n = 0; n < 8; n++) {
+                const uint32_t* rb = (const uint32_t*)lr[base + n * 4 + (k % 8) / 2].q;
+                Bt[k][n] = widen_t(half_of(rb[k / 8], k & 1), (const F*)nullptr);
+            }
+        // a row of D in two 4-float vectors (GCC's vector extension: the same IEEE operations per element)
+        typedef float v4 __attribute__((vector_size(16)));
+        for (int m = 0; m < 16; m++) {
+            float init[8];  // D (m, n) is element (m / 8)·2 + n % 2 of lane (m % 8)·4 + n / 2
+            for (int n = 0; n < 8; n++) init[n] = lr[base + (m % 8) * 4 + n / 2].r[(m / 8) * 2 + n % 2];
+            v4 lo, hi, blo, bhi;
+            memcpy(&lo, init, 16), memcpy(&hi, init + 4, 16);
+            for (int k = 0; k < 16; k++) {  // each element's sum in ascending k
+                memcpy(&blo, Bt[k], 16), memcpy(&bhi, Bt[k] + 4, 16);
+                lo += A[m][k] * blo;
+                hi += A[m][k] * bhi;
+            }
+            memcpy(wm.d[m], &lo, 16), memcpy(wm.d[m] + 4, &hi, 16);
         }
-        out[e] = acc;
     }
-    end();  // every lane has read the others' registers before any d changes
-    for (int e = 0; e < 4; e++) d[e] = out[e];
+    // (no second meeting: the first lane read every lane's registers before any lane moved on)
+    int l = emu::tl_block.current % 32, g = l / 4, t = l % 4;
+    for (int e = 0; e < 4; e++) d[e] = wm.d[g + (e >= 2 ? 8 : 0)][2 * t + (e & 1)];
     if (l == 0) emu::profile_mma(2ull * 16 * 8 * 16);
 }
 
