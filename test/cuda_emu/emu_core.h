@@ -574,26 +574,37 @@ inline Arena& arena() {
     static Arena a;
     if (!a.base) {
         a.reserved = (size_t)64 << 30;
-        void* p = mmap(nullptr, a.reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) die("could not reserve the device arena%s", "");
+        const size_t huge = (size_t)2 << 20;  // (the base rounded up to a multiple of 2 MiB, below)
+        void* r = mmap(nullptr, a.reserved + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (r == MAP_FAILED) die("could not reserve the device arena%s", "");
+        void* p = (void*)(((uintptr_t)r + huge - 1) / huge * huge);
+        // Transparent huge pages where the kernel offers them: every launch flips the used prefix's
+        // protection (device_open/close), and on 4 KiB pages that walk of page-table entries was a
+        // quarter of an emulated trainer's time; a 2 MiB page is one entry (protect_len keeps the
+        // flipped range whole pages of 2 MiB, so none is split).
+        madvise(p, a.reserved, MADV_HUGEPAGE);
         a.base = (char*)p;
         const char* env = getenv("KEEL_EMU_PROTECT");
         a.protect = !(env && env[0] == '0');
     }
     return a;
 }
-inline size_t page_up(size_t n) {
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    return (n + pg - 1) / pg * pg;
+// The length of the arena's prefix whose protection flips: the used bytes rounded up to 2 MiB (a
+// huge page; the arena's base and its reserve are multiples of 2 MiB). The bytes past
+// `used` are never handed out before an allocation extends `used`, so opening them too changes
+// nothing a program can rely on; while device memory is closed, all of it is closed.
+inline size_t protect_len(size_t used) {
+    const size_t huge = (size_t)2 << 20;
+    return (used + huge - 1) / huge * huge;
 }
 // Device memory becomes readable and writable for the duration of a kernel or library call.
 inline void device_open() {
     Arena& a = arena();
-    if (a.open_depth++ == 0 && a.used) mprotect(a.base, page_up(a.used), PROT_READ | PROT_WRITE);
+    if (a.open_depth++ == 0 && a.used) mprotect(a.base, protect_len(a.used), PROT_READ | PROT_WRITE);
 }
 inline void device_close() {
     Arena& a = arena();
-    if (--a.open_depth == 0 && a.used && a.protect) mprotect(a.base, page_up(a.used), PROT_NONE);
+    if (--a.open_depth == 0 && a.used && a.protect) mprotect(a.base, protect_len(a.used), PROT_NONE);
 }
 struct DeviceScope {
     DeviceScope() { device_open(); }
@@ -624,7 +635,7 @@ inline void* device_alloc(size_t bytes) {
     a.used += bytes;
     a.live.push_back({off, bytes});
     profile_live((int64_t)bytes);
-    if (a.open_depth > 0 || !a.protect) mprotect(a.base, page_up(a.used), PROT_READ | PROT_WRITE);
+    if (a.open_depth > 0 || !a.protect) mprotect(a.base, protect_len(a.used), PROT_READ | PROT_WRITE);
     return a.base + off;
 }
 
