@@ -40,7 +40,7 @@ enum { OP_MMA = 1, OP_LDM, OP_LDM_T };
 static const char* const op_names[] = {"", "mma.sync.m16n8k16", "ldmatrix.x4", "ldmatrix.x4.trans"};
 
 // One warp's current collective as the first of its lanes to run after the meeting saw it. The
-// lanes then run one after another, and none can reach the warp's next meeting before all have left
+// lanes then run one after another, and none gets past the warp's next meeting before all have left
 // this one, so what that lane derives from all 32 lanes' registers — their agreement, an mma's
 // result, an ldmatrix's rows — stays here for the others to take, and needs no second meeting.
 struct WarpMeet {
