@@ -545,6 +545,22 @@ static void trainer_micro_forward(Trainer<A>* tr, int64_t it, int mb, int64_t fi
     tr->timer_backward_ms += model->head_backward_ms - head_before;
 }
 
+// The end of an iteration's pipeline schedule on this stage: its sends done (before anything reuses
+// their buffers), and the tied word embedding's gradient summed over its two copies — the first
+// stage's got the lookup's gradient, the last stage's the LM head's; both take the sum, so the two
+// copies step identically (docs/internals.md#parallelism). (Test hook:
+// KEEL_TEST_UNTIE_PIPELINE_EMBEDDING=1 leaves the copies apart, to prove the exchange matters.)
+template <typename A> static void trainer_pipeline_finish(Trainer<A>* tr) {
+    int P = tr->grid.pp, stage = tr->grid.pp_rank;
+    GPT<A>* model = &tr->model;
+    if (P > 1) op_mark(&tr->op_times, "step", "pipeline send/recv");
+    comm_sends_wait(&tr->pipe);
+    if (P > 1 && (stage == 0 || stage == P - 1) && !tr->hooks.untie_pipeline_embedding) {
+        op_mark_comm(&tr->op_times, "step", "embedding gradient all-reduce", 4.0 * model->table.t[P_WTE].numel);
+        comm_allreduce_sum_f32_buf(&tr->embed, model->g[P_WTE], (size_t)model->table.t[P_WTE].numel);
+    }
+}
+
 // The gradients of one iteration's micro-batches through this stage, accumulated in the model's
 // gradient buffer, then reduced over the data-parallel ranks (this rank's shard holds their mean);
 // returns each micro-batch's mean loss (the last stage's; zeros elsewhere).
@@ -561,7 +577,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
     // backward 0, forward 1, ...: the plain accumulation loop).
     GPT<A>* model = &tr->model;
     int P = tr->grid.pp, stage = tr->grid.pp_rank, slots = (int)model->slots.size();
-    bool first_stage = stage == 0, last_stage = stage == P - 1;
+    bool last_stage = stage == P - 1;
     size_t act_bytes = (size_t)B * T * c->hidden_size * sizeof(A);
     double dloss = scale / ((double)gbs * T) * dp;  // the loss scale rides on dloss; ×DP: the reduction averages
     auto first_sample = [&](int mb) { return batch_first_sample(st->consumed_samples, mb, dp, comm->rank, B); };
@@ -620,15 +636,7 @@ static std::vector<double> trainer_accumulate(Trainer<A>* tr, int64_t it, int64_
             }
         }
     }
-    // the tied word embedding: the first stage's copy got the lookup's gradient, the last stage's the
-    // LM head's; both take the sum, so the two copies step identically (docs/internals.md#parallelism)
-    // (test hook: KEEL_TEST_UNTIE_PIPELINE_EMBEDDING=1 leaves the copies apart, to prove the exchange matters)
-    if (P > 1) op_mark(&tr->op_times, "step", "pipeline send/recv");
-    comm_sends_wait(&tr->pipe);  // the iteration's sends are done before anything reuses their buffers
-    if (P > 1 && (first_stage || last_stage) && !tr->hooks.untie_pipeline_embedding) {
-        op_mark_comm(&tr->op_times, "step", "embedding gradient all-reduce", 4.0 * model->table.t[P_WTE].numel);
-        comm_allreduce_sum_f32_buf(&tr->embed, model->g[P_WTE], (size_t)model->table.t[P_WTE].numel);
-    }
+    trainer_pipeline_finish(tr);
     op_mark(&tr->op_times, "step", "loss read-back");
     if (last_stage) losses = gpt_losses_read(model, (int)accum, B, T);  // (the host waits for the backward, not the reduction)
     if (dp > 1) op_mark(&tr->op_times, "step", "gradient reduction (wait)");
