@@ -13,9 +13,12 @@ RUN=("${TINY[@]}" --global-batch-size 8 --train-iters 120 --save-interval 3 --ev
 
 timeout -k 5 300 mpirun -np 2 $KEEL "${RUN[@]}" --save "$TMP/ref" >"$TMP/ref.log" 2>&1 || { fail "uninterrupted run: $(grep -m1 error "$TMP/ref.log")"; finish; }
 
-bash scripts/run_requeue.sh mpirun -np 2 $KEEL "${RUN[@]}" --load "$TMP/ck" --save "$TMP/ck" >"$TMP/loop.log" 2>&1 & loop=$!
+# (the log exists before the loop starts: the background job opens it only when it is scheduled, and
+# a count read before that would be empty)
+: >"$TMP/loop.log"
+bash scripts/run_requeue.sh mpirun -np 2 $KEEL "${RUN[@]}" --load "$TMP/ck" --save "$TMP/ck" >>"$TMP/loop.log" 2>&1 & loop=$!
 kills=0
-starts() { grep -c "^run_requeue: start" "$TMP/loop.log"; }
+starts() { grep -c "^run_requeue: start" "$TMP/loop.log" 2>/dev/null || true; }
 current() { awk '/^run_requeue: start/ { n = NR } { l[NR] = $0 } END { for (i = n; i <= NR; i++) print l[i] }' "$TMP/loop.log"; }
 # the ranks of the current start: children of the newest mpirun (a killed start's ranks may still be exiting)
 ranks() { local mp; mp=$(pgrep -n -f -- "^mpirun .*--save $TMP/ck"); [ -n "$mp" ] && for p in $(pgrep -P "$mp"); do [ "$(cat /proc/$p/comm 2>/dev/null)" = train_gpt_cpu ] && echo $p; done; }
