@@ -164,11 +164,22 @@ $(GPU_ARCH_STAMP): FORCE
 	@echo '$(NVCC_ARCH_FLAGS)' | cmp -s - $@ || echo '$(NVCC_ARCH_FLAGS)' > $@
 FORCE:
 
-# The same train_gpt.cu, compiled by nvcc and linked against cuBLASLt, NCCL and MPI.
+# The same train_gpt.cu, compiled by nvcc and linked against cuBLASLt, NCCL and MPI. ptxas's report
+# of every kernel (-Xptxas -v) and the PTX are kept in build/ptxas_keep/ with the hash of the sources,
+# the flags and the nvcc that made them: scripts/ptxas_report.sh (make ptxas-report, test_ptxas) reads
+# them instead of compiling the trainer once more per architecture when they are current.
 NVCC_FLAGS ?= -O3 -std=c++17 --expt-relaxed-constexpr
+PTXAS_KEEP := build/ptxas_keep
 train_gpt: train_gpt.cu $(HEADERS) $(GPU_ARCH_STAMP)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -DKEEL_CUDA $(TRAIN_GPT_COMM) -I. -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno $< -o $@ \
-	  -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas $(TRAIN_GPT_COMM_LIBS) -lm
+	@rm -rf $(PTXAS_KEEP) && mkdir -p $(PTXAS_KEEP)
+	@h=$$(bash scripts/ptxas_report.sh --source-hash) && \
+	  echo "$(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -DKEEL_CUDA $(TRAIN_GPT_COMM) -I. -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno $< -o $@ ..." && \
+	  { $(NVCC) $(NVCC_FLAGS) $(NVCC_ARCH_FLAGS) -DKEEL_CUDA $(TRAIN_GPT_COMM) -I. -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno $< -o $@ \
+	      -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcublasLt -lcublas $(TRAIN_GPT_COMM_LIBS) -lm \
+	      -Xptxas -v -keep -keep-dir $(PTXAS_KEEP) 2>$(PTXAS_KEEP)/ptxas.log; rc=$$?; \
+	    grep -vE '^ptxas info|^    [0-9]+ bytes stack frame' $(PTXAS_KEEP)/ptxas.log >&2; [ $$rc = 0 ]; } && \
+	  find $(PTXAS_KEEP) -type f ! -name '*.ptx' ! -name ptxas.log -delete && \
+	  printf '%s\n%s\n%s\n' "$$h" "$(NVCC_FLAGS)" "$$($(NVCC) --version | tail -1)" >$(PTXAS_KEEP)/made_from
 
 tokenize_gpt2: dev/tokenize_gpt2.cpp $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $< -o $@ $(LDLIBS)

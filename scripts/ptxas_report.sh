@@ -16,9 +16,14 @@
 # registers: local-memory traffic in a loop that was meant to stay on chip. Exit status: 0 when no
 # kernel has either, 1 when one does (listed last), 2 when nvcc is missing or the compile fails.
 # Needs nvcc (and the cuBLASLt/NCCL headers the trainer includes); no GPU. Per architecture, the
-# trainer's compile takes ~40 s on 2 cores, kernel_instances.cu's a few seconds.
+# trainer's compile takes minutes on 2 cores, kernel_instances.cu's a few seconds; after `make`
+# (which builds train_gpt) the trainer's report is the build's, kept in build/ptxas_keep/.
 set -u
 cd "$(dirname "$0")/.." || exit 2
+# source_hash: one hash over train_gpt.cu and every header the Makefile's train_gpt depends on
+source_hash() { LC_ALL=C sha256sum train_gpt.cu $(LC_ALL=C ls llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh) | sha256sum | cut -d' ' -f1; }
+# (the Makefile's train_gpt rule records it before compiling, beside the report it keeps)
+[ "${1:-}" = --source-hash ] && { source_hash; exit; }
 table=""
 if [ "${1:-}" = --registers ]; then
   [ $# -ge 2 ] || { echo "ptxas_report: --registers needs a file name" >&2; exit 2; }
@@ -34,17 +39,33 @@ trap 'rm -rf "$tmp"' EXIT
 
 # The sources: the trainer, and the kernels only the kernel tests instantiate.
 SOURCES=(train_gpt.cu test/cuda_emu/kernel_instances.cu)
-# compile_arch A: each source for sm_A, with ptxas's report ($tmp/A.log) and the PTX kept ($tmp/kA/)
+FLAGS="-O3 -std=c++17 --expt-relaxed-constexpr"
+# The trainer's build keeps ptxas's report and its PTX (the Makefile's train_gpt rule): it stands in
+# for compiling train_gpt.cu again when it is of these sources, with these flags, by this nvcc, for
+# the architecture asked for (a build for one GPU has only that one).
+KEEP=build/ptxas_keep
+kept_current=0
+[ -f "$KEEP/made_from" ] && [ "$(cat "$KEEP/made_from")" = "$(printf '%s\n%s\n%s' "$(source_hash)" "$FLAGS" "$("$NVCC" --version | tail -1)")" ] && kept_current=1
+# compile_arch A: each source for sm_A, with ptxas's report ($tmp/A.log) and the PTX kept ($tmp/kA/);
+# the trainer's from the build's when that is current
 compile_arch() {
   mkdir -p "$tmp/k$1"
   : >"$tmp/$1.log"
   local src
   for src in "${SOURCES[@]}"; do
-    "$NVCC" -O3 -std=c++17 --expt-relaxed-constexpr -gencode "arch=compute_$1,code=sm_$1" -DKEEL_CUDA -I. \
+    if [ "$src" = train_gpt.cu ] && [ $kept_current = 1 ] && [ -f "$KEEP/train_gpt.compute_$1.ptx" ]; then
+      cp "$KEEP/train_gpt.compute_$1.ptx" "$tmp/k$1/"
+      # the log's entries for sm_A: from each "Compiling entry function ... for 'sm_A'" to the next entry
+      awk -v a="'sm_$1'" '/Compiling entry function/ { keep = index($0, "for " a) > 0 } keep' "$KEEP/ptxas.log" >>"$tmp/$1.log"
+      kept_used+=("sm_$1")
+      continue
+    fi
+    "$NVCC" $FLAGS -gencode "arch=compute_$1,code=sm_$1" -DKEEL_CUDA -I. \
       -Xcompiler -fopenmp,-ffp-contract=off,-fno-math-errno -c "$src" -o "$tmp/t.o" -Xptxas -v \
       -keep -keep-dir "$tmp/k$1" >>"$tmp/$1.log" 2>&1 || return 1
   done
 }
+kept_used=()
 
 # rows_of A: one line per kernel entry, "sm_A regs stack spill_st spill_ld smem bounds mangled_name".
 # The PTX gives each entry's .maxntid (its __launch_bounds__); ptxas's log per entry: the name line,
@@ -120,5 +141,6 @@ if [ -n "$offenders" ]; then
   bad=1
 fi
 [ -z "$table" ] || echo "register table: $table ($(grep -c '^{' "$table") rows)"
+[ ${#kept_used[@]} = 0 ] || echo "train_gpt.cu for ${kept_used[*]}: ptxas's report kept by the trainer's build ($KEEP), of the same sources, flags and nvcc"
 echo "$n kernel builds over ${#archs[@]} architecture(s): $([ $bad -eq 0 ] && echo 'no stack frame, no spill' || echo 'SOME WITH STACK OR SPILLS')"
 exit $bad
