@@ -138,7 +138,7 @@ HEADERS := $(wildcard llmc/*.h llmc/cpu/*.h llmc/cuda/*.h llmc/cuda/*.cuh)
 TARGETS := train_gpt_cpu tokenize_gpt2 batch_lookup layer_norms megatron_data preprocess_data
 # Without MPI, train_gpt is a single-GPU build: no NCCL (its bootstrap needs MPI), one process.
 ifneq ($(NVCC),)
-  TARGETS += train_gpt
+  TARGETS := train_gpt $(TARGETS)  # first: nvcc's compile is the longest, the others fill the other cores
   ifneq ($(and $(MPI_LIBS),$(NCCL_INC)),)
     TRAIN_GPT_COMM := -DKEEL_MPI $(MPI_CFLAGS)
     TRAIN_GPT_COMM_LIBS := -lnccl $(MPI_LIBS)
@@ -147,7 +147,7 @@ ifneq ($(NVCC),)
   endif
 endif
 
-.PHONY: all help run test test-cuda test-emu-sanitize test-gpu gpu-bundle gpu-bundle-files data bench setup clean tests FORCE cuda-lab cuda-lab-emu gpu-profile ptxas-report kernel-registers fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-save-faults test-extra test-mutants
+.PHONY: all help run test test-cuda test-emu-sanitize test-gpu gpu-bundle gpu-bundle-files data bench setup clean tests cuda-lab cuda-lab-emu gpu-profile ptxas-report kernel-registers fuzz fuzz-build asan-build test-sanitize test-crash test-crash-mpi test-save-faults test-extra test-mutants
 all: $(TARGETS)
 
 # With MPI found, train_gpt_cpu runs data parallel under mpirun (llmc/comm.h); without, one process.
@@ -158,11 +158,15 @@ train_gpt_cpu: train_gpt.cu $(HEADERS)
 	$(CXX) $(CXXFLAGS) $(KEEL_CXXFLAGS) $(CPU_MPI_FLAGS) -x c++ $< -o $@ $(MPI_LIBS) $(LDLIBS)
 
 # Everything nvcc builds depends on this file, rewritten only when the architecture flags change: a
-# build for another GPU (or GPU_ARCH=) recompiles instead of reporting "up to date".
-$(GPU_ARCH_STAMP): FORCE
-	@mkdir -p build
-	@echo '$(NVCC_ARCH_FLAGS)' | cmp -s - $@ || echo '$(NVCC_ARCH_FLAGS)' > $@
-FORCE:
+# build for another GPU (or GPU_ARCH=) recompiles instead of reporting "up to date". It is written as
+# the Makefile is read, not by a rule that always runs: GNU make under -j starts a target whose
+# prerequisite had to run only after every other ready job, so nvcc's train_gpt, the longest
+# compile, would begin last instead of first.
+ifneq ($(NVCC),)
+  $(shell mkdir -p build && { echo '$(NVCC_ARCH_FLAGS)' | cmp -s - $(GPU_ARCH_STAMP) || echo '$(NVCC_ARCH_FLAGS)' > $(GPU_ARCH_STAMP); })
+endif
+$(GPU_ARCH_STAMP):
+	@mkdir -p build && echo '$(NVCC_ARCH_FLAGS)' > $@
 
 # The same train_gpt.cu, compiled by nvcc and linked against cuBLASLt, NCCL and MPI. ptxas's report
 # of every kernel (-Xptxas -v) and the PTX are kept in build/ptxas_keep/ with the hash of the sources,

@@ -59,10 +59,12 @@ done
 # ---- 4. planted defects ------------------------------------------------------------------------------
 FLAGS=(-O1 -std=c++17 -Wall -Wextra -Wno-unused-parameter -ffp-contract=off -fno-math-errno -fopenmp -Itest/cuda_emu -DKEEL_CUDA_EMULATION)
 CHECKED_FLAGS=(-g -DKEEL_EMU_RACECHECK -fsanitize=thread --param=tsan-instrument-func-entry-exit=0)
-# build_driver DIR BUILD(plain|checked): test/emu_sanitize/plant_driver.cpp against DIR/llmc (then ./llmc)
+# build_driver DIR BUILD(plain|checked) [MODE]: test/emu_sanitize/plant_driver.cpp against DIR/llmc (then
+# ./llmc); with MODE, that mode alone (-DPLANT_ONLY: only its op's kernels are compiled)
 build_driver() {
   local dir=$1 flags=("${FLAGS[@]}")
   [ "$2" = checked ] && flags+=("${CHECKED_FLAGS[@]}")
+  [ -n "${3:-}" ] && flags+=(-DPLANT_ONLY="$3")
   ${CXX:-g++} "${flags[@]}" -I"$dir" -I. -c test/emu_sanitize/plant_driver.cpp -o "$dir/pd.o" >"$dir/build.log" 2>&1 &&
     ${CXX:-g++} -fopenmp "$dir/pd.o" -o "$dir/pd" -ldl -lm >>"$dir/build.log" 2>&1
 }
@@ -75,7 +77,7 @@ plant() {
   mkdir -p "$dir" && cp -r llmc "$dir/"
   perl -0pi -e "$perl" "$dir/$file"
   if cmp -s "$file" "$dir/$file"; then fail "plant $name: the substitution no longer applies to $file"; return; fi
-  build_driver "$dir" "$build" || { fail "plant $name: does not build: $(head -3 "$dir/build.log")"; return; }
+  build_driver "$dir" "$build" "$mode" || { fail "plant $name: does not build: $(head -3 "$dir/build.log")"; return; }
   local envs=("$@") e
   [ ${#envs[@]} -eq 0 ] && envs=(KEEL_EMU_PLANT="$name")
   for e in "${envs[@]}"; do
@@ -113,7 +115,7 @@ plant_schedule() {
   mkdir -p "$dir" && cp -r llmc "$dir/"
   perl -0pi -e "$perl" "$dir/$file"
   cmp -s "$file" "$dir/$file" && { fail "plant $name: the substitution no longer applies to $file"; return; }
-  build_driver "$dir" plain || { fail "plant $name: does not build: $(head -3 "$dir/build.log")"; return; }
+  build_driver "$dir" plain "$mode" || { fail "plant $name: does not build: $(head -3 "$dir/build.log")"; return; }
   local s outs=""
   for s in in-order reverse random:1; do outs="$outs$(KEEL_EMU_SCHEDULE=$s "$dir/pd" "$mode" 2>&1 | head -1)"$'\n'; done
   [ "$(sort -u <<<"$outs" | grep -c .)" -gt 1 ] && ok "plant $name caught: the output depends on KEEL_EMU_SCHEDULE" ||

@@ -9,6 +9,8 @@
 //   plant_driver matmul   keel_cuda::matmul_forward with a bias slice at an odd offset (cuBLASLt)
 //   plant_driver overlap  a product on one stream, its input copied on another (a cross-stream wait)
 //   plant_driver layernorm keel_cuda::layernorm_backward, bf16: its bias gradient vs the host's sums
+// Built with -DPLANT_ONLY=MODE (MODE one of the six), it has that mode alone: a planted copy is built
+// for the one mode it runs, so the compiler instantiates only that op's kernels.
 #include <cstring>
 
 #include "llmc/cuda/adamw.cuh"
@@ -17,6 +19,23 @@
 #include "llmc/cuda/matmul.cuh"
 #include "test/cuda_test.h"
 
+// WANTS(m): mode m is built (every mode, or PLANT_ONLY's alone); a preprocessor test, so that an
+// unbuilt mode's kernels are never instantiated
+#define PLANT_MODE_sumsq 1
+#define PLANT_MODE_dbias 2
+#define PLANT_MODE_flash 3
+#define PLANT_MODE_matmul 4
+#define PLANT_MODE_overlap 5
+#define PLANT_MODE_layernorm 6
+#define PLANT_CAT2(a, b) a##b
+#define PLANT_CAT(a, b) PLANT_CAT2(a, b)
+#ifdef PLANT_ONLY
+#define WANTS(m) (PLANT_CAT(PLANT_MODE_, PLANT_ONLY) == PLANT_MODE_##m)
+#else
+#define WANTS(m) 1
+#endif
+
+#if WANTS(sumsq)
 static int run_sumsq() {
     std::vector<float> x = randn(5000, 1);
     float* d = dev_upload(x);
@@ -24,7 +43,9 @@ static int run_sumsq() {
     for (float v : x) want += (double)v * v;
     return check_true("sumsq_f64 = the host's sum", std::fabs(got - want) <= 1e-9 * want) ? 0 : 1;
 }
+#endif
 
+#if WANTS(dbias)
 static int run_dbias() {
     int N = 64, OC = 96;
     std::vector<float> dout = randn((size_t)N * OC, 2), want(OC, 0.0f);
@@ -34,7 +55,9 @@ static int run_dbias() {
         for (int o = 0; o < OC; o++) want[o] += dout[(size_t)n * OC + o];
     return check_close("matmul_backward dbias", dev_download(d_dbias, OC), want, 1e-5, 1e-5) ? 0 : 1;
 }
+#endif
 
+#if WANTS(flash)
 static int run_flash() {
     int B = 1, T = 80, C = 128, NH = 1;  // head size 128: 80 KiB of dynamic shared memory (the opt-in)
     AttentionOpts o;
@@ -54,7 +77,9 @@ static int run_flash() {
     printf("flash_attention_forward output hash %016llx\n", (unsigned long long)h);
     return check_true("flash_attention_forward: finite outputs", finite) ? 0 : 1;
 }
+#endif
 
+#if WANTS(matmul)
 static int run_matmul() {
     int N = 16, C = 32, OC = 64;
     __nv_bfloat16* d_inp = dev_upload(lowp_store<__nv_bfloat16>(randn((size_t)N * C, 4)));
@@ -64,7 +89,9 @@ static int run_matmul() {
     keel_cuda::matmul_forward(d_out, d_inp, d_w, d_bias + 1, N, C, OC);  // a bias slice 2 bytes past 16-byte alignment
     return check_true("matmul_forward with an unaligned bias ran", true) ? 0 : 1;
 }
+#endif
 
+#if WANTS(overlap)
 // x = inp·Wᵀ on keel's compute stream, then a copy of x on the communication stream after
 // keel_stream_wait (llmc/cuda/stream.h, the call every overlapping exchange uses): the copy must be x.
 static int run_overlap() {
@@ -79,7 +106,9 @@ static int run_overlap() {
     std::vector<float> x = dev_download(d_x, (size_t)N * OC), copy = dev_download(d_copy, (size_t)N * OC);
     return check_true("the communication stream's copy of x = x (it waited for the compute stream)", x == copy) ? 0 : 1;
 }
+#endif
 
+#if WANTS(layernorm)
 // dbias of the LayerNorm backward = Σ over rows of dout (a bf16 kernel of 66 registers per thread,
 // 512 threads: the block the register check watches)
 static int run_layernorm() {
@@ -96,15 +125,28 @@ static int run_layernorm() {
         for (int c = 0; c < C; c++) want[c] += dout[(size_t)n * C + c];
     return check_close("layernorm_backward dbias", dev_download(d_db, C), want, 1e-4, 1e-4) ? 0 : 1;
 }
+#endif
 
 int main(int argc, char** argv) {
     const char* mode = argc > 1 ? argv[1] : "";
+#if WANTS(sumsq)
     if (!strcmp(mode, "sumsq")) return run_sumsq();
+#endif
+#if WANTS(dbias)
     if (!strcmp(mode, "dbias")) return run_dbias();
+#endif
+#if WANTS(flash)
     if (!strcmp(mode, "flash")) return run_flash();
+#endif
+#if WANTS(matmul)
     if (!strcmp(mode, "matmul")) return run_matmul();
+#endif
+#if WANTS(overlap)
     if (!strcmp(mode, "overlap")) return run_overlap();
+#endif
+#if WANTS(layernorm)
     if (!strcmp(mode, "layernorm")) return run_layernorm();
+#endif
     fprintf(stderr, "usage: plant_driver sumsq|dbias|flash|matmul|overlap|layernorm\n");
     return 2;
 }
