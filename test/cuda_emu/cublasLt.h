@@ -277,26 +277,74 @@ inline cublasStatus_t emu_lt_check_epilogue(cublasLtMatmulDesc_t d, uint64_t row
 
 // One column tile's products: acc[jj·m + i] = Σ_p a[p·m + i]·b[jj·k + p] for the tile's nj ≤ EMU_LT_NJ
 // columns, each product rounded to fp32 and added in ascending p (`acc += a·b`, the build's
-// -ffp-contract=off keeping the two roundings). The rows go in chunks of EMU_LT_ROWS so a chunk's
-// accumulators stay in the L1 cache while p runs, and one row chunk of a is read once for all the
-// tile's columns; the inner loops have constant trip counts, which the compiler vectorizes. The
-// order of each element's sum is the scalar loop's: the same bits.
-static const uint64_t EMU_LT_NJ = 8, EMU_LT_ROWS = 64;
-inline void emu_lt_tile(float* acc, const float* a, const float* b, uint64_t m, uint64_t k, uint64_t nj) {
-    for (uint64_t i0 = 0; i0 < m; i0 += EMU_LT_ROWS) {
-        uint64_t rows = m - i0 < EMU_LT_ROWS ? m - i0 : EMU_LT_ROWS;
-        float c[EMU_LT_NJ][EMU_LT_ROWS] = {};
-        for (uint64_t p = 0; p < k; p++) {
-            const float* ap = a + p * m + i0;
-            float ar[EMU_LT_ROWS] = {};
-            memcpy(ar, ap, rows * sizeof(float));
-            for (uint64_t jj = 0; jj < nj; jj++) {
-                float bv = b[jj * k + p];
-                for (uint64_t i = 0; i < EMU_LT_ROWS; i++) c[jj][i] += ar[i] * bv;  // (rows past m: discarded)
-            }
+// -ffp-contract=off keeping the two roundings): the scalar loop's order, so the same bits whatever
+// the blocking. Register-blocked: a strip of 2·(vector width) rows by 4 columns is held in 8 vector
+// accumulators while p runs (one load of a's strip row and 4 broadcasts of b per p); p goes in chunks
+// of EMU_LT_KC, the accumulators parked in acc between chunks (exact: fp32 stored and loaded back), so
+// that a strip's chunk of a, read once from memory, serves all the tile's columns from the L1 cache
+// however long k is. On x86 the same code is also compiled for AVX2 (8-wide) and picked at run time
+// where the CPU has it; elsewhere 4-wide; the rows past the last whole strip, scalar.
+static const uint64_t EMU_LT_NJ = 16, EMU_LT_KC = 256;
+typedef float emu_v4 __attribute__((vector_size(16)));
+typedef float emu_v8 __attribute__((vector_size(32)));
+// rows i0..i0 + 2·lanes(V) - 1, columns j0..j0 + NC - 1 of acc, the products of p0 ≤ p < p1 added
+// (p0 = 0: from zero). (Always inlined: in emu_lt_tile_avx2 they are compiled for AVX2 with it.)
+template <typename V, int NC>
+__attribute__((always_inline)) inline void emu_lt_strip(float* acc, const float* a, const float* b, uint64_t m, uint64_t k, uint64_t i0,
+                                                        uint64_t j0, uint64_t p0, uint64_t p1) {
+    constexpr uint64_t W = sizeof(V) / sizeof(float);
+    V c[NC][2] = {};
+    if (p0 > 0)
+        for (int jj = 0; jj < NC; jj++) {
+            memcpy(&c[jj][0], acc + (j0 + jj) * m + i0, sizeof(V));
+            memcpy(&c[jj][1], acc + (j0 + jj) * m + i0 + W, sizeof(V));
         }
-        for (uint64_t jj = 0; jj < nj; jj++) memcpy(acc + jj * m + i0, c[jj], rows * sizeof(float));
+    const float* bj = b + j0 * k;
+    for (uint64_t p = p0; p < p1; p++) {
+        V a0, a1;
+        memcpy(&a0, a + p * m + i0, sizeof(V));
+        memcpy(&a1, a + p * m + i0 + W, sizeof(V));
+        for (int jj = 0; jj < NC; jj++) {
+            float bv = bj[jj * k + p];
+            c[jj][0] += a0 * bv;
+            c[jj][1] += a1 * bv;
+        }
     }
+    for (int jj = 0; jj < NC; jj++) {
+        memcpy(acc + (j0 + jj) * m + i0, &c[jj][0], sizeof(V));
+        memcpy(acc + (j0 + jj) * m + i0 + W, &c[jj][1], sizeof(V));
+    }
+}
+template <typename V>
+__attribute__((always_inline)) inline void emu_lt_tile_v(float* acc, const float* a, const float* b, uint64_t m, uint64_t k, uint64_t nj) {
+    constexpr uint64_t R = 2 * sizeof(V) / sizeof(float);  // rows per strip
+    uint64_t strips_end = m / R * R;
+    for (uint64_t p0 = 0; p0 < k; p0 += EMU_LT_KC) {
+        uint64_t p1 = k - p0 < EMU_LT_KC ? k : p0 + EMU_LT_KC;
+        for (uint64_t i0 = 0; i0 < strips_end; i0 += R) {
+            uint64_t j0 = 0;
+            for (; j0 + 4 <= nj; j0 += 4) emu_lt_strip<V, 4>(acc, a, b, m, k, i0, j0, p0, p1);
+            for (; j0 < nj; j0++) emu_lt_strip<V, 1>(acc, a, b, m, k, i0, j0, p0, p1);
+        }
+    }
+    for (uint64_t i0 = strips_end; i0 < m; i0++)  // the rows past the last whole strip
+        for (uint64_t jj = 0; jj < nj; jj++) {
+            float s = 0.0f;
+            for (uint64_t p = 0; p < k; p++) s += a[p * m + i0] * b[jj * k + p];
+            acc[jj * m + i0] = s;
+        }
+}
+#if defined(__x86_64__) || defined(__i386__)
+__attribute__((target("avx2"))) inline void emu_lt_tile_avx2(float* acc, const float* a, const float* b, uint64_t m, uint64_t k, uint64_t nj) {
+    emu_lt_tile_v<emu_v8>(acc, a, b, m, k, nj);
+}
+#endif
+inline void emu_lt_tile(float* acc, const float* a, const float* b, uint64_t m, uint64_t k, uint64_t nj) {
+#if defined(__x86_64__) || defined(__i386__)
+    static const bool avx2 = __builtin_cpu_supports("avx2");
+    if (avx2) return emu_lt_tile_avx2(acc, a, b, m, k, nj);
+#endif
+    emu_lt_tile_v<emu_v4>(acc, a, b, m, k, nj);
 }
 
 // D = alpha·op(A)·op(B) + beta·C and the epilogue, m×n×k from the layouts (validated by cublasLtMatmul).
