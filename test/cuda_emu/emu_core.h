@@ -168,6 +168,7 @@ struct Block {
     std::vector<unsigned> warp_gen;     // per warp
     std::vector<int> warp_arrived;
     std::vector<unsigned> warp_expect;  // the mask of lanes the pending collective waits for
+    std::vector<unsigned> warp_live;    // per warp: the lanes that exist and have not finished
     std::vector<uint64_t> warp_slots;   // (warps, 32) published values
     std::vector<unsigned> warp_order;   // per warp: __syncwarp barriers passed (the race checker's order)
     std::vector<char> warp_fence;       // per warp: whether the pending collective is a __syncwarp
@@ -209,6 +210,7 @@ extern "C" inline void emu_fiber_entry() {
     Fiber* f = &b->fibers[b->current];
     f->state = FIBER_DONE;
     b->live--;
+    b->warp_live[b->current / 32] &= ~(1u << (b->current % 32));
     emu_switch(&f->sp, b->scheduler_sp);  // never resumed
     __builtin_trap();
 }
@@ -234,6 +236,9 @@ inline void fiber_init(Block* b, int i) {
 // Whether every unfinished lane of `mask` in warp w has arrived (lanes past the block's last thread
 // and finished lanes are not waited for).
 inline bool warp_complete(Block* b, int w) {
+    // (each waited-for lane adds one arrival: fewer arrivals than such lanes cannot be complete, and
+    // the lanes need not be looked at; every arrival but the last is turned away here)
+    if (b->warp_arrived[w] < __builtin_popcount(b->warp_expect[w] & b->warp_live[w])) return false;
     int n = (int)b->fibers.size();
     for (int lane = 0; lane < 32; lane++) {
         int i = w * 32 + lane;
@@ -907,6 +912,8 @@ inline void run_block(Block* b, unsigned threads) {
     b->warp_gen.assign(warps, 0);
     b->warp_arrived.assign(warps, 0);
     b->warp_expect.assign(warps, 0);
+    b->warp_live.assign(warps, 0);
+    for (unsigned i = 0; i < threads; i++) b->warp_live[i / 32] |= 1u << (i % 32);
     b->warp_slots.assign(warps * 32, 0);
     b->warp_order.assign(warps, 0);
     b->warp_fence.assign(warps, 0);
