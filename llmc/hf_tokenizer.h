@@ -323,7 +323,7 @@ static inline void hf_tokenizer_load(Tokenizer* tok, const std::string& dir) {
 static inline void hf_tokenizer_add_megatron_extras(Tokenizer* tok) {
     std::vector<TokenizerAdded> added = tok->added;
     for (int k = 0; k <= 20; k++) {
-        char content[16];
+        char content[24];  // (k ≤ 20: 14 bytes; room for any int, so no truncation warning)
         snprintf(content, sizeof content, "<extra_id_%02d>", k);
         int id = -1;
         for (size_t i = 0; i < tok->token_bytes.size() && id < 0; i++)

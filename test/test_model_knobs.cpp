@@ -274,7 +274,8 @@ static void test_predivide() {
     Config c;
     Optimizer o;
     optimizer_init(&o, &t.m.table, &c);
-    Comm one = {0, 1, false};
+    Comm one{};  // rank 0, no MPI, no label
+    one.size = 1;
     std::vector<float> scratch, g(o.n);
     for (int64_t i = 0; i < o.n; i++) g[i] = (float)(0.01 * (i % 97) - 0.3);
     std::vector<float> h = g;

@@ -35,7 +35,8 @@ static bool overfit(const char* optimizer) {
         if (step == 0) first = loss;
         if (loss < 0.1) break;
         gpt_backward(&m, B, T, 1.0 / (B * T));
-        Comm comm = {0, 1, false};
+        Comm comm{};  // rank 0, no MPI, no label
+        comm.size = 1;
         optimizer_step(&opt, &comm, nullptr, &m, &guard, &spike, &c, 0, c.lr, loss, false);
         if (step % 25 == 0) printf("step %3d loss %.4f\n", step, loss);
     }
