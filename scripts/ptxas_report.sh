@@ -16,8 +16,9 @@
 # registers: local-memory traffic in a loop that was meant to stay on chip. Exit status: 0 when no
 # kernel has either, 1 when one does (listed last), 2 when nvcc is missing or the compile fails.
 # Needs nvcc (and the cuBLASLt/NCCL headers the trainer includes); no GPU. Per architecture, the
-# trainer's compile takes minutes on 2 cores, kernel_instances.cu's a few seconds; after `make`
-# (which builds train_gpt) the trainer's report is the build's, kept in build/ptxas_keep/.
+# trainer's compile takes minutes on 2 cores, kernel_instances.cu's about a minute; after `make`
+# (which builds train_gpt) the trainer's report is the build's, kept in build/ptxas_keep/ (that build
+# adds the MPI/NCCL defines, which no kernel depends on: the register table is the same either way).
 set -u
 cd "$(dirname "$0")/.." || exit 2
 # source_hash: one hash over train_gpt.cu and every header the Makefile's train_gpt depends on
