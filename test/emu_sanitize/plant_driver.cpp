@@ -30,6 +30,9 @@
 #define PLANT_CAT2(a, b) a##b
 #define PLANT_CAT(a, b) PLANT_CAT2(a, b)
 #ifdef PLANT_ONLY
+#if PLANT_CAT(PLANT_MODE_, PLANT_ONLY) == 0  // (an unknown name is 0 in #if: no mode at all would be built)
+#error "PLANT_ONLY names no mode of plant_driver (sumsq, dbias, flash, matmul, overlap, layernorm)"
+#endif
 #define WANTS(m) (PLANT_CAT(PLANT_MODE_, PLANT_ONLY) == PLANT_MODE_##m)
 #else
 #define WANTS(m) 1
