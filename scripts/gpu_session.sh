@@ -7,7 +7,8 @@
 #   bash scripts/gpu_session.sh [-o DIR] [--budget SECONDS]     # then, on the GPU machine
 #
 # Steps, most wanted first; each is timed, its output kept in DIR/NAME.log (default gpu_session_<date>/;
-# $OUT where that is set, so the files come back from a lent machine), and a step that would not fit
+# $OUT/gpu_session where OUT is set, so the files come back from a lent machine, which returns at
+# most 8: there the logs are packed into DIR/logs.tar.gz at the end), and a step that would not fit
 # what is left of --budget (default 480 s) is skipped, said so, rather than started, and one that
 # runs three times as long as it should is stopped (TIMEOUT) so that the rest still run:
 #   gpu          nvidia-smi
@@ -26,10 +27,12 @@
 #   trainer      test/test_cuda_trainer.sh: train_gpt against train_gpt_cpu
 #   lab-shapes   the flash lab at T=512 (B=32) and T=4096 (B=4): a block's cost beside its steps
 #   memcheck     compute-sanitizer --tool memcheck on the flash and LayerNorm kernel tests
+#   sanitize     compute-sanitizer's racecheck on those tests, initcheck and synccheck on a small
+#                train_gpt run (flash, then the GEMM attention path)
 # Last, one table: each step's status and time, and its key lines (the end of the output is what a
-# lent machine's reply carries). The steps' expected times add up to about 760 s: at the default
-# budget the last ones (trainer, lab-shapes, memcheck) are usually skipped; under a 600 s call,
-# --budget 540 leaves room for the table. Exit status 0 when every step run passed, 1 when one
+# lent machine's reply carries). The steps' budgets add up to about 880 s, but on an H200 (November
+# 2026) the first ten ran in 166 s in all: a step starts when what is left of the budget covers its
+# expected time, so under a 600 s call --budget 420 runs them all and leaves room for the table. Exit status 0 when every step run passed, 1 when one
 # failed, 2 when there is no GPU or the bundle is incomplete or does not load. The full check on a machine of one's own:
 # scripts/gpu_check.sh (it builds, and runs every lab and the sanitizers on every test).
 set -u
@@ -186,7 +189,31 @@ memcheck() {
   done
   return $bad
 }
-export -f bench_rows op_tables lab_memory kernel_tests ncu_kernels trainer lab_shapes memcheck
+# racecheck (shared-memory hazards between a block's threads) on the flash and LayerNorm kernel
+# tests; initcheck (a read of device memory nothing wrote) and synccheck (barriers some threads of a
+# block miss) on a small train_gpt run, flash and then the GEMM attention path: what the emulation
+# checks on its side (docs/emulator.md), on the hardware
+sanitize() {
+  local t tool impl bad=0
+  local run=("$TRAIN_GPT" --bf16 --num-layers 2 --hidden-size 128 --num-attention-heads 2 --seq-length 128 --micro-batch-size 2
+    --train-iters 2 --lr 1e-4 --train-data-path data/brown/brown_train.bin --log-interval 1 --eval-interval 0)
+  for t in build/gpu/test_cuda_flash build/gpu/test_cuda_layers; do
+    [ -x "$t" ] || { echo "$t: not built"; bad=1; continue; }
+    echo "-- racecheck $t"
+    compute-sanitizer --tool racecheck --error-exitcode 99 "$t" 2>&1 | grep -E 'RACECHECK SUMMARY|ERROR SUMMARY|Hazard|Error|checks, ' | head -n 20
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "$t: compute-sanitizer --tool racecheck failed"; bad=1; }
+  done
+  for tool in initcheck synccheck; do
+    for impl in flash gemm; do
+      echo "-- $tool train_gpt --attention-impl $impl"
+      compute-sanitizer --tool "$tool" --error-exitcode 99 "${run[@]}" --attention-impl "$impl" 2>&1 |
+        grep -E 'ERROR SUMMARY|Uninitialized|Barrier|Error|error|^iteration' | head -n 20
+      [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "train_gpt --attention-impl $impl: compute-sanitizer --tool $tool failed"; bad=1; }
+    done
+  done
+  return $bad
+}
+export -f bench_rows op_tables lab_memory kernel_tests ncu_kernels trainer lab_shapes memcheck sanitize
 
 # ---- the steps, most wanted first ---------------------------------------------------------------------
 LAB_ROWS='^(attention|layernorm|classifier)|^  [0-9] |wrong|FAIL'
@@ -205,8 +232,10 @@ step trainer 120 '^(ok|FAIL|not ok)|passed|failed' trainer
 step lab-shapes 90 "$LAB_ROWS" lab_shapes
 if command -v compute-sanitizer >/dev/null 2>&1; then
   step memcheck 120 '^-- |ERROR SUMMARY|Invalid|failed|not built' memcheck
+  step sanitize 120 '^-- |SUMMARY|Hazard|Uninitialized|Barrier|failed|not built' sanitize
 else
   skip memcheck "compute-sanitizer not on the PATH"
+  skip sanitize "compute-sanitizer not on the PATH"
 fi
 
 # ---- the table ----------------------------------------------------------------------------------------
@@ -216,4 +245,10 @@ printf '%-11s %-16s %5s\n' step status time
 printf '%s\n' "${rows[@]}"
 echo
 cat "$keys"
+# A lent machine sends back at most 8 files from $OUT: there the step logs travel as one archive
+# (logs.tar.gz beside keys.txt; `tar -xzf logs.tar.gz` gives NAME.log back)
+if [ -n "${OUT:-}" ] && [ "$dir" = "$OUT/gpu_session" ]; then
+  (cd "$dir" && shopt -s nullglob && logs=(*.log) && [ ${#logs[@]} -gt 0 ] && tar -czf logs.tar.gz "${logs[@]}" && rm -f "${logs[@]}") ||
+    echo "gpu_session: the logs stay unpacked in $dir (tar failed)" >&2
+fi
 exit $failed

@@ -6,8 +6,10 @@
 #   1. no GPU (nvidia-smi absent, or listing none): exit 2, one line, nothing run
 #   2. a GPU but an incomplete bundle, or a program that does not load there (ldd): exit 2 naming
 #      what is missing (and `make gpu-bundle`), nothing run
-#   3. every step run in order, each log in the output directory ($OUT/gpu_session when OUT is set),
-#      the table last with each step's key lines; exit 0
+#   3. every step run in order, each log in the output directory ($OUT/gpu_session when OUT is set:
+#      there packed into logs.tar.gz beside keys.txt, 2 files of the 8 a lent machine sends back),
+#      the table last with each step's key lines; the sanitizers' step on the flash and LayerNorm
+#      tests and on train_gpt; exit 0
 #   4. a failing step: the others still run, exit 1
 #   5. the budget: a step that does not fit what is left is skipped and said so, not started; one
 #      that runs three times as long as it should is stopped (TIMEOUT) and the next one runs
@@ -66,28 +68,36 @@ out=$(OUT=$TMP/out2 run bash scripts/gpu_session.sh 2>&1); rc=$?
   ok "a program whose library is missing: exit 2, named, nothing run" || fail "missing library: exit $rc: $out"
 rm "$TMP/bin/ldd"
 
-# 3. every step, into $OUT/gpu_session
+# 3. every step, into $OUT/gpu_session: the logs packed into one archive there (a lent machine sends
+# back at most 8 files), keys.txt beside it
+unpack() { mkdir -p "$1/logs" && tar -xzf "$1/gpu_session/logs.tar.gz" -C "$1/logs"; }
 out=$(OUT=$TMP/out run bash scripts/gpu_session.sh 2>&1); rc=$?
-steps=(gpu lab-flash bench ops lab-memory tests ncu trainer lab-shapes memcheck)
+unpack "$TMP/out" && [ "$(cd "$TMP/out/gpu_session" && ls | tr '\n' ' ')" = "keys.txt logs.tar.gz " ] &&
+  ok "\$OUT/gpu_session holds keys.txt and logs.tar.gz alone" || fail "\$OUT/gpu_session: $(ls "$TMP/out/gpu_session" | tr '\n' ' ')"
+steps=(gpu lab-flash bench ops lab-memory tests ncu trainer lab-shapes memcheck sanitize)
 [ $rc -eq 0 ] && ok "all steps pass: exit 0" || fail "all steps: exit $rc: $(tail -20 <<<"$out")"
 order=$(grep -oE '^== [a-z-]+' <<<"$out" | cut -c4- | tr '\n' ' ')
 [ "$order" = "${steps[*]} " ] && ok "steps run in order: $order" || fail "step order: '$order'"
 missing_logs=""
-for s in "${steps[@]}"; do [ -s "$TMP/out/gpu_session/$s.log" ] || missing_logs+=" $s"; done
-[ -z "$missing_logs" ] && ok "each step's log in \$OUT/gpu_session/" || fail "logs missing:$missing_logs"
+for s in "${steps[@]}"; do [ -s "$TMP/out/logs/$s.log" ] || missing_logs+=" $s"; done
+[ -z "$missing_logs" ] && ok "each step's log in \$OUT/gpu_session/logs.tar.gz" || fail "logs missing:$missing_logs"
 table=$(sed -n '/^step  *status/,$p' <<<"$out")
 for s in "${steps[@]}"; do grep -qE "^$s +PASS" <<<"$table" || fail "table lacks '$s PASS'"; done
 grep -q "1.0068" <<<"$table" && grep -q "stalled_long_scoreboard.* 3.10" <<<"$table" && grep -q "^124M " <<<"$table" &&
   ok "the table carries the key lines (lab row, ncu stall, bench row)" || fail "key lines missing: $table"
-grep -q "124M 124Mg 1.5B | build/bundle/train_gpt" "$TMP/out/gpu_session/bench.log" && ok "bench: the 124M, 124Mg and 1.5B rows of the bundle's train_gpt" ||
-  fail "bench arguments: $(cat "$TMP/out/gpu_session/bench.log")"
-grep -q "CPU build/bundle/train_gpt_cpu, CUDA build/bundle/train_gpt" "$TMP/out/gpu_session/trainer.log" && ok "trainer test on the bundle's two trainers" ||
-  fail "trainer: $(cat "$TMP/out/gpu_session/trainer.log")"
-[ "$(grep -c '^ncu ' "$TMP/out/gpu_session/ncu.log")" -eq 3 ] && ok "ncu: three kernels profiled" || fail "ncu: $(cat "$TMP/out/gpu_session/ncu.log")"
+grep -q "124M 124Mg 1.5B | build/bundle/train_gpt" "$TMP/out/logs/bench.log" && ok "bench: the 124M, 124Mg and 1.5B rows of the bundle's train_gpt" ||
+  fail "bench arguments: $(cat "$TMP/out/logs/bench.log")"
+grep -q "CPU build/bundle/train_gpt_cpu, CUDA build/bundle/train_gpt" "$TMP/out/logs/trainer.log" && ok "trainer test on the bundle's two trainers" ||
+  fail "trainer: $(cat "$TMP/out/logs/trainer.log")"
+[ "$(grep -c '^ncu ' "$TMP/out/logs/ncu.log")" -eq 3 ] && ok "ncu: three kernels profiled" || fail "ncu: $(cat "$TMP/out/logs/ncu.log")"
+[ "$(grep -cE '^-- racecheck build/gpu/test_cuda_(flash|layers)$' "$TMP/out/logs/sanitize.log")" -eq 2 ] &&
+  [ "$(grep -cE '^-- (initcheck|synccheck) train_gpt --attention-impl (flash|gemm)$' "$TMP/out/logs/sanitize.log")" -eq 4 ] &&
+  ok "sanitize: racecheck on the flash and LayerNorm tests, initcheck and synccheck on train_gpt (flash, gemm)" ||
+  fail "sanitize: $(cat "$TMP/out/logs/sanitize.log")"
 grep -q "^124M | time per op, iteration 3: 39.600 ms (L12)" <<<"$table" && grep -q "^1.5B | time per op, iteration 3: 39.600 ms (L48)" <<<"$table" &&
-  grep -q "^1.5B |   bwd attention (flash)" <<<"$table" && grep -q "^==== 1.5B" "$TMP/out/gpu_session/ops.log" &&
+  grep -q "^1.5B |   bwd attention (flash)" <<<"$table" && grep -q "^==== 1.5B" "$TMP/out/logs/ops.log" &&
   ok "ops: the bundle's train_gpt --time-ops 3 at 124M and 1.5B, each table in the log and its top rows in the summary" ||
-  fail "ops: $(cat "$TMP/out/gpu_session/ops.log")"
+  fail "ops: $(cat "$TMP/out/logs/ops.log")"
 
 # 4. a failing step does not stop the others
 out=$(FAIL_STEP=layernorm OUT=$TMP/out4 run bash scripts/gpu_session.sh 2>&1); rc=$?
@@ -99,7 +109,7 @@ out=$(FAIL_STEP=layernorm OUT=$TMP/out4 run bash scripts/gpu_session.sh 2>&1); r
 stub "$TMP/bin/nvidia-smi" 'if [ "$1" = --query-gpu=name ]; then echo "NVIDIA H200"; exit 0; fi; sleep 3; echo "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04, 1980 MHz"'
 out=$(OUT=$TMP/out5 run bash scripts/gpu_session.sh --budget 62 2>&1); rc=$?
 grep -qE '^== lab-flash: skipped \(5[0-9] s left of the budget, about 60 s needed\)' <<<"$out" && grep -qE '^lab-flash +SKIP \(time\)' <<<"$out" &&
-  grep -qE '^lab-memory +PASS' <<<"$out" && [ ! -e "$TMP/out5/gpu_session/lab-flash.log" ] && ok "budget: a step that does not fit is skipped and said so; a smaller one after it runs" ||
+  grep -qE '^lab-memory +PASS' <<<"$out" && tar -tzf "$TMP/out5/gpu_session/logs.tar.gz" | grep -qx lab-memory.log && ! tar -tzf "$TMP/out5/gpu_session/logs.tar.gz" | grep -qx lab-flash.log && ok "budget: a step that does not fit is skipped and said so; a smaller one after it runs" ||
   fail "budget: exit $rc: $out"
 # and a step that runs three times as long as it should (the first, about 5 s: stopped at 15) is
 # stopped, TIMEOUT, and the next one still runs
@@ -116,7 +126,7 @@ stub "$TMP/bin/nvidia-smi" 'echo "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04, 1
 stub "$TMP/bin/ncu" 'echo "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU Performance Counters"; exit 1'
 stub "$S/scripts/bench.sh" 'echo "124M: train_gpt failed (exit 1)"'
 out=$(OUT=$TMP/out5c run bash scripts/gpu_session.sh 2>&1); rc=$?
-[ "$(grep -c ERR_NVGPUCTRPERM "$TMP/out5c/gpu_session/ncu.log")" -eq 1 ] && grep -q "^ncu: the hardware counters cannot be read on this machine: skipped" <<<"$out" &&
+unpack "$TMP/out5c" && [ "$(grep -c ERR_NVGPUCTRPERM "$TMP/out5c/logs/ncu.log")" -eq 1 ] && grep -q "^ncu: the hardware counters cannot be read on this machine: skipped" <<<"$out" &&
   grep -qE '^bench +FAIL' <<<"$out" && [ $rc -eq 1 ] && ok "ncu without counters: said so once, not retried; a failed bench row fails the step" ||
   fail "ncu without counters / failed bench: exit $rc: $(tail -25 <<<"$out")"
 stub "$S/scripts/bench.sh" 'echo "GPU: stand-in | $BENCH_GPU_CONFIGS | $TRAIN_GPT_BIN"; echo "124M   L12 C768 NH12 T1024 B16          39.6       413000     356.0   36.0%      8.4 GiB"'
@@ -124,7 +134,7 @@ stub "$S/scripts/bench.sh" 'echo "GPU: stand-in | $BENCH_GPU_CONFIGS | $TRAIN_GP
 # 6. no ncu, no compute-sanitizer
 rm "$TMP/bin/ncu" "$TMP/bin/compute-sanitizer"
 out=$(OUT=$TMP/out6 PATH="$TMP/bin:/usr/bin:/bin" bash -c "cd '$S' && bash scripts/gpu_session.sh" 2>&1); rc=$?
-[ $rc -eq 0 ] && grep -qE '^ncu +SKIP' <<<"$out" && grep -q "ncu: skipped (ncu not on the PATH)" <<<"$out" && grep -qE '^memcheck +SKIP' <<<"$out" &&
+[ $rc -eq 0 ] && grep -qE '^ncu +SKIP' <<<"$out" && grep -q "ncu: skipped (ncu not on the PATH)" <<<"$out" && grep -qE '^memcheck +SKIP' <<<"$out" && grep -qE '^sanitize +SKIP' <<<"$out" &&
   ok "ncu and compute-sanitizer absent: skipped, said so, exit 0" || fail "no tools: exit $rc: $(tail -15 <<<"$out")"
 
 # 7. arguments

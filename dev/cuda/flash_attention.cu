@@ -10,31 +10,34 @@
 //            2 flash: keel_cuda::flash_attention_forward (writes lse only)
 //            3 flash, by head: the same kernel with its blocks started head by head (every tile
 //              of head 0, then head 1, ...), the order before the grouped one (flash_block): the
-//              same bytes; what the order is worth (a list schedule says 12% of the forward at
-//              B=16, T=1024 on 132 multiprocessors; not yet timed on a GPU)
-//            4 flash, 64 rows (head size 64): one 16-row tile a warp, 64 queries a block, 3
-//              blocks a multiprocessor — the kernel as an H200 timed it — against the launcher's two
-//              tiles a warp (128 queries a block, FlashAttention-2's: each K and V fragment feeds two
-//              row tiles), 2 blocks a multiprocessor; the same bytes; not yet timed on a GPU
+//              same bytes (H200, B=16 T=1024: 0.183 against 0.158 ms with 128-query blocks)
+//            4 flash, 128 rows (head size 64): two 16-row tiles a warp, 128 queries a block
+//              (FlashAttention-2's: each K and V fragment feeds two row tiles), one block a
+//              multiprocessor at 255 registers, against the launcher's one tile a warp (64 queries);
+//              the same bytes. H200: 0.158 against 0.146 ms at B=16 T=1024, 0.106 against 0.094 at
+//              T=512, equal at T=4096 — why the launcher takes 64
 //   backward 1 gemm:  keel_cuda::attention_backward from the GEMM forward's att
 //            2 flash: keel_cuda::flash_attention_backward from the flash forward's out and lse (at
-//              the trainer's warps a block: 4 or 5 below)
-//            3 flash, dQ racing: the default kernel (its warps) without the dQ chain's ordering
+//              the trainer's warps a block: 5 below)
+//            3 flash, dQ racing: the default kernel (4 warps) without the dQ chain's ordering
 //              (timing only: the dQ parts race, so its result is wrong) — what determinism costs
+//              (H200 at 8 warps, B=16 T=1024: 0.526 against 0.573 ms ordered)
 //            4 flash, 8 warps: the kernel at 8 warps a block (128 keys, FlashAttention-2's shape;
-//              the trainer's default): Q, dO, lse and D loaded once for twice the keys, each barrier
+//              KEEL_FLASH_BWD_WARPS=8): Q, dO, lse and D loaded once for twice the keys, each barrier
 //              over twice the work, half the dQ chain's parts; one block a multiprocessor instead of two
-//            5 flash, 4 warps: the same at 4 warps a block (64 keys; KEEL_FLASH_BWD_WARPS=4)
-//            6 flash, dQ deferred: the default's warps (8 at hs 64, 4 at 128) with each step's dQ part
-//              added to the chain during the next step, its sum fetched by cp.async behind that
-//              step's products (FLASH_CHAIN_DEFER; the same bytes as 2); not yet timed on a GPU
+//            5 flash, 4 warps: the same at 4 warps a block (64 keys; the launcher's: H200, B=16
+//              T=1024, 0.553 against 0.573 ms at 8, T=512 0.360 against 0.394, T=4096 equal)
+//            6 flash, dQ deferred: the default's 4 warps with each step's dQ part added to the
+//              chain during the next step, its sum fetched by cp.async behind that step's products
+//              (FLASH_CHAIN_DEFER; the same bytes as 2; H200 at 8 warps: 0.610 ms, slower than early)
 //            7 flash, dQ serial: the default's warps with the chain as an H200 first timed it
 //              (FLASH_CHAIN_SERIAL: the turn awaited after the dQ product, then one load-add-store of
 //              the chain's sum after another, 4 barriers a step; the same bytes as 2) — the "before"
-//              of the early chain (FLASH_CHAIN_EARLY, the launcher's: 2 to 5)
+//              of the early chain (FLASH_CHAIN_EARLY, the launcher's: 2 to 5; H200 at 8 warps: 0.769
+//              against 0.573 ms)
 //            8 flash, by head: 2 (the trainer's warps and chain) with its blocks started head by
-//              head, the order before the grouped one (the same bytes; the list schedule: 2% at
-//              B=16, T=1024; not yet timed)
+//              head, the order before the grouped one (the same bytes; H200 at 8 warps, B=16 T=1024:
+//              0.594 against 0.573 ms)
 // The flash variants write dinp (dinp_write, as the trainer calls them), so its old values are not read.
 // Flash needs hs ∈ {64, 128} (flash_attention_supported): at other head sizes (the emulated lab's
 // tiny shape) its variants are skipped with a line saying so.
@@ -103,7 +106,7 @@ int main(int argc, char** argv) {
         fwd.variants.push_back({2, "flash", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o); }});
         fwd.variants.push_back({3, "flash, by head", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o, B * NH); }});
         if (hs == 64)
-            fwd.variants.push_back({4, "flash, 64 rows", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o, 0, 1); }});
+            fwd.variants.push_back({4, "flash, 128 rows", [&] { keel_cuda::flash_attention_forward(d_out, d_lse, d_inp, B, T, C, NH, &o, 0, 2); }});
     }
     failed += lab_run(a, fwd);
 
@@ -130,7 +133,7 @@ int main(int argc, char** argv) {
             {2, "flash", [&] { keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true); }});
         // what the deterministic dQ chain costs: the same kernel with its waits and counters left out
         bwd.variants.push_back({3, "flash, dQ racing", [&] {
-                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, false, 8>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, false, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                     else keel_cuda::flash_backward_launch<bf16, 128, false, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 },
                                 true});
@@ -143,11 +146,11 @@ int main(int argc, char** argv) {
                                     else keel_cuda::flash_backward_launch<bf16, 128, true, 4>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
         bwd.variants.push_back({6, "flash, dQ deferred", [&] {
-                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8, keel_cuda::FLASH_CHAIN_DEFER>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 4, keel_cuda::FLASH_CHAIN_DEFER>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                     else keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_DEFER>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
         bwd.variants.push_back({7, "flash, dQ serial", [&] {
-                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 8, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 4, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                     else keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_SERIAL>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
         bwd.variants.push_back({8, "flash, by head", [&] {

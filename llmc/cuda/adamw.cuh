@@ -16,7 +16,7 @@
 // Numerics. The elementwise ops run one thread per element with the CPU's float formula, rounded
 // the CPU's way: the CPU build has -ffp-contract=off, while nvcc fuses a·b+c into one FMA by
 // default (--fmad=true), so the kernels spell every operation as an _rn intrinsic (fmul_rn & co.
-// below), which nvcc never contracts and which fast-math flags do not relax. sqrt and division are
+// in cuda/common.cuh), which nvcc never contracts and which fast-math flags do not relax. sqrt and division are
 // IEEE round-to-nearest on both sides: the updated p, m, v are bit-identical to the CPU's.
 // The reductions are deterministic but not the CPU's order (its 8 lanes would be 8 threads): each
 // thread adds its grid-strided elements in ascending order, the block adds its threads in a fixed
@@ -52,43 +52,6 @@
 #include "llmc/cuda/common.cuh"
 
 namespace keel_cuda {
-
-// ---- arithmetic rounded as the CPU op rounds it (one rounding per operation, never an FMA) -------
-__device__ inline float fmul_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    return a * b;
-#endif
-}
-__device__ inline float fadd_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fadd_rn(a, b);
-#else
-    return a + b;
-#endif
-}
-__device__ inline float fsub_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fsub_rn(a, b);
-#else
-    return a - b;
-#endif
-}
-__device__ inline float fdiv_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fdiv_rn(a, b);
-#else
-    return a / b;
-#endif
-}
-__device__ inline float fsqrt_rn(float a) {
-#ifdef __CUDA_ARCH__
-    return __fsqrt_rn(a);
-#else
-    return sqrtf(a);
-#endif
-}
 
 // ---- elementwise --------------------------------------------------------------------------------
 // One element of adamw_update: updates *p, *m, *v (registers) from g.

@@ -67,6 +67,48 @@
 
 namespace keel_cuda {
 
+// ---- arithmetic rounded as the CPU op rounds it (one rounding per operation, never an FMA) -------
+// nvcc fuses a·b + c into one FMA by default (--fmad=true), and whether it does depends on the code
+// around it (within one basic block, not across a branch): two paths of one kernel that spell the
+// same formula (the vector and the scalar loads, 1 or 3 chunks in flight) can round differently.
+// These intrinsics are never contracted and no fast-math flag relaxes them; kernels that promise
+// the same bits on every path (or the CPU's bits) spell their arithmetic with them.
+__device__ inline float fmul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+__device__ inline float fadd_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rn(a, b);
+#else
+    return a + b;
+#endif
+}
+__device__ inline float fsub_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fsub_rn(a, b);
+#else
+    return a - b;
+#endif
+}
+__device__ inline float fdiv_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+__device__ inline float fsqrt_rn(float a) {
+#ifdef __CUDA_ARCH__
+    return __fsqrt_rn(a);
+#else
+    return sqrtf(a);
+#endif
+}
+
 // keel runs its ops on one stream, in program order (cuda/stream.h: a created stream, never the
 // legacy default one; the NCCL backend issues on it too, llmc/comm.h). An OpStreamScope can move the
 // ops' kernels to another stream (tests); the scratch they share then orders itself (DeviceScratch

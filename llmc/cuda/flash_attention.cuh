@@ -18,7 +18,8 @@
 // fragment, rescaled and rounded to F, is the A operand of the next product as it stands.
 //
 // Forward: block = (query tile of BR rows, head-batch), 4 warps, a warp owns MT row tiles of 16 query
-//   rows (flash_fwd_mt: 2 at hs 64, BR = 128, FlashAttention-2's block; 1 at hs 128, BR = 64): its
+//   rows (flash_fwd_mt: 1, BR = 64, the faster on an H200; 2 at hs 64, BR = 128, FlashAttention-2's
+//   block, is built for the kernel lab): its
 //   Q fragments (MT · hs/16 × 4 registers) are loaded once. Key tiles of BC = 64 ascending (causal: only
 //   tiles with a key ≤ the block's last query; inside, a warp skips the 8-key column blocks above its
 //   last query), K and V double-buffered. Per tile: S = Q·Kᵀ (16·MT × 64 per warp, fp32 registers); the
@@ -68,7 +69,7 @@
 // D from the rounded out leaves dS of the order of 2^-9·|dout|·|v|/√hs (FlashAttention-2 has the
 // same property); test_cuda_flash bounds the difference.
 // Shared memory (bytes; opted in with cudaFuncSetAttribute above the default 48 KB):
-//   forward   Q (BR·hs F) + K, V (2 buffers each, 64·hs F)      hs 64 (BR 128): 48 KB, 128 (BR 64): 80 KB
+//   forward   Q (BR·hs F) + K, V (2 buffers each, 64·hs F)      hs 64: 40 KB (BR 128: 48 KB), 128: 80 KB
 //   backward  K, V (BC·hs F) + Q, dO (2 buffers each, BQ·hs F) + dSᵀ (BC·BQ F) + lse, D (2·2·BQ fp32)
 //             + the dQ chain's fp32 tiles: BQ·(hs + 8) fp32 for the early chain (two deferred, none serial)
 //             early chain: 4 warps (BC = 64) hs 64: 75 KB, 128: 85.5 KB; 8 warps: 99, 121.5 KB
@@ -102,12 +103,15 @@ enum {
     FLASH_THREADS = 32 * FLASH_WARPS,
     FLASH_BC = 64,  // keys of a forward tile and of a backward block
 };
-// The forward's row tiles (16 query rows each) a warp owns: 2 at head size 64 — FlashAttention-2's
-// 128-query block of 4 warps, each K and V fragment loaded from shared memory feeding two row tiles,
-// half the shared-memory reads a product and twice the independent products between barriers, at
-// 2 blocks a multiprocessor instead of 3 — and 1 at 128, where a row tile's O alone is 64 registers a
-// lane. The rows of a block: flash_fwd_br.
-__host__ __device__ constexpr inline int flash_fwd_mt(int hs) { return hs == 64 ? 2 : 1; }
+// The forward's row tiles (16 query rows each) a warp owns: 1, a 64-query block of 4 warps. Two at
+// head size 64 (FlashAttention-2's 128-query block: each K and V fragment loaded from shared memory
+// feeds two row tiles, half the shared-memory reads a product) is built too, and an H200 timed it
+// slower or equal at every shape it ran (B=16 T=1024: 0.158 against 0.146 ms; T=512: 0.106 against
+// 0.094; T=4096: equal, the kernel lab's variant 4): its 255 registers a thread allow one block of
+// 4 warps a multiprocessor scheduler-wide (12% occupancy), where the 64-query block runs more at
+// once and the causal triangle's ragged edge is finer. At head size 128 a row tile's O alone is 64
+// registers a lane: 1 only. The rows of a block: flash_fwd_br.
+__host__ __device__ constexpr inline int flash_fwd_mt(int /*hs*/) { return 1; }
 __host__ __device__ constexpr inline int flash_fwd_br(int mt) { return 16 * mt * FLASH_WARPS; }
 // Query rows of one backward step: dK and dV of a warp's 16 keys take 2·hs/8·4 fp32 registers per
 // lane (64 at hs 64, 128 at hs 128), and Sᵀ, dPᵀ 2·BQ/8·4 more; 32 keeps hs 128 under 255.
@@ -1076,8 +1080,8 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
 
 // groups (both entry points): of the grids' block order (flash_block); 0, as the model calls them,
 // this device's (flash_groups); B·NH is head by head, the order before (the kernel lab's "by head").
-// row_tiles (the forward): 16-row tiles a warp owns; 0, as the model calls it, flash_fwd_mt; 1 at
-// head size 64 is the 64-query block as an H200 timed it (the kernel lab's variant 4: the same bytes).
+// row_tiles (the forward): 16-row tiles a warp owns; 0, as the model calls it, flash_fwd_mt; 2 at
+// head size 64 is FlashAttention-2's 128-query block (the kernel lab's variant 4: the same bytes).
 template <typename F>
 void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)
                              const F* inp,        // (B,T,3C)
@@ -1088,26 +1092,27 @@ void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)
     if ((size_t)B * NH * T == 0) return;
     if ((size_t)B * NH * ceil_div(T, FLASH_BC) > 2147483647u)  // (the smallest tile of either kernel: 64 queries or keys)
         keel_die("flash attention: B·NH·⌈T/%d⌉ = %zu blocks exceed a grid's 2^31 - 1", (int)FLASH_BC, (size_t)B * NH * ceil_div(T, FLASH_BC));
-    if (row_tiles != 0 && row_tiles != flash_fwd_mt(hs) && !(hs == 64 && row_tiles == 1))
-        keel_die("flash attention: %d row tiles a warp at head size %d is not built (%d%s)", row_tiles, hs, flash_fwd_mt(hs), hs == 64 ? " or 1" : "");
+    if (row_tiles != 0 && row_tiles != flash_fwd_mt(hs) && !(hs == 64 && row_tiles == 2))
+        keel_die("flash attention: %d row tiles a warp at head size %d is not built (%d%s)", row_tiles, hs, flash_fwd_mt(hs), hs == 64 ? " or 2" : "");
     if constexpr (sizeof(F) == 2) {
-        if (hs == 64 && row_tiles == 1) flash_forward_launch<F, 64, 1>(out, lse, inp, B, T, C, NH, o, groups);
+        if (hs == 64 && row_tiles == 2) flash_forward_launch<F, 64, 2>(out, lse, inp, B, T, C, NH, o, groups);
         else if (hs == 64) flash_forward_launch<F, 64>(out, lse, inp, B, T, C, NH, o, groups);
         else flash_forward_launch<F, 128>(out, lse, inp, B, T, C, NH, o, groups);
     }
 }
 
-// The backward's warps a block: 8 (128 keys a block, FlashAttention-2's shape) at head size 64 and 4
-// (64 keys) at head size 128, the faster of the two for each on an H200 (docs/gpu.md: the kernel lab
-// at B=8..16, T=1024..2048, and the 124M step); KEEL_FLASH_BWD_WARPS=4 or 8 sets both, for measuring on
-// other GPUs. The two give the same dK and dV bits and dQ summed over 128- or 64-key tiles.
-static inline int flash_backward_warps(int hs) {
+// The backward's warps a block: 4 (64 keys a block), the faster on an H200 at both head sizes with
+// the early dQ chain (docs/gpu.md; the kernel lab at hs 64: B=16 T=1024 0.553 against 0.573 ms at 8
+// warps, T=512 0.360 against 0.394, T=4096 equal; 8 warps had been the faster under the serial
+// chain); KEEL_FLASH_BWD_WARPS=4 or 8 sets it, for measuring on other GPUs. The two give the same dK
+// and dV bits and dQ summed over 64- or 128-key tiles.
+static inline int flash_backward_warps(int /*hs*/) {
     static const int forced = [] {
         const char* s = getenv("KEEL_FLASH_BWD_WARPS");
         if (s && *s && strcmp(s, "4") != 0 && strcmp(s, "8") != 0) keel_die("KEEL_FLASH_BWD_WARPS=%s: expected 4 or 8", s);
         return s && *s ? atoi(s) : 0;
     }();
-    return forced ? forced : hs == 64 ? 8 : 4;
+    return forced ? forced : 4;
 }
 
 // The dQ chain the backward runs on a device with `smem_sm` bytes of shared memory a multiprocessor,

@@ -13,7 +13,10 @@
 // fp32); lane l of a row's warp owns chunks l, l+32, l+64, ... and sums a chunk's channels in order.
 // When C % V == 0 and the buffers are 16-byte aligned, a chunk is one 128-bit load/store; otherwise
 // (odd C, misaligned views) the same chunks are read element by element. The order of every addition
-// is therefore a function of (C, F) alone, and the vector and scalar paths give the same bits.
+// is therefore a function of (C, F) alone, and the vector and scalar paths give the same bits: every
+// product that meets a sum is spelled fmul_rn/fadd_rn (cuda/common.cuh), never left for nvcc to fuse
+// into an FMA, which it does or not depending on each path's branches (an H200 found the fp32
+// forward's paths 1 ulp apart that way, where the emulation, which never fuses, could not).
 //
 // Forward (and the fused residual forward): one warp per row, 8 rows per block. Per lane: the chunk
 // sums in order, then warp_sum's fixed butterfly over the 32 lanes. The fused kernel first writes the
@@ -253,7 +256,7 @@ __device__ inline void layernorm_row(F* o, float* mean, float* rstd, const F* x,
     float sq = 0.0f;
     ln_row_values<F, K, VEC>(x, C, lane, [&](float v) {
         float d = v - m;
-        sq += d * d;
+        sq = fadd_rn(sq, fmul_rn(d, d));
     });
     float s = 1.0f / sqrtf(warp_sum(sq) / C + (float)LAYERNORM_EPS);
     for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
@@ -267,7 +270,7 @@ __device__ inline void layernorm_row(F* o, float* mean, float* rstd, const F* x,
             ln_load_pack<F, VEC>(pb, bias, c, n[i]);
             KEEL_UNROLL
             for (int k = 0; k < V; k++)
-                if (k < n[i]) px[i].v[k] = from_f32<F>((to_f32(px[i].v[k]) - m) * s * to_f32(pw.v[k]) + to_f32(pb.v[k]));
+                if (k < n[i]) px[i].v[k] = from_f32<F>(fadd_rn(fmul_rn(fmul_rn(to_f32(px[i].v[k]) - m, s), to_f32(pw.v[k])), to_f32(pb.v[k])));
         }
         ln_store_chunks<F, K, VEC>(o, px, n, c0);
     }
@@ -357,9 +360,9 @@ __device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, con
             KEEL_UNROLL
             for (int k = 0; k < V; k++)
                 if (k < n[i]) {
-                    float g = to_f32(pd[i].v[k]) * to_f32(pw.v[k]);
+                    float g = fmul_rn(to_f32(pd[i].v[k]), to_f32(pw.v[k]));
                     g_sum += g;
-                    gx_sum += g * (to_f32(px[i].v[k]) - m) * s;
+                    gx_sum = fadd_rn(gx_sum, fmul_rn(fmul_rn(g, to_f32(px[i].v[k]) - m), s));
                 }
         }
     }
@@ -382,10 +385,10 @@ __device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, con
             KEEL_UNROLL
             for (int k = 0; k < V; k++)
                 if (k < n[i]) {
-                    float xhat = (to_f32(qx.v[k]) - m) * s;
-                    float g = to_f32(qd.v[k]) * to_f32(qw.v[k]);
+                    float xhat = fmul_rn(to_f32(qx.v[k]) - m, s);
+                    float g = fmul_rn(to_f32(qd.v[k]), to_f32(qw.v[k]));
                     float old = write ? 0.0f : to_f32(pdx[i].v[k]);
-                    pdx[i].v[k] = from_f32<F>(old + s * (g - gmean - xhat * gxmean));
+                    pdx[i].v[k] = from_f32<F>(fadd_rn(old, fmul_rn(s, g - gmean - fmul_rn(xhat, gxmean))));
                 }
         }
         ln_store_chunks<F, K, VEC>(dx, pdx, n, c0);
@@ -421,7 +424,7 @@ __device__ inline int layernorm_backward_columns(float* dw, float* db, const F* 
             for (int k = 0; k < V; k++)
                 if (k < n) {
                     float fd = to_f32(pd[i].v[k]);
-                    dw[k] += fd * ((to_f32(px[i].v[k]) - m[i]) * s[i]);
+                    dw[k] = fadd_rn(dw[k], fmul_rn(fd, fmul_rn(to_f32(px[i].v[k]) - m[i], s[i])));
                     db[k] += fd;
                 }
         }
