@@ -121,12 +121,14 @@ static const double STEP_GEMM_HALF_DIM = 128;
 // d = 10922, 272.7 TFLOP/s, against d = 10944, 398.4): 0.115 of the aligned time per halving.
 static const double STEP_GEMM_MISALIGN_COST = 0.115;
 // keel's flash kernels (mma.sync, FlashAttention-2's scheme) as measured, counted as this model
-// counts them (the causal half-products): the kernel lab on an H200 (docs/gpu.md, November 2026,
-// B=16 T=1024 NH=12 hs=64, the backward at its default 8 warps) ran the forward in 0.1852 ms
-// (2.58e10 FLOPs: 14.1% of the dense peak) and the backward in 1.0068 ms (6.44e10: 6.47%). The
-// backward is still slower than the GEMM path's; these are keel's kernels as they are, not what a
-// flash kernel can reach (test/kernel_lab_h200_sample.txt holds that run).
-static const double STEP_FLASH_FWD_EFF = 0.141, STEP_FLASH_BWD_EFF = 0.0647;
+// counts them (the causal half-products): the kernel lab on an H200 (docs/gpu.md, 27 November 2026,
+// B=16 T=1024 NH=12 hs=64: the forward at 64 queries a block, the backward at 4 warps, both the
+// launcher's) ran the forward in 0.1434 ms (2.58e10 FLOPs: 18.2% of the dense peak) and the backward
+// in 0.5494 ms (6.44e10: 11.85%); in the 124M trainer's step (cold caches) they took 0.152 and 0.592
+// ms a call. These are keel's kernels as they are, not what a flash kernel can reach
+// (test/kernel_lab_h200_sample.txt holds that run). With them the model puts flash ahead of the GEMM
+// path at head size 128 too, as the H200 measured it (L12 C1536 B=8 T=1024: 47.9 against 49.9 ms).
+static const double STEP_FLASH_FWD_EFF = 0.182, STEP_FLASH_BWD_EFF = 0.1185;
 // Memory-bound kernels (LayerNorm, residual, dropout, GeLU, softmax, the optimizer): 80% of HBM
 // bandwidth, what a streaming copy reaches (STREAM-like copies on A100/H100).
 static const double STEP_MEM_EFF = 0.80;

@@ -84,17 +84,19 @@ cmp -s "$TMP/own.json" "$TMP/same.json" && grep -q "^--step-curves $TMP/same.txt
   && ok "every key at the model's own value: the plan is the same to the byte ($(wc -l <"$TMP/same.txt") keys), and it says it changed nothing" \
   || fail "own values: $(diff "$TMP/own.json" "$TMP/same.json"; grep step-curves "$TMP/same.json.out")"
 grep -q "step-curves" "$TMP/own.json.out" && fail "a plan without --step-curves mentions it" || ok "without --step-curves, no curves line"
-plan "$TMP/bwd.json" "${G[@]}" --step-curves "$(with "gpu_type h200" "flash_bwd_eff 0.03235  # half")"
-# the flash backward's compute at 0.0647 of 989 TFLOP/s: 5 causal half-products per layer, 12 layers;
-# at half the share it takes that time once more, and only compute moves
-d=$(python3 -c "print(12 * 5 * (2 * 16 * 12 * 1024 * 1024 / 2 * 64) / (989e12 * 0.0647))")
+own_bwd=$(build/gpu_spec h200 | awk '$1 == "flash_bwd_eff" { print $2 }'); own_fwd=$(build/gpu_spec h200 | awk '$1 == "flash_fwd_eff" { print $2 }')
+half_bwd=$(python3 -c "print('%g' % ($own_bwd / 2))")
+plan "$TMP/bwd.json" "${G[@]}" --step-curves "$(with "gpu_type h200" "flash_bwd_eff $half_bwd  # half")"
+# the flash backward's compute at the model's share of 989 TFLOP/s: 5 causal half-products per layer,
+# 12 layers; at half the share it takes that time once more, and only compute moves
+d=$(python3 -c "print(12 * 5 * (2 * 16 * 12 * 1024 * 1024 / 2 * 64) / (989e12 * $own_bwd))")
 r=$(python3 -c "
 import json; a = json.load(open('$TMP/own.json')); b = json.load(open('$TMP/bwd.json')); d = $d
 print(abs((b['step_seconds'] - a['step_seconds']) / d - 1) < 1e-9 and b['breakdown']['optimizer'] == a['breakdown']['optimizer'],
       '%.3f ms' % (1e3 * (b['step_seconds'] - a['step_seconds'])))")
 [ "${r%% *}" = True ] && ok "flash_bwd_eff halved: the step grows by the flash backward's time, ${r#* } (computed: $(python3 -c "print('%.3f' % ($d * 1e3))") ms)" \
   || fail "flash_bwd_eff halved: $r vs $d s"
-grep -q "^--step-curves $TMP/w.txt (measured on h200): flash_bwd_eff 0.0647 -> 0.03235; unchanged: gemm_eff 0.8, flash_fwd_eff 0.141, mem_eff 0.8" "$TMP/bwd.json.out" \
+grep -q "^--step-curves $TMP/w.txt (measured on h200): flash_bwd_eff $own_bwd -> $half_bwd; unchanged: gemm_eff 0.8, flash_fwd_eff $own_fwd, mem_eff 0.8" "$TMP/bwd.json.out" \
   && ok "the start-up line names the file, what it changed and what it left" || fail "curves line: $(grep step-curves "$TMP/bwd.json.out")"
 plan "$TMP/mem.json" "${G[@]}" --step-curves "$(with "mem_eff 0.4")"
 r=$(json "$TMP/mem.json" "breakdown['optimizer']")
