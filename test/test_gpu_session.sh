@@ -31,7 +31,8 @@ stub() {  # PATH BODY: an executable shell script
 # the tools; FAIL_STEP names a program that must fail, SLOW a program that must sleep 3 s
 stub "$TMP/bin/nvidia-smi" 'echo "0, NVIDIA H200, 9.0, 143771 MiB, 580.159.04, 1980 MHz"'
 stub "$TMP/bin/ncu" 'echo "ncu $*" | cut -c1-60; echo "    Duration                         us       856.03"; echo "    smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio 3.10"'
-stub "$TMP/bin/compute-sanitizer" 'shift 4; "$@"; echo "========= ERROR SUMMARY: 0 errors"'
+stub "$TMP/bin/compute-sanitizer" 'echo "sanitizer $*" >>"$SANITIZER_LOG"; while [[ $1 == --* ]]; do shift 2; done; "$@"; echo "========= ERROR SUMMARY: 0 errors"'
+export SANITIZER_LOG=$TMP/sanitizer_calls.txt
 prog='n=$(basename "$0"); [ "${FAIL_STEP:-}" = "$n" ] && { echo "$n: broken"; exit 3; }; [ "${SLOW:-}" = "$n" ] && sleep 3
 [[ " $* " == *" --time-ops 3 "* ]] && { echo "time per op, iteration 3: 39.600 ms (L$3)"; echo "  op  calls  ms"; echo "  bwd attention (flash)  12  12.082"; echo "  model FLOPs 1 (the rows sum)"; }
 echo "attention backward B=16 T=1024 C=768 NH=12 bf16 ($n $*)"; echo "  2   flash                    1.0068      250.0      102.4"; echo "7 checks, 0 failed"'
@@ -90,10 +91,11 @@ grep -q "124M 124Mg 1.5B | build/bundle/train_gpt" "$TMP/out/logs/bench.log" && 
 grep -q "CPU build/bundle/train_gpt_cpu, CUDA build/bundle/train_gpt" "$TMP/out/logs/trainer.log" && ok "trainer test on the bundle's two trainers" ||
   fail "trainer: $(cat "$TMP/out/logs/trainer.log")"
 [ "$(grep -c '^ncu ' "$TMP/out/logs/ncu.log")" -eq 3 ] && ok "ncu: three kernels profiled" || fail "ncu: $(cat "$TMP/out/logs/ncu.log")"
-[ "$(grep -cE '^-- racecheck build/gpu/test_cuda_(flash|layers)$' "$TMP/out/logs/sanitize.log")" -eq 2 ] &&
-  [ "$(grep -cE '^-- (initcheck|synccheck) train_gpt --attention-impl (flash|gemm)$' "$TMP/out/logs/sanitize.log")" -eq 4 ] &&
-  ok "sanitize: racecheck on the flash and LayerNorm tests, initcheck and synccheck on train_gpt (flash, gemm)" ||
-  fail "sanitize: $(cat "$TMP/out/logs/sanitize.log")"
+[ "$(grep -cE '^-- (racecheck|synccheck) build/gpu/test_cuda_(flash|layers)$' "$TMP/out/logs/sanitize.log")" -eq 4 ] &&
+  grep -q '^-- initcheck train_gpt' "$TMP/out/logs/sanitize.log" &&
+  grep -qE '^sanitizer --tool initcheck --print-limit [0-9]+ --show-backtrace device build/bundle/train_gpt .*--train-iters 1 ' "$SANITIZER_LOG" &&
+  ok "sanitize: racecheck and synccheck on the flash and LayerNorm tests, initcheck on one bounded train_gpt iteration" ||
+  fail "sanitize: $(cat "$TMP/out/logs/sanitize.log" "$SANITIZER_LOG")"
 grep -q "^124M | time per op, iteration 3: 39.600 ms (L12)" <<<"$table" && grep -q "^1.5B | time per op, iteration 3: 39.600 ms (L48)" <<<"$table" &&
   grep -q "^1.5B |   bwd attention (flash)" <<<"$table" && grep -q "^==== 1.5B" "$TMP/out/logs/ops.log" &&
   ok "ops: the bundle's train_gpt --time-ops 3 at 124M and 1.5B, each table in the log and its top rows in the summary" ||
