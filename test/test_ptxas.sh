@@ -49,4 +49,38 @@ probe_out=$("$nv" -gencode arch=compute_90,code=sm_90 -c "$probe" -o "$TMP/probe
 grep -qE "[1-9][0-9]* bytes stack frame" <<<"$probe_out" \
   && ok "negative control: a run-time-indexed register array shows a stack frame in ptxas's report" \
   || fail "negative control: ptxas reported no stack frame for a run-time-indexed array"
+
+# No fused multiply-add in the LayerNorm kernels: nvcc fuses a·b + c into an FMA or not depending on
+# the code around it, which put the fp32 forward's vector and scalar paths 1 ulp apart on an H200
+# (where the tests require the same bytes; the emulation, built with -ffp-contract=off, cannot see
+# it). Those kernels spell their products and sums __fmul_rn/__fadd_rn (PTX mul.rn/add.rn, never
+# fused, where ptxas may still fuse a plain mul.f32 with an add): every layernorm entry of the
+# trainer's PTX (build/ptxas_keep/, current with the sources) holds mul.rn.f32, no fma and no plain
+# mul.f32.
+# fma_entries FILE PATTERN: "NAME FMAS MULRN PLAINMUL" for every .entry whose name matches PATTERN
+fma_entries() {
+  awk -v pat="$2" '/^\.(visible )?\.entry / { name = $0; sub(/.*\.entry /, "", name); sub(/\(.*/, "", name); on = name ~ pat; if (on) { f[name] = 0; m[name] = 0; u[name] = 0 } next }
+    on && /^[ \t]+fma\./ { f[name]++ } on && /^[ \t]+mul\.rn\.f32/ { m[name]++ } on && /^[ \t]+mul(\.ftz)?\.f32/ { u[name]++ }
+    on && /^}/ { on = 0 }
+    END { for (n in f) print n, f[n], m[n], u[n] }' "$1"
+}
+keep=build/ptxas_keep
+if [ "$(head -n 1 "$keep/made_from" 2>/dev/null)" != "$(bash scripts/ptxas_report.sh --source-hash)" ]; then
+  fail "$keep holds no PTX of the current sources (build train_gpt first: make train_gpt)"
+else
+  for ptx in "$keep"/train_gpt.compute_*.ptx; do
+    rows=$(fma_entries "$ptx" layernorm)
+    n=$(grep -c . <<<"$rows"); fused=$(awk '$2 > 0 || $4 > 0' <<<"$rows"); unspelled=$(awk '$3 == 0' <<<"$rows")
+    [ "$n" -ge 6 ] && [ -z "$fused" ] && [ -z "$unspelled" ] && ok "$(basename "$ptx"): $n LayerNorm kernels, no fma or plain mul.f32, each with mul.rn.f32" ||
+      fail "$(basename "$ptx"): LayerNorm kernels with an fma or without mul.rn ($n kernels): $(echo "$fused $unspelled" | head -c 400)"
+  done
+fi
+# the check can fail: a kernel spelling y = a·b + c plainly gets an fma
+cat >"$TMP/fma_probe.cu" <<'CU'
+__global__ void layernorm_probe(float* y, const float* a, const float* b, const float* c) { y[threadIdx.x] = a[threadIdx.x] * b[threadIdx.x] + c[threadIdx.x]; }
+CU
+"$nv" -arch=sm_90 --ptx "$TMP/fma_probe.cu" -o "$TMP/fma_probe.ptx" 2>/dev/null &&
+  [ "$(fma_entries "$TMP/fma_probe.ptx" layernorm | awk '{ print $2 }')" -ge 1 ] 2>/dev/null &&
+  ok "negative control: a plainly spelled a·b + c is an fma in the PTX, and the check sees it" ||
+  fail "negative control: no fma found in the probe's PTX"
 finish
