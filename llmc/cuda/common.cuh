@@ -69,8 +69,8 @@ namespace keel_cuda {
 
 // ---- arithmetic rounded as the CPU op rounds it (one rounding per operation, never an FMA) -------
 // nvcc fuses a·b + c into one FMA by default (--fmad=true), and whether it does depends on the code
-// around it (within one basic block, not across a branch): two paths of one kernel that spell the
-// same formula (the vector and the scalar loads, 1 or 3 chunks in flight) can round differently.
+// around the two: two paths of one kernel that spell the same formula (the LayerNorm's vector and
+// scalar loads, 1 or 3 chunks in flight) rounded differently on an H200.
 // These intrinsics are never contracted and no fast-math flag relaxes them; kernels that promise
 // the same bits on every path (or the CPU's bits) spell their arithmetic with them.
 __device__ inline float fmul_rn(float a, float b) {
