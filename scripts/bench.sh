@@ -140,7 +140,7 @@ KEEL_FLASH_BWD_WARPS=8 gpu_bench 124Mb8 12 768 12 1024 16  # the same with the f
 gpu_bench 124Mg 12 768 12 1024 16 --attention-impl gemm   # the GEMM attention path (the fallback for head sizes flash lacks)
 gpu_bench 124MT2 12 768 12 2048 8                         # T = 2048: flash, then the GEMM path
 gpu_bench 124MT2g 12 768 12 2048 8 --attention-impl gemm
-gpu_bench h128 12 1536 12 1024 8 --attention-impl flash   # head size 128 (BLOOM's): flash (auto takes the GEMM path here), then the GEMM path
+gpu_bench h128 12 1536 12 1024 8 --attention-impl flash   # head size 128 (BLOOM's): flash, then the GEMM path
 gpu_bench h128g 12 1536 12 1024 8 --attention-impl gemm
 gpu_bench 350M 24 1024 16 1024 16
 gpu_bench 1.5B 48 1600 25 1024 16   # flash attention (the default at head size 64): fits 80 GB without --checkpoint-activations

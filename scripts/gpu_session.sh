@@ -192,11 +192,12 @@ memcheck() {
 # racecheck (shared-memory hazards between a block's threads) and synccheck (barriers some threads
 # of a block miss) on the flash and LayerNorm kernel tests: each fails the step on an error. Then
 # initcheck (a read of device memory nothing wrote) on one iteration of a small train_gpt run, kept
-# to 90 s, for information only: it reports the first kernels that read a cuBLASLt product (an H200
-# found 16-byte "uninitialized" reads in attention_heads_split_kernel and the flash path's first
-# reader of the qkv product, whose every element the matmul tests compare), most likely because the
-# tool does not follow the library's tensor-memory-accelerator stores (docs/emulator.md). Unbounded,
-# that run (thousands of reports, each with its backtrace) outran a 360 s step.
+# to 90 s, for information only: it reports kernels that read a cuBLASLt product (an H200 found
+# 16-byte "uninitialized" reads of the qkv product in attention_heads_split_kernel on the GEMM path,
+# and 16-byte reads on the flash path, their kernels not named in that run; the matmul tests compare
+# every element of such products), most likely because the tool does not follow the library's
+# tensor-memory-accelerator stores (docs/emulator.md). Unbounded, that run (thousands of reports,
+# each with its backtrace) outran a 360 s step.
 sanitize() {
   local t tool bad=0
   for tool in racecheck synccheck; do
