@@ -126,10 +126,10 @@ plant misaligned-cublaslt-bias llmc/cuda/matmul.cuh 's/bool epilogue = bias && a
 plant oversized-launch llmc/cuda/flash_attention.cuh 's/\n    flash_smem_optin\(flash_attention_forward_kernel<F, HS, MT>, smem, &optin\);\n/\n/' plain flash \
   "over 48 KiB without cudaFuncSetAttribute"
 # registers × threads (test/cuda_emu/registers.h): the LayerNorm backward at 32 warps, 1024 threads of
-# its 120 registers (as allocated) need 122880 of the 65536; the flash forward at head size 128 and
+# its 128 registers (as allocated) need 131072 of the 65536; the flash forward at head size 128 and
 # twice its threads fits the register file (243 × 256) but not its __launch_bounds__(FLASH_THREADS)
 plant register-file llmc/ops.h 's/LN_BWD_WARPS = 16,/LN_BWD_WARPS = 32,/' plain layernorm \
-  "layernorm_backward_kernel<__nv_bfloat16, 3, true, 16, true>: 114 registers per thread on sm_80 \(120 as allocated\) × 1024 threads = 122880 registers, over the 65536"
+  "layernorm_backward_kernel<__nv_bfloat16, 3, true, 16, true>: 122 registers per thread on sm_90 \(128 as allocated\) × 1024 threads = 131072 registers, over the 65536"
 plant launch-bounds llmc/cuda/flash_attention.cuh 's/\* B \* NH\), FLASH_THREADS,/* B * NH), 2 * FLASH_THREADS,/' plain flash \
   "flash_attention_forward_kernel<__nv_bfloat16, 128, 1>: 256 threads per block, over its __launch_bounds__\(128\)"
 
