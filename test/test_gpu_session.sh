@@ -133,6 +133,18 @@ unpack "$TMP/out5c" && [ "$(grep -c ERR_NVGPUCTRPERM "$TMP/out5c/logs/ncu.log")"
   fail "ncu without counters / failed bench: exit $rc: $(tail -25 <<<"$out")"
 stub "$S/scripts/bench.sh" 'echo "GPU: stand-in | $BENCH_GPU_CONFIGS | $TRAIN_GPT_BIN"; echo "124M   L12 C768 NH12 T1024 B16          39.6       413000     356.0   36.0%      8.4 GiB"'
 
+# the sanitizers: a racecheck error fails the step; an initcheck report alone does not (information only)
+SAN_OK='echo "sanitizer $*" >>"$SANITIZER_LOG"; while [[ $1 == --* ]]; do shift 2; done; "$@"; echo "========= ERROR SUMMARY: 0 errors"'
+stub "$TMP/bin/compute-sanitizer" '[ "$2" = racecheck ] && { echo "========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"; exit 99; }; '"$SAN_OK"
+out=$(OUT=$TMP/out5d run bash scripts/gpu_session.sh 2>&1); rc=$?
+[ $rc -eq 1 ] && grep -qE '^sanitize +FAIL' <<<"$out" && ok "a racecheck error fails the sanitize step" || fail "racecheck error: exit $rc: $(tail -25 <<<"$out")"
+stub "$TMP/bin/compute-sanitizer" '[ "$2" = initcheck ] && { echo "========= Uninitialized __global__ memory read of size 16 bytes"; exit 99; }; '"$SAN_OK"
+out=$(OUT=$TMP/out5e run bash scripts/gpu_session.sh 2>&1); rc=$?
+unpack "$TMP/out5e"
+[ $rc -eq 0 ] && grep -qE '^sanitize +PASS' <<<"$out" && grep -q "initcheck: ========= Uninitialized" "$TMP/out5e/logs/sanitize.log" &&
+  ok "initcheck's reports are shown, and do not fail the step (information only)" || fail "initcheck report: exit $rc: $(tail -25 <<<"$out")"
+stub "$TMP/bin/compute-sanitizer" "$SAN_OK"
+
 # 6. no ncu, no compute-sanitizer
 rm "$TMP/bin/ncu" "$TMP/bin/compute-sanitizer"
 out=$(OUT=$TMP/out6 PATH="$TMP/bin:/usr/bin:/bin" bash -c "cd '$S' && bash scripts/gpu_session.sh" 2>&1); rc=$?
