@@ -39,6 +39,28 @@ KEEL_HD static inline uint64_t dropout_site(int layer, int kind) { return (uint6
 KEEL_HD static inline bool dropout_keep(const DropoutSite* d, int64_t b, uint64_t r) {
     return rng_uniform(d->seed, RNG_DROPOUT, d->site, (uint64_t)(d->first_sample + b), r) >= d->p;
 }
+// The same decision without floating point, for the GPU's kernels (no double-precision instruction
+// in a loop: a GPU without full-rate FP64 runs them at 1/64): element r of row b is kept iff its 53
+// random bits, read as an integer, are ≥ dropout_keep_from(p). That holds for exactly the elements
+// dropout_keep keeps, because rng_unit is monotone in the bits (an exact conversion, an add of 0.5
+// rounded to nearest, an exact scaling by 2^-53): the bits that pass are those from the smallest that
+// passes on, which the host finds by bisection with the very expression dropout_keep evaluates.
+// 2^53: no bits pass (p so close to 1 that nothing is kept). test_model_knobs checks the boundary
+// of each of a list of p, and the two decisions on random bits.
+static inline uint64_t dropout_keep_from(double p) {
+    uint64_t lo = 0, hi = 1ull << 53;  // the answer lies in [lo, hi]
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (rng_unit(mid << 11) >= p) hi = mid;
+        else lo = mid + 1;
+    }
+    return lo;
+}
+// Row b's key (rng_key of the site and sample, once a row) and one element's decision from it.
+KEEL_HD static inline uint64_t dropout_row_key(const DropoutSite* d, int64_t b) {
+    return rng_key(d->seed, RNG_DROPOUT, d->site, (uint64_t)(d->first_sample + b));
+}
+KEEL_HD static inline bool dropout_keep_keyed(uint64_t row_key, uint64_t r, uint64_t keep_from) { return rng_mix64(row_key ^ r) >> 11 >= keep_from; }
 
 // ---- word-embedding gradient (cpu/encoder.h, cuda/encoder.cuh) ----------------------------------------
 // dwte[id] += dout[bt] over every position bt holding token id: positions that share a token add into

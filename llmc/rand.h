@@ -28,18 +28,25 @@ KEEL_HD static inline uint64_t rng_mix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-// The one hash: 64 random bits for the key (seed, purpose, a, b, c).
-KEEL_HD static inline uint64_t rng_u64(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
+// The chain's state after (seed, purpose, a, b): rng_u64 of (seed, purpose, a, b, c) is one more mix
+// of it and c. A kernel drawing many c at one (seed, purpose, a, b) — the elements of one dropout
+// row — computes it once.
+KEEL_HD static inline uint64_t rng_key(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b) {
     uint64_t h = rng_mix64(seed);
     h = rng_mix64(h ^ purpose);
     h = rng_mix64(h ^ a);
-    h = rng_mix64(h ^ b);
-    return rng_mix64(h ^ c);
+    return rng_mix64(h ^ b);
 }
 
-// Uniform in (0, 1): 53 random bits, never exactly 0 (safe under log()).
+// The one hash: 64 random bits for the key (seed, purpose, a, b, c).
+KEEL_HD static inline uint64_t rng_u64(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
+    return rng_mix64(rng_key(seed, purpose, a, b) ^ c);
+}
+
+// Uniform in (0, 1) from 64 random bits: their top 53, never exactly 0 (safe under log()).
+KEEL_HD static inline double rng_unit(uint64_t bits) { return ((bits >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 KEEL_HD static inline double rng_uniform(uint64_t seed, uint64_t purpose, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
-    return ((rng_u64(seed, purpose, a, b, c) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    return rng_unit(rng_u64(seed, purpose, a, b, c));
 }
 
 // Uniform integer in [0, n) without modulo bias worth caring about (128-bit multiply-high).

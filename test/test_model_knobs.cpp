@@ -243,6 +243,39 @@ static void test_model_effects() {
         for (int64_t i = 0; i < n; i++) dropped += !dropout_keep(&d, i / 1000, (uint64_t)(i % 1000));
         double frac = (double)dropped / n;  // sd of the estimate: sqrt(0.21/2e5) = 0.001
         expect(std::fabs(frac - 0.3) < 0.005, "dropout p=0.3 drops %.4f of 200000 elements", frac);
+        // The GPU kernels' integer keep test (dropout_keep_from, dropout_keep_keyed) is dropout_keep's.
+        // At its boundary: the bits keep_from pass the double test, keep_from - 1 fail it; the p include
+        // draws themselves (a p equal to a draw is kept: >=), draws above 2^52·2^-53 (where x + 0.5
+        // rounds) and the ends; then the two decisions on random bits.
+        std::vector<double> ps = {0.0, -0.5, 1e-300, 0x1p-55, 0x1p-54, 0x1p-53, 0.1, 0.25, 0.3, 1.0 / 3, 0.5, 0.9, 0.999999, 1.0 - 0x1p-53, 1.0};
+        for (uint64_t x : {1ull, 2ull, 12345ull, (1ull << 52) - 1, 1ull << 52, (1ull << 52) + 1, (1ull << 52) + 2, (1ull << 53) - 2, (1ull << 53) - 1})
+            for (double dp : {0.0, 1e-17, -1e-17}) ps.push_back(rng_unit(x << 11) + dp);
+        int boundary_bad = 0;
+        for (double p : ps) {
+            uint64_t k = dropout_keep_from(p);
+            bool ok = k <= (1ull << 53) && (k == (1ull << 53) || rng_unit(k << 11) >= p) && (k == 0 || !(rng_unit((k - 1) << 11) >= p));
+            if (!ok && boundary_bad++ < 3) std::printf("  dropout_keep_from(%.17g) = %llu: not the boundary\n", p, (unsigned long long)k);
+        }
+        expect(boundary_bad == 0, "dropout_keep_from: the smallest passing bits, at %zu values of p (%d wrong)", ps.size(), boundary_bad);
+        // (the largest draw, (2^53 - 1 + 0.5)·2^-53, rounds to 1: p = 1 keeps it; above 1 nothing passes)
+        expect(dropout_keep_from(0.0) == 0 && dropout_keep_from(0.5) == (1ull << 52) && dropout_keep_from(1.0) == (1ull << 53) - 1 &&
+                   dropout_keep_from(std::nextafter(1.0, 2.0)) == (1ull << 53),
+               "dropout_keep_from: p = 0 keeps every draw, p = 0.5 the upper half, p = 1 the one draw that rounds to 1, p > 1 none");
+        int64_t differ = 0, kept = 0, m = 0;
+        for (double p : {0.1, 0.3, 0.5, 0.9}) {
+            DropoutSite e = {p, 11, dropout_site(2, DROPOUT_SITE_ATTN_PROBS), 40};
+            uint64_t kf = dropout_keep_from(p);
+            for (int64_t b = 0; b < 4; b++) {
+                uint64_t rk = dropout_row_key(&e, b);
+                for (uint64_t r = 0; r < 25000; r++, m++) {
+                    bool k1 = dropout_keep(&e, b, r), k2 = dropout_keep_keyed(rk, r, kf);
+                    differ += k1 != k2;
+                    kept += k1;
+                }
+            }
+        }
+        expect(differ == 0 && kept > 0 && kept < m, "dropout_keep_keyed = dropout_keep on %lld draws at 4 values of p (%lld differ)", (long long)m,
+               (long long)differ);
         // micro-batch of 2 starting at sample 100 == two micro-batches of 1 at samples 100 and 101
         gpt_set_dropout(&t.m, true, 5, 100);
         t.loss();

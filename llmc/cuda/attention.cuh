@@ -75,6 +75,8 @@ struct AttnScoreScale {
     float coeff;  // the layer coefficient as a float
     float dscale; // dropout: 1/(1-p) for a kept probability
     float scale;  // backward: ∂s/∂(q·k) = 1/√hs (coefficient and operand scaling cancel)
+    uint64_t keep_from;  // dropout: dropout_keep_from(p), the integer form of the keep test (llmc/ops.h)
+    bool dropout;        // p > 0
 };
 
 static inline AttnScoreScale attention_score_scale(const AttentionOpts* o, int hs) {
@@ -84,14 +86,18 @@ static inline AttnScoreScale attention_score_scale(const AttentionOpts* o, int h
     s.coeff = (float)o->coeff;
     s.dscale = o->dropout.p > 0 ? (float)(1.0 / (1.0 - o->dropout.p)) : 1.0f;
     s.scale = 1.0f / std::sqrt((float)hs);
+    s.keep_from = dropout_keep_from(o->dropout.p);
+    s.dropout = o->dropout.p > 0;
     return s;
 }
 
 // The dropout multiplier of probability att[b,h,t,u] (h the local head): 1 (dropout off),
-// 1/(1-p) (kept) or 0. The mask is the model head's, h + head_offset.
-__device__ inline float attention_drop_mult(const AttentionOpts& o, float dscale, int b, int h, int t, int u) {
-    if (!(o.dropout.p > 0)) return 1.0f;
-    return dropout_keep(&o.dropout, b, attention_dropout_index(h + o.head_offset, t, u)) ? dscale : 0.0f;
+// 1/(1-p) (kept) or 0. The mask is the model head's, h + head_offset. row_key: dropout_row_key of
+// sample b (a kernel takes it once); the test is integer (dropout_keep_keyed), the same mask as the
+// CPU's dropout_keep.
+__device__ inline float attention_drop_mult(const AttentionOpts& o, const AttnScoreScale& sc, uint64_t row_key, int h, int t, int u) {
+    if (!sc.dropout) return 1.0f;
+    return dropout_keep_keyed(row_key, attention_dropout_index(h + o.head_offset, t, u), sc.keep_from) ? sc.dscale : 0.0f;
 }
 
 // ---- head-major copies ---------------------------------------------------------------------------
@@ -130,10 +136,17 @@ __global__ void attention_heads_merge_kernel(F* dst, const F* src0, const F* src
 }
 
 // ---- softmax rows ----------------------------------------------------------------------------------
-// The softmax input of score x (the GEMM's alpha already applied) at key position u of head h.
+// The softmax input of score x (the GEMM's alpha already applied) at key position u of head h:
+// (x + ALiBi's slope·u/coeff)·coeff. Without a layer coefficient sc.coeff is 1 and x·1 = x, the same
+// bits as not multiplying: no test per score, and no double-precision compare.
+// attention_alibi_term is the ALiBi addend alone (o.alibi set), for a kernel that keeps it per key.
+__device__ inline float attention_alibi_term(int h, int u, const AttentionOpts& o, const AttnScoreScale& sc) { return o.alibi[h] * (float)u / sc.coeff; }
+__device__ inline float attention_softmax_input_term(float x, float alibi_term, const AttentionOpts& o, const AttnScoreScale& sc) {
+    if (o.alibi) x += alibi_term;
+    return x * sc.coeff;
+}
 __device__ inline float attention_softmax_input(float x, int h, int u, const AttentionOpts& o, const AttnScoreScale& sc) {
-    if (o.alibi) x += o.alibi[h] * (float)u / sc.coeff;
-    return o.coeff == 1.0 ? x : x * sc.coeff;
+    return attention_softmax_input_term(x, o.alibi ? attention_alibi_term(h, u, o, sc) : 0.0f, o, sc);
 }
 
 // The V values of a row from u0 as fp32 (one 16-byte load when V·sizeof(F) = 16). With V > 1 the
@@ -153,6 +166,7 @@ __global__ void attention_softmax_kernel(F* att, F* drop, const F* scores, int B
     if (r >= (size_t)B * NH * T) return;  // the whole warp leaves: its collectives stay matched
     int t = (int)(r % T), h = (int)(r / T % NH), b = (int)(r / ((size_t)T * NH));
     const F* row = scores + r * T;
+    const uint64_t rk = sc.dropout ? dropout_row_key(&o.dropout, b) : 0;  // the row's dropout key
     float m = -INFINITY, s = 0.0f;
     for (int u0 = V * lane; u0 <= t; u0 += 32 * V) {
         float x[V];
@@ -176,7 +190,7 @@ __global__ void attention_softmax_kernel(F* att, F* drop, const F* scores, int B
             int u = u0 + j;
             pa.v[j] = from_f32<F>(u <= t ? expf(attention_softmax_input(x[j], h, u, o, sc) - m) * inv : 0.0f);
             // the product sees the stored probability, as the CPU's att·mask·dscale does
-            if (d) pd.v[j] = from_f32<F>(u <= t ? to_f32(pa.v[j]) * attention_drop_mult(o, sc.dscale, b, h, t, u) : 0.0f);
+            if (d) pd.v[j] = from_f32<F>(u <= t ? to_f32(pa.v[j]) * attention_drop_mult(o, sc, rk, h, t, u) : 0.0f);
         }
         pack_store<F, V>(a + u0, pa);
         if (d) pack_store<F, V>(d + u0, pd);
@@ -195,12 +209,13 @@ __global__ void attention_softmax_backward_kernel(F* ds, const F* dp, const F* a
     const F* dpr = dp + r * T;
     const F* a = att + r * T;
     F* out = ds + r * T;
+    const uint64_t rk = sc.dropout ? dropout_row_key(&o.dropout, b) : 0;  // the row's dropout key
     float dot = 0.0f;
     for (int u0 = V * lane; u0 <= t; u0 += 32 * V) {
         float x[V], y[V];
         attention_load<F, V>(x, dpr, u0);
         attention_load<F, V>(y, a, u0);
-        for (int j = 0; j < V && u0 + j <= t; j++) dot += y[j] * (x[j] * attention_drop_mult(o, sc.dscale, b, h, t, u0 + j));
+        for (int j = 0; j < V && u0 + j <= t; j++) dot += y[j] * (x[j] * attention_drop_mult(o, sc, rk, h, t, u0 + j));
     }
     dot = warp_sum(dot);
     for (int u0 = V * lane; u0 <= t; u0 += 32 * V) {
@@ -210,7 +225,7 @@ __global__ void attention_softmax_backward_kernel(F* ds, const F* dp, const F* a
         Pack<F, V> p;
         for (int j = 0; j < V; j++) {
             int u = u0 + j;
-            p.v[j] = from_f32<F>(u <= t ? y[j] * (x[j] * attention_drop_mult(o, sc.dscale, b, h, t, u) - dot) * sc.scale : 0.0f);
+            p.v[j] = from_f32<F>(u <= t ? y[j] * (x[j] * attention_drop_mult(o, sc, rk, h, t, u) - dot) * sc.scale : 0.0f);
         }
         pack_store<F, V>(out + u0, p);
     }
@@ -219,16 +234,17 @@ __global__ void attention_softmax_backward_kernel(F* ds, const F* dp, const F* a
 // The dropped probabilities att·mask·dscale of row r for u ≤ t (backward with dropout: dV's left
 // operand, in the scratch block P, whose zeros past the diagonal stay).
 template <typename F, int V>
-__global__ void attention_dropped_probs_kernel(F* drop, const F* att, int B, int T, int NH, AttentionOpts o, float dscale) {
+__global__ void attention_dropped_probs_kernel(F* drop, const F* att, int B, int T, int NH, AttentionOpts o, AttnScoreScale sc) {
     int lane = threadIdx.x % 32;
     size_t r = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (r >= (size_t)B * NH * T) return;
     int t = (int)(r % T), h = (int)(r / T % NH), b = (int)(r / ((size_t)T * NH));
+    const uint64_t rk = dropout_row_key(&o.dropout, b);  // the row's dropout key
     for (int u0 = V * lane; u0 <= t; u0 += 32 * V) {
         float y[V];
         attention_load<F, V>(y, att + r * T, u0);
         Pack<F, V> p;
-        for (int j = 0; j < V; j++) p.v[j] = from_f32<F>(u0 + j <= t ? y[j] * attention_drop_mult(o, dscale, b, h, t, u0 + j) : 0.0f);
+        for (int j = 0; j < V; j++) p.v[j] = from_f32<F>(u0 + j <= t ? y[j] * attention_drop_mult(o, sc, rk, h, t, u0 + j) : 0.0f);
         pack_store<F, V>(drop + r * T + u0, p);
     }
 }
@@ -410,8 +426,8 @@ void attention_backward(F* dinp,                   // (B,T,3C) accumulated into 
     unsigned blocks = attention_row_blocks(rows);
     const F* pv = att;  // dV's probabilities: the dropped ones under dropout
     if (o->dropout.p > 0) {
-        if (vec) KEEL_LAUNCH(attention_dropped_probs_kernel<F KEEL_COMMA V>, blocks, 32 * ATTN_ROW_WARPS, 0, MAIN_STREAM)(p, att, B, T, NH, *o, sc.dscale);
-        else KEEL_LAUNCH(attention_dropped_probs_kernel<F KEEL_COMMA 1>, blocks, 32 * ATTN_ROW_WARPS, 0, MAIN_STREAM)(p, att, B, T, NH, *o, sc.dscale);
+        if (vec) KEEL_LAUNCH(attention_dropped_probs_kernel<F KEEL_COMMA V>, blocks, 32 * ATTN_ROW_WARPS, 0, MAIN_STREAM)(p, att, B, T, NH, *o, sc);
+        else KEEL_LAUNCH(attention_dropped_probs_kernel<F KEEL_COMMA 1>, blocks, 32 * ATTN_ROW_WARPS, 0, MAIN_STREAM)(p, att, B, T, NH, *o, sc);
         CUDA_CHECK_LAUNCH();
         pv = p;
     }

@@ -40,10 +40,14 @@
 // KEEL_UNROLL before a loop with a constant trip count: nvcc unrolls it, so register arrays indexed
 // by its counter stay in registers (a run-time index puts them in local memory: a stack frame in
 // the ptxas report). g++ (the emulation) does not know the pragma.
+// KEEL_NO_UNROLL keeps a loop rolled: one copy of its body's code where unrolling would only make
+// the kernel longer (more instruction-cache misses) for no register it could keep.
 #if defined(__CUDACC__)
 #define KEEL_UNROLL _Pragma("unroll")
+#define KEEL_NO_UNROLL _Pragma("unroll 1")
 #else
 #define KEEL_UNROLL
+#define KEEL_NO_UNROLL
 #endif
 
 #ifndef KEEL_LAUNCH

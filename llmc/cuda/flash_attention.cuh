@@ -204,6 +204,25 @@ __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; 
 // A compile-time flag as an argument, for the kernels' lambdas compiled once per value.
 template <bool V> struct FlashConst { static constexpr bool value = V; };
 
+// Dropout's keep decisions for n ≤ 32 of a lane's scores as bits (bit k: score k, at query t and key
+// u given by at(k, &t, &u)), for the scores' loops to read by a shift: one hash a score (the row's key
+// rk = dropout_row_key once a kernel, then one mix and an integer compare, dropout_keep_keyed: no
+// floating point), in a loop kept rolled, so that the kernel holds one copy of the hash's code
+// instead of one a score in each compiled copy of the softmax. hb: the model's head (h + head_offset).
+template <typename At> __device__ inline uint32_t flash_keep_bits(int n, uint64_t rk, int hb, uint64_t keep_from, At at) {
+    uint32_t bits = 0;
+    KEEL_NO_UNROLL
+    for (int k = 0; k < n; k++) {
+        int t, u;
+        at(k, &t, &u);
+        bits |= (uint32_t)dropout_keep_keyed(rk, attention_dropout_index(hb, t, u), keep_from) << k;
+    }
+    return bits;
+}
+// A score's dropout multiplier from its keep bit: 1/(1-p) or 0 (bits all set and dscale 1 when dropout
+// is off: p·1 = p, the same bits as no multiply).
+__device__ inline float flash_keep_mult(uint32_t bits, int k, float dscale) { return bits >> k & 1u ? dscale : 0.0f; }
+
 // ---- each lane's shared-memory access, by pattern (element offsets in a swizzled tile of `width`) ----
 // The kernels address shared memory only through these, and test_cuda_flash evaluates each for the
 // 32 lanes of a warp at every offset the kernels use and counts bank conflicts (none).
@@ -302,7 +321,8 @@ __global__ void __launch_bounds__(FLASH_THREADS)
         }
     }
     const int w_first = q0 + warp * WR, w_last = flash_imin(w_first + WR - 1, T - 1);  // the warp's real queries
-    const bool plain = o.alibi == nullptr && o.coeff == 1.0, dropout = o.dropout.p > 0;
+    const bool plain = o.alibi == nullptr && o.coeff == 1.0, dropout = sc.dropout;  // (once a kernel, not a score)
+    const uint64_t drow = dropout ? dropout_row_key(&o.dropout, b) : 0;  // the row's dropout key (sample b)
     const float scale2 = alpha * FLASH_LOG2E;  // (plain scores: x = s·alpha·log2(e))
     for (int kt = 0; kt < nk; kt++) {
         const int cur = kt & 1, k0 = kt * BC;
@@ -395,13 +415,17 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                         ps[e >> 1] += p;
                         s[mt][j][e] = p;
                     }
-                if (dropout) {  // (a loop of its own: the common case runs the one above without a test per score)
+                if (dropout) {  // (a pass of its own: the common case runs the one above without a test per score)
+                    // score (j, e) is bit 4j + e: query t_r[mt][e >> 1], key k0 + 8j + 2tq + (e & 1)
+                    const int t0 = t_r[mt][0];
+                    const uint32_t keep = flash_keep_bits(4 * NT, drow, h + o.head_offset, sc.keep_from, [&](int k, int* t, int* u) {
+                        *t = t0 + (k & 2) * 4;
+                        *u = k0 + (k >> 2) * 8 + 2 * tq + (k & 1);
+                    });
                     KEEL_UNROLL
                     for (int j = 0; j < NT; j++)
                         KEEL_UNROLL
-                        for (int e = 0; e < 4; e++)
-                            if (s[mt][j][e] != 0.0f)
-                                s[mt][j][e] *= attention_drop_mult(o, sc.dscale, b, h, t_r[mt][e >> 1], k0 + j * 8 + 2 * tq + (e & 1));
+                        for (int e = 0; e < 4; e++) s[mt][j][e] *= flash_keep_mult(keep, 4 * j + e, sc.dscale);  // (a masked 0 stays +0)
                 }
                 for (int r = 0; r < 2; r++) {
                     ps[r] += __shfl_xor_sync(0xffffffffu, ps[r], 1);  // a + b = b + a: the quad holds the same bits
@@ -636,8 +660,12 @@ __global__ void __launch_bounds__(32 * WARPS)
     const int u_first = k0 + warp * 16;                  // the warp's keys
     const int u_r[2] = {u_first + g, u_first + g + 8};   // this lane's rows of Sᵀ
     const int mq = warp % MQ, ch0 = warp / MQ * DQW;     // this warp's part of the step's dQ
-    const bool plain = o.alibi == nullptr && o.coeff == 1.0, dropout = o.dropout.p > 0;
+    const bool plain = o.alibi == nullptr && o.coeff == 1.0, dropout = sc.dropout;  // (once a kernel, not a score)
     const float scale2 = alpha * FLASH_LOG2E;  // (plain scores: x = s·alpha·log2(e))
+    const uint64_t drow = dropout ? dropout_row_key(&o.dropout, b) : 0;  // the row's dropout key (sample b)
+    float ab_r[2] = {0.0f, 0.0f};  // ALiBi's addend at this lane's two keys, the same for every query
+    if (o.alibi)
+        for (int r = 0; r < 2; r++) ab_r[r] = attention_alibi_term(h, u_r[r], o, sc);
     // DEFER: a step's dQ part waits in dq_own, and is added to the chain's sum during the next step:
     // the sum before it comes in by cp.async (dq_in) while that step's products run, so neither the
     // turn's wait nor the L2 round trip holds up the products. pq0: the pending step's first query.
@@ -707,6 +735,12 @@ __global__ void __launch_bounds__(32 * WARPS)
         const F* dOc = dOs + cur * BQ * HS;
         const float* lse_c = lse_s + cur * BQ;
         const float* D_c = D_s + cur * BQ;
+        // dropout: the step's keep bits of this lane's scores, bit 4j + e for query q0 + 8j + 2tq + (e & 1)
+        // and key u_r[e >> 1] (all set without dropout: the multiplier is then 1)
+        const uint32_t keep = !dropout ? ~0u : flash_keep_bits(4 * NQ, drow, h + o.head_offset, sc.keep_from, [&](int k, int* t, int* u) {
+            *t = q0 + (k >> 2) * 8 + 2 * tq + (k & 1);
+            *u = u_first + g + (k & 2) * 4;
+        });
         // The warp's four products and the softmax between them, compiled twice: FULL for a step whose
         // every query is at or after every key of the warp, all real (most steps), without a mask test
         // or a branch between the fragment loads and the products, so the loads of later products
@@ -748,7 +782,7 @@ __global__ void __launch_bounds__(32 * WARPS)
                     for (int e = 0; e < 4; e++) {
                         int tl = 8 * j + 2 * tq + (e & 1);
                         float p = exp2_approx(s[j][e] * scale2 - lse_c[tl] * FLASH_LOG2E);
-                        float mult = decltype(drop_c)::value ? attention_drop_mult(o, sc.dscale, b, h, q0 + tl, u_r[e >> 1]) : 1.0f;
+                        float mult = decltype(drop_c)::value ? flash_keep_mult(keep, 4 * j + e, sc.dscale) : 1.0f;
                         s[j][e] = p * mult;
                         dp[j][e] = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
                     }
@@ -763,8 +797,9 @@ __global__ void __launch_bounds__(32 * WARPS)
                         int u = u_r[e >> 1], tl = 8 * j + 2 * tq + (e & 1), t = q0 + tl;
                         float pd = 0.0f, ds = 0.0f;
                         if (t < T && u <= t) {
-                            float p = exp2_approx(attention_softmax_input(s[j][e] * alpha, h, u, o, sc) * FLASH_LOG2E - lse_c[tl] * FLASH_LOG2E);
-                            float mult = dropout ? attention_drop_mult(o, sc.dscale, b, h, t, u) : 1.0f;
+                            float x = attention_softmax_input_term(s[j][e] * alpha, ab_r[e >> 1], o, sc);
+                            float p = exp2_approx(x * FLASH_LOG2E - lse_c[tl] * FLASH_LOG2E);
+                            float mult = flash_keep_mult(keep, 4 * j + e, sc.dscale);
                             pd = p * mult;
                             ds = p * (dp[j][e] * mult - D_c[tl]) * sc.scale;
                         }
