@@ -60,7 +60,9 @@ static inline uint64_t dropout_keep_from(double p) {
 KEEL_HD static inline uint64_t dropout_row_key(const DropoutSite* d, int64_t b) {
     return rng_key(d->seed, RNG_DROPOUT, d->site, (uint64_t)(d->first_sample + b));
 }
-KEEL_HD static inline bool dropout_keep_keyed(uint64_t row_key, uint64_t r, uint64_t keep_from) { return rng_mix64(row_key ^ r) >> 11 >= keep_from; }
+// (bits: rng_u64's 64; dropout_keep reads their top 53, as rng_unit does)
+KEEL_HD static inline bool dropout_bits_kept(uint64_t bits, uint64_t keep_from) { return bits >> 11 >= keep_from; }
+KEEL_HD static inline bool dropout_keep_keyed(uint64_t row_key, uint64_t r, uint64_t keep_from) { return dropout_bits_kept(rng_mix64(row_key ^ r), keep_from); }
 
 // ---- word-embedding gradient (cpu/encoder.h, cuda/encoder.cuh) ----------------------------------------
 // dwte[id] += dout[bt] over every position bt holding token id: positions that share a token add into

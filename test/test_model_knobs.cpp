@@ -254,6 +254,10 @@ static void test_model_effects() {
         for (double p : ps) {
             uint64_t k = dropout_keep_from(p);
             bool ok = k <= (1ull << 53) && (k == (1ull << 53) || rng_unit(k << 11) >= p) && (k == 0 || !(rng_unit((k - 1) << 11) >= p));
+            // and the integer test on the 64 bits either side of the boundary (the low 11 bits unread)
+            for (uint64_t x : {k - 1, k})
+                if (x < (1ull << 53))
+                    for (uint64_t low : {0ull, 0x7ffull}) ok = ok && dropout_bits_kept(x << 11 | low, k) == (rng_unit(x << 11 | low) >= p);
             if (!ok && boundary_bad++ < 3) std::printf("  dropout_keep_from(%.17g) = %llu: not the boundary\n", p, (unsigned long long)k);
         }
         expect(boundary_bad == 0, "dropout_keep_from: the smallest passing bits, at %zu values of p (%d wrong)", ps.size(), boundary_bad);
