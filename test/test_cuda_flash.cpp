@@ -506,8 +506,8 @@ template <typename L> static void test_flash(int B, int T, int C, int NH, const 
     {  // each warp count against the reference; dK and dV the same bits at 4 and 8 (each warp's 16 keys see
        // the same query blocks in the same order), dQ summed over 64- or 128-key tiles (another order); the
        // launcher's default (4 warps at both head sizes) is that kernel, byte for byte; and the dQ
-       // chain added serially or deferred by a step gives every byte of the default's chain (the same
-       // sums in the same order)
+       // chain added serially, deferred by a step or acquiring its turn by a second read gives every
+       // byte of the default's chain (the same sums in the same order)
         std::vector<float> d4 = flash_backward_w<L, 4>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
         std::vector<float> d8 = flash_backward_w<L, 8>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
         check_lowp(std::string("flash_attention_backward, 4 warps x 64 keys, dinp") + tag, absorb(d4, want_dinp, slack_dinp), want_dinp);
@@ -525,6 +525,8 @@ template <typename L> static void test_flash(int B, int T, int C, int NH, const 
         std::vector<float> d8s = flash_backward_w<L, 8, keel_cuda::FLASH_CHAIN_SERIAL>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
         check_true(std::string("flash_attention_backward, dQ chain added serially: the default chain's bytes at 4 and 8 warps") + tag,
                    d4s == d4 && d8s == d8);
+        std::vector<float> d4a = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_EARLY_ACQUIRE>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+        check_true(std::string("flash_attention_backward, the early chain acquiring by a second read: the default chain's bytes") + tag, d4a == d4);
     }
     if (controls) {  // the perturbed element's slack counts too
         std::string w = std::string("flash_attention_forward out") + tag;

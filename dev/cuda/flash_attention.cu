@@ -38,6 +38,9 @@
 //            8 flash, by head: 2 (the trainer's warps and chain) with its blocks started head by
 //              head, the order before the grouped one (the same bytes; H200 at 8 warps, B=16 T=1024:
 //              0.594 against 0.573 ms)
+//            9 flash, turn by acquire read: 5 with the dQ chain's wait acquiring by a second read of
+//              the counter (ld.acquire) instead of a fence once the relaxed read has seen the turn
+//              (FLASH_CHAIN_EARLY_ACQUIRE; the same bytes as 5). Not yet timed on a GPU
 // The flash variants write dinp (dinp_write, as the trainer calls them), so its old values are not read.
 // Flash needs hs ∈ {64, 128} (flash_attention_supported): at other head sizes (the emulated lab's
 // tiny shape) its variants are skipped with a line saying so.
@@ -155,6 +158,10 @@ int main(int argc, char** argv) {
                                 }});
         bwd.variants.push_back({8, "flash, by head", [&] {
                                     keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, B * NH);
+                                }});
+        bwd.variants.push_back({9, "flash, turn by acquire read", [&] {
+                                    if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 4, keel_cuda::FLASH_CHAIN_EARLY_ACQUIRE>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    else keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_EARLY_ACQUIRE>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
     }
     failed += lab_run(a, bwd);

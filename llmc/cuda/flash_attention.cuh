@@ -59,6 +59,12 @@
 //   L2 round trip leaves the critical path; the same sums in the same order: the same bytes.
 //   Every output element is produced by one warp or one ordered chain, summed in an order fixed by
 //   the shape: the same bits run to run.
+// Score variants and dropout stay out of the loops' floating point: ALiBi's addend is per key (the
+// backward keeps a lane's two), the layer coefficient a plain multiply (1 without one: the same
+// bits), and dropout's keep decisions a bit mask a lane forms once a tile (forward) or step
+// (backward) by integer hashes in a loop kept rolled (flash_keep_bits). That took the kernels' code
+// from 219 KB to 113 KB (the backward at head size 64, sm_90) and 112 to 71 KB (the forward): each
+// copy of the softmax had carried one unrolled hash and double-precision compare a score.
 // Numerics vs the GEMM path (cuda/attention.cuh): both multiply F operands exactly and sum in fp32.
 // The GEMM path rounds the normalized probability to F (then ·drop, rounded again) before att·V;
 // here the unnormalized exp(s - m_running)·drop is rounded to F and the fp32 sum is divided by l at
@@ -130,7 +136,14 @@ __host__ __device__ constexpr inline int flash_bq(int hs) { return hs == 64 ? 64
 //                      "before".
 //   FLASH_CHAIN_DEFER  a step's part waits in shared memory and joins the chain during the next step,
 //                      the sum before it fetched by cp.async behind that step's products.
-enum { FLASH_CHAIN_SERIAL = 0, FLASH_CHAIN_EARLY = 1, FLASH_CHAIN_DEFER = 2 };
+//   FLASH_CHAIN_EARLY_ACQUIRE  EARLY with the turn's acquire taken by a second read of the counter
+//                      with acquire semantics (ld.acquire) once the relaxed read has seen the turn,
+//                      in place of the fence (fence.acq_rel waits for every memory operation the
+//                      thread has in flight: Nsight Compute put 0.7 cycles an instruction of the
+//                      4-warp kernel on it; the acquire read waits for its own round trip). The
+//                      kernel lab's variant 9; not timed yet.
+enum { FLASH_CHAIN_SERIAL = 0, FLASH_CHAIN_EARLY = 1, FLASH_CHAIN_DEFER = 2, FLASH_CHAIN_EARLY_ACQUIRE = 3 };
+__host__ __device__ constexpr inline bool flash_chain_early(int chain) { return chain == FLASH_CHAIN_EARLY || chain == FLASH_CHAIN_EARLY_ACQUIRE; }
 
 // Whether the fused path handles the config; otherwise the caller takes attention_forward/backward.
 static inline bool flash_attention_supported(int hs, size_t fsize) { return flash_attention_gpu_supported(hs, fsize); }  // (llmc/ops.h)
@@ -143,7 +156,7 @@ static inline size_t flash_forward_smem(int hs, int mt) { return (size_t)(flash_
 // The backward's block of `warps` warps takes 16·warps keys (FLASH_BC with the default 4); the dQ
 // chain's fp32 staging tiles (BQ rows of hs + 8 floats) beside the rest: two deferred, one early.
 static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS, int chain = FLASH_CHAIN_EARLY) {
-    size_t bq = (size_t)flash_bq(hs), bc = 16 * (size_t)warps, tiles = chain == FLASH_CHAIN_DEFER ? 2 : chain == FLASH_CHAIN_EARLY ? 1 : 0;
+    size_t bq = (size_t)flash_bq(hs), bc = 16 * (size_t)warps, tiles = chain == FLASH_CHAIN_DEFER ? 2 : flash_chain_early(chain) ? 1 : 0;
     return (2 * bc * hs + 4 * bq * hs + bc * bq) * 2 + 4 * bq * sizeof(float) + tiles * bq * (hs + 8) * sizeof(float);
 }
 
@@ -540,11 +553,18 @@ __device__ inline void flash_turn_store(int* counter, int v) {
 enum { FLASH_TURN_BITS = 16 };
 __device__ __host__ inline int flash_turn_value(int tag, int turn) { return tag << FLASH_TURN_BITS | turn; }
 // Waits until the counter, first read into `seen` (issued early, so its latency hides behind other
-// work), equals `turn` (a flash_turn_value). PEEKED: `seen` came from the relaxed
-// flash_turn_load<false>, so once the turn is seen the thread fences (fence.acq_rel.gpu after a
-// strong read is PTX's acquire pattern), which costs no round trip when the turn had come before
-// that first read, as it usually has.
-template <bool PEEKED = false> __device__ inline void flash_wait_turn(const int* counter, int seen, int turn) {
+// work), equals `turn` (a flash_turn_value). How the wait acquires (WAIT):
+//   FLASH_WAIT_ACQUIRE  `seen` came from an acquire read, and so does every re-read;
+//   FLASH_WAIT_FENCE    `seen` came from the relaxed flash_turn_load<false>: once the turn is seen
+//                       the thread fences (fence.acq_rel.gpu after a strong read is PTX's acquire
+//                       pattern), no round trip when the turn had come before that first read, as it
+//                       usually has, but the fence waits for the thread's memory operations in flight;
+//   FLASH_WAIT_REREAD   the same relaxed first read, then the counter read again with acquire
+//                       semantics (it still holds the turn: only this block moves it on), so the
+//                       acquire comes from a read of the value the release wrote, as the PTX memory
+//                       model asks, at the cost of that read's round trip.
+enum { FLASH_WAIT_ACQUIRE = 0, FLASH_WAIT_FENCE = 1, FLASH_WAIT_REREAD = 2 };
+template <int WAIT = FLASH_WAIT_ACQUIRE> __device__ inline void flash_wait_turn(const int* counter, int seen, int turn) {
 #ifdef KEEL_CUDA_EMULATION
     if (seen != turn) {
         char msg[160];
@@ -553,9 +573,13 @@ template <bool PEEKED = false> __device__ inline void flash_wait_turn(const int*
     }
     (void)counter;
 #else
-    if constexpr (PEEKED) {
+    if constexpr (WAIT == FLASH_WAIT_FENCE) {
         while (seen != turn) seen = flash_turn_load<false>(counter);
         asm volatile("fence.acq_rel.gpu;\n" ::: "memory");
+    } else if constexpr (WAIT == FLASH_WAIT_REREAD) {
+        while (seen != turn) seen = flash_turn_load<false>(counter);
+        do seen = flash_turn_load<true>(counter);  // (the turn again: the value is used, the read waited for)
+        while (seen != turn);
     } else {
         while (seen != turn) seen = flash_turn_load(counter);
     }
@@ -611,7 +635,7 @@ __global__ void __launch_bounds__(32 * WARPS)
     constexpr int DQW = HS * MQ / WARPS;         // channels of the step's dQ per warp (64 with 4 warps, 32 with 8)
     static_assert(DQW % 16 == 0 && WARPS % MQ == 0, "the step's dQ splits into whole 16-channel pairs per warp");
     constexpr int DT = DQW / 8;
-    constexpr bool DEFER = CHAIN == FLASH_CHAIN_DEFER, EARLY = CHAIN == FLASH_CHAIN_EARLY;
+    constexpr bool DEFER = CHAIN == FLASH_CHAIN_DEFER, EARLY = flash_chain_early(CHAIN);
     // The four products compiled twice, for full steps and for the rest (below), except at head size
     // 128 with 8 warps or DEFER, where the second copy spills (255 registers; the default there is 4
     // warps undeferred).
@@ -858,7 +882,8 @@ __global__ void __launch_bounds__(32 * WARPS)
         if constexpr (EARLY) {
             if (kt != last_kt) {  // (block-uniform: the diagonal tile starts the chain)
                 // each warp's lane 0 waits for the turn (the tiles before this one have added their parts)
-                if (ORDERED && lane == 0) flash_wait_turn<true>(turn_of(q0), seen, flash_turn_value(tag, last_kt - kt));
+                if (ORDERED && lane == 0)
+                    flash_wait_turn<CHAIN == FLASH_CHAIN_EARLY ? FLASH_WAIT_FENCE : FLASH_WAIT_REREAD>(turn_of(q0), seen, flash_turn_value(tag, last_kt - kt));
                 __syncwarp();
                 const float* src = dq_acc + (size_t)bh * T * HS;
                 KEEL_UNROLL

@@ -13,8 +13,8 @@ template void keel_cuda::residual_backward<__nv_bfloat16>(__nv_bfloat16*, __nv_b
 template void keel_cuda::residual_backward<__half>(__half*, __half*, const __half*, size_t);
 
 // The flash backward with its dQ chain added serially (FLASH_CHAIN_SERIAL = 0) and deferred a step
-// (FLASH_CHAIN_DEFER = 2), at 4 and 8 warps a block, which test_cuda_flash and the kernel lab run
-// beside the trainer's kernels.
+// (FLASH_CHAIN_DEFER = 2), at 4 and 8 warps a block, and acquiring by a second read (4 warps), which
+// test_cuda_flash and the kernel lab run beside the trainer's kernels.
 #include "llmc/cuda/flash_attention.cuh"
 #define KEEL_FLASH_BWD_CHAIN(F, HS, W, CHAIN)                                                                                    \
     template __global__ void keel_cuda::flash_attention_backward_kernel<F, HS, true, W, CHAIN>(                                  \
@@ -29,6 +29,11 @@ KEEL_FLASH_BWD_CHAINS(__half, 64, 4)
 KEEL_FLASH_BWD_CHAINS(__half, 64, 8)
 KEEL_FLASH_BWD_CHAINS(__half, 128, 4)
 KEEL_FLASH_BWD_CHAINS(__half, 128, 8)
+// the early chain acquiring by a second read (FLASH_CHAIN_EARLY_ACQUIRE = 3), the kernel lab's variant 9
+KEEL_FLASH_BWD_CHAIN(__nv_bfloat16, 64, 4, 3)
+KEEL_FLASH_BWD_CHAIN(__nv_bfloat16, 128, 4, 3)
+KEEL_FLASH_BWD_CHAIN(__half, 64, 4, 3)
+KEEL_FLASH_BWD_CHAIN(__half, 128, 4, 3)
 
 // The fused classifier's 16-byte path one column at a time (GROUPED = false), which test_cuda_attention
 // checks and the kernel lab times beside the trainer's grouped kernel.
