@@ -93,9 +93,9 @@ static void test_layouts() {
         int degree;
     };
     std::vector<Case> cases;
-    for (int hs : {64, 128}) {
-        int bq = flash_bq(hs);
-        std::string h = " (hs " + std::to_string(hs) + ")";
+    for (int hb : {64 * 1000 + 64, 64 * 1000 + 32, 128 * 1000 + 32}) {  // (head size, query rows a backward step)
+        int hs = hb / 1000, bq = hb % 1000;
+        std::string h = " (hs " + std::to_string(hs) + (bq != flash_bq(hs) ? ", " + std::to_string(bq) + "-query steps" : std::string()) + ")";
         auto add = [&](std::string w, int d) { cases.push_back({w + h, d}); };
         // forward: Q fragments, K as B, V as B (trans), the output staging (4-byte stores, 16-byte reads)
         const int br = flash_fwd_br(flash_fwd_mt(hs));  // the forward's query rows a block
@@ -114,6 +114,7 @@ static void test_layouts() {
             pattern_degree([](int l, int r0, int, int w) { return flash_dq_chunk(r0 * (w / 4) + l, w); }, bq, hs, 128 / hs, hs, 16, 4));  // a warp's 32 chunks: 128/hs rows
         // the early dQ chain's fill: each warp its own 16 rows × DQW channels of that tile, 32 chunks at a time
         for (int warps : {4, 8}) {
+            if (bq != flash_bq(hs) && warps != 4) continue;  // (32-query steps at head size 64: built at 4 warps only; 8 would be 2-way)
             int mqs = bq / 16, dqw = hs * mqs / warps, worst = 0;
             for (int w = 0; w < warps; w++)
                 for (int k = 0; k < 16 * dqw / 4 / 32; k++) {
@@ -465,15 +466,15 @@ template <typename L> static FlashRun flash_run(const std::vector<float>& inp, c
 // The backward at WARPS warps a block (4: 64 keys; 8: 128, FlashAttention-2's shape), its dQ chain
 // added as CHAIN says (FLASH_CHAIN_EARLY: the trainer's; SERIAL; DEFER), on the forward's out and lse,
 // from dinp0: its dinp.
-template <typename L, int WARPS, int CHAIN = keel_cuda::FLASH_CHAIN_EARLY>
+template <typename L, int WARPS, int CHAIN = keel_cuda::FLASH_CHAIN_EARLY, int STEP = 0>
 static std::vector<float> flash_backward_w(const std::vector<float>& inp, const std::vector<float>& dout, const FlashRun& f,
                                            const std::vector<float>& dinp0, int B, int T, int C, int NH, const AttentionOpts* o) {
     size_t n_inp = (size_t)B * T * 3 * C;
     L *d_inp = dev_upload(lowp_store<L>(inp)), *d_dout = dev_upload(lowp_store<L>(dout)), *d_dinp = dev_upload(lowp_store<L>(dinp0));
     L* d_out = dev_upload(lowp_store<L>(f.out));
     float* d_lse = dev_upload(f.lse);
-    if (C / NH == 64) keel_cuda::flash_backward_launch<L, 64, true, WARPS, CHAIN>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
-    else keel_cuda::flash_backward_launch<L, 128, true, WARPS, CHAIN>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
+    if (C / NH == 64) keel_cuda::flash_backward_launch<L, 64, true, WARPS, CHAIN, STEP>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
+    else keel_cuda::flash_backward_launch<L, 128, true, WARPS, CHAIN, STEP>(d_dinp, d_dout, d_inp, d_out, d_lse, B, T, C, NH, o);
     std::vector<float> r = lowp_widen(dev_download(d_dinp, n_inp));
     for (void* p : {(void*)d_inp, (void*)d_dout, (void*)d_dinp, (void*)d_out, (void*)d_lse}) dev_free(p);
     return r;
@@ -527,6 +528,10 @@ template <typename L> static void test_flash(int B, int T, int C, int NH, const 
                    d4s == d4 && d8s == d8);
         std::vector<float> d4a = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_EARLY_ACQUIRE>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
         check_true(std::string("flash_attention_backward, the early chain acquiring by a second read: the default chain's bytes") + tag, d4a == d4);
+        if (C / NH == 64) {  // 32-query steps (the kernel lab's 3-blocks-a-multiprocessor shape; head size 128's default)
+            std::vector<float> d32 = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_EARLY, 32>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+            check_lowp(std::string("flash_attention_backward, 32-query steps, dinp") + tag, absorb(d32, want_dinp, slack_dinp), want_dinp);
+        }
     }
     if (controls) {  // the perturbed element's slack counts too
         std::string w = std::string("flash_attention_forward out") + tag;

@@ -41,6 +41,11 @@
 //            9 flash, turn by acquire read: 5 with the dQ chain's wait acquiring by a second read of
 //              the counter (ld.acquire) instead of a fence once the relaxed read has seen the turn
 //              (FLASH_CHAIN_EARLY_ACQUIRE; the same bytes as 5). Not yet timed on a GPU
+//           10 flash, 32-query steps (head size 64): 5 stepping over 32 queries instead of 64 (the
+//              kernel's STEP; head size 128's step): Sᵀ and dPᵀ take half the registers, 167 a thread
+//              under a launch bound of 3 blocks a multiprocessor (12 warps, against 8 at 253), at
+//              twice the steps — twice the barriers and dQ chain parts for the same products. Not yet
+//              timed on a GPU
 // The flash variants write dinp (dinp_write, as the trainer calls them), so its old values are not read.
 // Flash needs hs ∈ {64, 128} (flash_attention_supported): at other head sizes (the emulated lab's
 // tiny shape) its variants are skipped with a line saying so.
@@ -163,6 +168,10 @@ int main(int argc, char** argv) {
                                     if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 4, keel_cuda::FLASH_CHAIN_EARLY_ACQUIRE>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                     else keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_EARLY_ACQUIRE>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
+        if (hs == 64)  // (head size 128 steps over 32 queries already)
+            bwd.variants.push_back({10, "flash, 32-query steps", [&] {
+                                        keel_cuda::flash_backward_launch<bf16, 64, true, 4, keel_cuda::FLASH_CHAIN_EARLY, 32>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
+                                    }});
     }
     failed += lab_run(a, bwd);
     return lab_finish(failed);

@@ -122,6 +122,17 @@ __host__ __device__ constexpr inline int flash_fwd_br(int mt) { return 16 * mt *
 // Query rows of one backward step: dK and dV of a warp's 16 keys take 2·hs/8·4 fp32 registers per
 // lane (64 at hs 64, 128 at hs 128), and Sᵀ, dPᵀ 2·BQ/8·4 more; 32 keeps hs 128 under 255.
 __host__ __device__ constexpr inline int flash_bq(int hs) { return hs == 64 ? 64 : 32; }
+// A step's query rows where a kernel sets them (the backward's STEP template argument; 0: flash_bq).
+// 32 at head size 64 is the kernel lab's backward variant 10: Sᵀ and dPᵀ take half the registers,
+// so the 4-warp kernel fits 168 a thread (flash_bwd_min_blocks: 3 blocks a multiprocessor, 12 warps,
+// where 64-query steps at 245–253 registers fit 2), at twice the steps (barriers, chain parts) for
+// the same products. Not yet timed on a GPU.
+__host__ __device__ constexpr inline int flash_step_rows(int hs, int step) { return step ? step : flash_bq(hs); }
+// The blocks a multiprocessor the backward's launch bound asks ptxas to fit: 3 for that shape (4
+// warps, head size 64, 32-query steps; its shared memory, 47 KB a block, allows 4), else 0: no
+// .minnctapersm at all (a bound of 1 is not the same: it moved the default kernel from 253 to 255
+// registers).
+__host__ __device__ constexpr inline int flash_bwd_min_blocks(int hs, int warps, int bq) { return hs == 64 && warps == 4 && bq == 32 ? 3 : 0; }
 // How the backward's blocks add a query step's dQ parts in their fixed order (the kernel's CHAIN; the
 // same sums in the same order, so the same bytes, each way):
 //   FLASH_CHAIN_EARLY  (the trainer's) each warp's lane 0 reads the step's turn counter at the step's
@@ -155,8 +166,8 @@ static inline size_t flash_attention_scratch_bytes(size_t B, size_t T, size_t C,
 static inline size_t flash_forward_smem(int hs, int mt) { return (size_t)(flash_fwd_br(mt) + 4 * FLASH_BC) * hs * 2; }
 // The backward's block of `warps` warps takes 16·warps keys (FLASH_BC with the default 4); the dQ
 // chain's fp32 staging tiles (BQ rows of hs + 8 floats) beside the rest: two deferred, one early.
-static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS, int chain = FLASH_CHAIN_EARLY) {
-    size_t bq = (size_t)flash_bq(hs), bc = 16 * (size_t)warps, tiles = chain == FLASH_CHAIN_DEFER ? 2 : flash_chain_early(chain) ? 1 : 0;
+static inline size_t flash_backward_smem(int hs, int warps = FLASH_WARPS, int chain = FLASH_CHAIN_EARLY, int step = 0) {
+    size_t bq = (size_t)flash_step_rows(hs, step), bc = 16 * (size_t)warps, tiles = chain == FLASH_CHAIN_DEFER ? 2 : flash_chain_early(chain) ? 1 : 0;
     return (2 * bc * hs + 4 * bq * hs + bc * bq) * 2 + 4 * bq * sizeof(float) + tiles * bq * (hs + 8) * sizeof(float);
 }
 
@@ -624,13 +635,14 @@ template <typename F> __device__ inline void flash_add_pair(F* p, float x, float
 // for twice the keys, each barrier covers twice the work, and a query step's dQ chain has half as many
 // parts (half the dq_acc round trips through L2), at one block of 8 warps per multiprocessor instead
 // of two of 4 (the registers allow no more). Under test and in the kernel lab until a GPU has timed it.
-template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, int CHAIN = FLASH_CHAIN_EARLY>
-__global__ void __launch_bounds__(32 * WARPS)
+// STEP: the query rows of a step (flash_step_rows; 0, the trainer's: flash_bq).
+template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, int CHAIN = FLASH_CHAIN_EARLY, int STEP = 0>
+__global__ void __launch_bounds__(32 * WARPS, flash_bwd_min_blocks(HS, WARPS, flash_step_rows(HS, STEP)))
     flash_attention_backward_kernel(F* dinp, const F* dout, const F* inp, const float* lse, const float* D, float* dq_acc, int* dq_turn, int tag,
                                     int T, int C, int NH, int BH, int groups, AttentionOpts o, AttnScoreScale sc, float alpha, bool write) {
 #if KEEL_FLASH_ARCH_OK
     constexpr int THREADS = 32 * WARPS;
-    constexpr int BC = 16 * WARPS, BQ = flash_bq(HS), KS = HS / 16, NQ = BQ / 8, OT = HS / 8;
+    constexpr int BC = 16 * WARPS, BQ = flash_step_rows(HS, STEP), KS = HS / 16, NQ = BQ / 8, OT = HS / 8;
     constexpr int MQ = BQ / 16;                  // 16-query row blocks of a step (the dQ product's M)
     constexpr int DQW = HS * MQ / WARPS;         // channels of the step's dQ per warp (64 with 4 warps, 32 with 8)
     static_assert(DQW % 16 == 0 && WARPS % MQ == 0, "the step's dQ splits into whole 16-channel pairs per warp");
@@ -1110,7 +1122,7 @@ static void flash_forward_launch(F* out, float* lse, const F* inp, int B, int T,
     CUDA_CHECK_LAUNCH();
 }
 
-template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, int CHAIN = FLASH_CHAIN_EARLY>
+template <typename F, int HS, bool ORDERED = true, int WARPS = FLASH_WARPS, int CHAIN = FLASH_CHAIN_EARLY, int STEP = 0>
 static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F* out, const float* lse, int B, int T, int C, int NH,
                                   const AttentionOpts* o, bool dinp_write = false, int groups = 0) {
     AttnScoreScale sc = attention_score_scale(o, HS);
@@ -1121,18 +1133,18 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
     size_t rows = (size_t)B * NH * T;
     KEEL_LAUNCH(flash_attention_rowdot_kernel<F>, ceil_div(rows, 8), 256, 0, MAIN_STREAM)(sc_.D, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
-    size_t smem = flash_backward_smem(HS, WARPS, CHAIN);
+    size_t smem = flash_backward_smem(HS, WARPS, CHAIN, STEP);
     static bool optin = false;
-    flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN>, smem, &optin);
-    static const int per_sm = flash_blocks_per_sm(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN>, 32 * WARPS, smem);
+    flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN, STEP>, smem, &optin);
+    static const int per_sm = flash_blocks_per_sm(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN, STEP>, 32 * WARPS, smem);
     int ntiles = ceil_div(T, 16 * WARPS);
     groups = flash_grid_groups(groups, per_sm, B * NH, ntiles);
 #ifdef KEEL_CUDA_EMULATION
     // the dQ chain waits only for blocks of a lower index, which the GPU dispatches first: the
     // emulator's schedule exploration (KEEL_EMU_SCHEDULE) keeps this grid in that order
-    if (ORDERED) emu::keep_block_order(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN>);
+    if (ORDERED) emu::keep_block_order(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN, STEP>);
 #endif
-    KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED KEEL_COMMA WARPS KEEL_COMMA CHAIN>,
+    KEEL_LAUNCH(flash_attention_backward_kernel<F KEEL_COMMA HS KEEL_COMMA ORDERED KEEL_COMMA WARPS KEEL_COMMA CHAIN KEEL_COMMA STEP>,
                 (unsigned)((size_t)ntiles * B * NH), 32 * WARPS, smem, MAIN_STREAM)(dinp, dout, inp, lse, sc_.D, sc_.dq_acc, sc_.dq_turn, sc_.tag, T, C, NH,
                                                                               B * NH, groups, *o, sc, alpha, dinp_write);
     CUDA_CHECK_LAUNCH();
