@@ -346,7 +346,6 @@ __global__ void __launch_bounds__(FLASH_THREADS)
     }
     const int w_first = q0 + warp * WR, w_last = flash_imin(w_first + WR - 1, T - 1);  // the warp's real queries
     const bool plain = o.alibi == nullptr && o.coeff == 1.0, dropout = sc.dropout;  // (once a kernel, not a score)
-    const uint64_t drow = dropout ? dropout_row_key(&o.dropout, b) : 0;  // the row's dropout key (sample b)
     const float scale2 = alpha * FLASH_LOG2E;  // (plain scores: x = s·alpha·log2(e))
     for (int kt = 0; kt < nk; kt++) {
         const int cur = kt & 1, k0 = kt * BC;
@@ -441,8 +440,10 @@ __global__ void __launch_bounds__(FLASH_THREADS)
                     }
                 if (dropout) {  // (a pass of its own: the common case runs the one above without a test per score)
                     // score (j, e) is bit 4j + e: query t_r[mt][e >> 1], key k0 + 8j + 2tq + (e & 1)
+                    // (the row's key, sample b's, formed here: kept across the key loop it took the
+                    // registers the 128-query block does not have)
                     const int t0 = t_r[mt][0];
-                    const uint32_t keep = flash_keep_bits(4 * NT, drow, h + o.head_offset, sc.keep_from, [&](int k, int* t, int* u) {
+                    const uint32_t keep = flash_keep_bits(4 * NT, dropout_row_key(&o.dropout, b), h + o.head_offset, sc.keep_from, [&](int k, int* t, int* u) {
                         *t = t0 + (k & 2) * 4;
                         *u = k0 + (k >> 2) * 8 + 2 * tq + (k & 1);
                     });
