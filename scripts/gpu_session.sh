@@ -218,7 +218,7 @@ sanitize() {
 export -f bench_rows op_tables lab_memory kernel_tests ncu_kernels trainer lab_shapes memcheck sanitize
 
 # ---- the steps, most wanted first ---------------------------------------------------------------------
-LAB_ROWS='^(attention|layernorm|classifier)|^  [0-9] |wrong|FAIL'
+LAB_ROWS='^(attention|layernorm|classifier)|^  [0-9]+ |wrong|FAIL'
 step gpu 5 '^[0-9]+,' nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 step lab-flash 60 "$LAB_ROWS" build/lab/flash_attention -B 16
 step bench 90 '^GPU|^config|^(124M|124Mg|1\.5B) |failed' bench_rows "124M 124Mg 1.5B"

@@ -38,10 +38,10 @@
 //            8 flash, by head: 2 (the trainer's warps and chain) with its blocks started head by
 //              head, the order before the grouped one (the same bytes; H200 at 8 warps, B=16 T=1024:
 //              0.594 against 0.573 ms)
-//            9 flash, turn by acquire read: 5 with the dQ chain's wait acquiring by a second read of
+//            9 flash, ld.acquire: 5 with the dQ chain's wait acquiring by a second read of
 //              the counter (ld.acquire) instead of a fence once the relaxed read has seen the turn
 //              (FLASH_CHAIN_EARLY_ACQUIRE; the same bytes as 5). Not yet timed on a GPU
-//           10 flash, 32-query steps (head size 64): 5 stepping over 32 queries instead of 64 (the
+//           10 flash, 32 queries (head size 64): 5 stepping over 32 queries instead of 64 (the
 //              kernel's STEP; head size 128's step): Sᵀ and dPᵀ take half the registers, 167 a thread
 //              under a launch bound of 3 blocks a multiprocessor (12 warps, against 8 at 253), at
 //              twice the steps — twice the barriers and dQ chain parts for the same products. Not yet
@@ -164,12 +164,12 @@ int main(int argc, char** argv) {
         bwd.variants.push_back({8, "flash, by head", [&] {
                                     keel_cuda::flash_attention_backward(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true, B * NH);
                                 }});
-        bwd.variants.push_back({9, "flash, turn by acquire read", [&] {
+        bwd.variants.push_back({9, "flash, ld.acquire", [&] {
                                     if (hs == 64) keel_cuda::flash_backward_launch<bf16, 64, true, 4, keel_cuda::FLASH_CHAIN_EARLY_ACQUIRE>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                     else keel_cuda::flash_backward_launch<bf16, 128, true, 4, keel_cuda::FLASH_CHAIN_EARLY_ACQUIRE>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                 }});
         if (hs == 64)  // (head size 128 steps over 32 queries already)
-            bwd.variants.push_back({10, "flash, 32-query steps", [&] {
+            bwd.variants.push_back({10, "flash, 32 queries", [&] {
                                         keel_cuda::flash_backward_launch<bf16, 64, true, 4, keel_cuda::FLASH_CHAIN_EARLY, 32>(d_dinp, d_dout, d_inp, d_flash_out, d_flash_lse, B, T, C, NH, &o, true);
                                     }});
     }
