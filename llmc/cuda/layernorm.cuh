@@ -482,8 +482,11 @@ __device__ inline void layernorm_backward_finish(float* dweight, float* dbias, c
 // dinp_write / dweight_write: dinp / (dweight, dbias) written instead of accumulated into. K: loads in
 // flight (LN_BWD_INFLIGHT; 1 for the kernel lab's comparison); Q: the last block's slots in flight;
 // ARMED: the counter's atomicAdd (false: compare-and-swap alone, as first built; the lab times both).
+// The launch bound holds ptxas to the 128 registers a thread that a 512-thread block can have (122
+// at sm_90 now): past them the launch would fail at run time, where under the bound the kernel
+// spills, which test_ptxas reports at build time.
 template <typename F, int K, bool VEC, int Q = LN_BWD_FINISH_INFLIGHT, bool ARMED = true>
-__global__ void
+__global__ void __launch_bounds__(LN_BWD_WARPS * 32)
     layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,  // (N,C) (C) (C), accumulated into
                               float* partial, unsigned* done,        // (gridDim.x, 2, C), counter
                               unsigned tag, unsigned next_tag,       // this launch's (layernorm_next_tag), the next one's
