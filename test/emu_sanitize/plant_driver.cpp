@@ -112,10 +112,22 @@ static int run_overlap() {
 #endif
 
 #if WANTS(layernorm)
-// dbias of the LayerNorm backward = Σ over rows of dout (a bf16 kernel of 66 registers per thread,
-// 512 threads: the block the register check watches)
+// The fused residual + LayerNorm forward (the bf16 kernel of 68 registers a thread at sm_90, 256
+// threads, no launch bound: the block the register check watches), its residual sum = a + b; then
+// dbias of the LayerNorm backward = Σ over rows of dout.
 static int run_layernorm() {
     int N = 64, C = 128;
+    {
+        std::vector<float> a = lowp_widen(lowp_store<__nv_bfloat16>(randn((size_t)N * C, 12)));
+        std::vector<float> b = lowp_widen(lowp_store<__nv_bfloat16>(randn((size_t)N * C, 13))), sum((size_t)N * C);
+        for (size_t i = 0; i < sum.size(); i++) sum[i] = lowp_widen(lowp_store<__nv_bfloat16>(std::vector<float>{a[i] + b[i]}))[0];
+        __nv_bfloat16 *d_a = dev_upload(lowp_store<__nv_bfloat16>(a)), *d_b = dev_upload(lowp_store<__nv_bfloat16>(b));
+        __nv_bfloat16 *d_res = dev_upload(lowp_store<__nv_bfloat16>(std::vector<float>((size_t)N * C))), *d_ln = dev_upload(lowp_store<__nv_bfloat16>(std::vector<float>((size_t)N * C)));
+        __nv_bfloat16 *d_g = dev_upload(lowp_store<__nv_bfloat16>(std::vector<float>(C, 1.0f))), *d_beta = dev_upload(lowp_store<__nv_bfloat16>(std::vector<float>(C, 0.0f)));
+        float *d_m = dev_upload(std::vector<float>(N)), *d_r = dev_upload(std::vector<float>(N));
+        keel_cuda::residual_layernorm_forward(d_res, d_ln, d_m, d_r, d_a, d_b, d_g, d_beta, N, C);
+        if (!check_close("residual_layernorm_forward residual", lowp_widen(dev_download(d_res, (size_t)N * C)), sum, 0, 0)) return 1;
+    }
     std::vector<float> dout = lowp_widen(lowp_store<__nv_bfloat16>(randn((size_t)N * C, 9))), want(C, 0.0f);
     __nv_bfloat16* d_dout = dev_upload(lowp_store<__nv_bfloat16>(dout));
     __nv_bfloat16* d_inp = dev_upload(lowp_store<__nv_bfloat16>(randn((size_t)N * C, 10)));
