@@ -229,9 +229,9 @@ __device__ __host__ inline int flash_imin(int a, int b) { return a < b ? a : b; 
 template <bool V> struct FlashConst { static constexpr bool value = V; };
 
 // Dropout's keep decisions for n ≤ 32 of a lane's scores as bits (bit k: score k, at query t and key
-// u given by at(k, &t, &u)), for the scores' loops to read by a shift: one hash a score (the row's key
-// rk = dropout_row_key once a kernel, then one mix and an integer compare, dropout_keep_keyed: no
-// floating point), in a loop kept rolled, so that the kernel holds one copy of the hash's code
+// u given by at(k, &t, &u)), for the scores' loops to read by a shift: one hash a score (from the
+// row's key rk = dropout_row_key, one mix and an integer compare, dropout_keep_keyed: no floating
+// point), in a loop kept rolled, so that the kernel holds one copy of the hash's code
 // instead of one a score in each compiled copy of the softmax. hb: the model's head (h + head_offset).
 template <typename At> __device__ inline uint32_t flash_keep_bits(int n, uint64_t rk, int hb, uint64_t keep_from, At at) {
     uint32_t bits = 0;
