@@ -45,8 +45,8 @@ KEEL_HD static inline bool dropout_keep(const DropoutSite* d, int64_t b, uint64_
 // dropout_keep keeps, because rng_unit is monotone in the bits (an exact conversion, an add of 0.5
 // rounded to nearest, an exact scaling by 2^-53): the bits that pass are those from the smallest that
 // passes on, which the host finds by bisection with the very expression dropout_keep evaluates.
-// 2^53: no bits pass (p so close to 1 that nothing is kept). test_model_knobs checks the boundary
-// of each of a list of p, and the two decisions on random bits.
+// 2^53: no bits pass (p > 1; the largest draw rounds to exactly 1, so p = 1 still keeps it).
+// test_model_knobs checks the boundary of each of a list of p, and the two decisions on random bits.
 static inline uint64_t dropout_keep_from(double p) {
     uint64_t lo = 0, hi = 1ull << 53;  // the answer lies in [lo, hi]
     while (lo < hi) {
