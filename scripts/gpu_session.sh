@@ -13,7 +13,8 @@
 # runs three times as long as it should is stopped (TIMEOUT) so that the rest still run:
 #   gpu          nvidia-smi
 #   lab-flash    build/lab/flash_attention -B 16: every forward and backward variant at the trainer's
-#                shape (the block order 2 against 3 and 8, the dQ chains 7 and 6, 4 and 5 warps)
+#                shape (the block order 2 against 3 and 8, the dQ chains 7 and 6, 4 and 5 warps, the
+#                chain's acquire by a load 9, 32-query steps at 3 blocks a multiprocessor 10)
 #   bench        train_gpt at GPT-2 124M (flash, then the GEMM attention path) and 1.5B (flash): the
 #                step in ms and MFU (BENCH_ONLY=gpu scripts/bench.sh's rows, 10 iterations each)
 #   ops          train_gpt --time-ops 3 at GPT-2 124M and 1.5B (flash, B=16, T=1024): where the step's
