@@ -10,7 +10,7 @@
 # (test/cuda_emu/kernel_registers.h, `make kernel-registers`; docs/emulator.md): per architecture and
 # kernel, its registers per thread and launch bound, the kernel named as c++filt prints ptxas's entry
 # without the return type and the parameter list, "> >" written ">>"
-# ("keel_cuda::layernorm_backward_kernel<__half, 3, true, 16, true>").
+# ("keel_cuda::layernorm_backward_kernel<__half, 3, true, 16, true, true>").
 #
 # A stack frame or a spill means a register array was indexed at run time or the kernel ran out of
 # registers: local-memory traffic in a loop that was meant to stay on chip. Exit status: 0 when no

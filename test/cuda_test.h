@@ -3,6 +3,7 @@
 // (`make test-gpu`), and compare each llmc/cuda op (namespace keel_cuda) with its CPU reference op
 // (llmc/cpu, global namespace) on the same inputs.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -13,6 +14,26 @@
 
 static int cuda_test_failures = 0, cuda_test_checks = 0;
 
+// ---- shared-memory layouts ----------------------------------------------------------------------------
+// Shared memory has 32 banks of 4 bytes (bank = (byte address / 4) % 32). A warp's access of `bytes`
+// per lane is served in phases of 128 bytes: 16-byte accesses (ldmatrix rows, cp.async, vector loads)
+// in 4 phases of 8 lanes (for ldmatrix each phase is one 8×8 matrix: lanes 8j..8j+7 name its rows),
+// 4-byte accesses in one phase of 32 lanes. A phase's conflict degree is the largest number of
+// distinct 4-byte words in one bank (1: conflict-free; k: the phase takes k passes).
+[[maybe_unused]] static int bank_degree(const std::vector<long>& byte_addr, int bytes) {
+    int per_phase = 128 / bytes, worst = 0;
+    for (int p0 = 0; p0 < 32; p0 += per_phase) {
+        std::vector<std::vector<long>> bank(32);
+        for (int l = p0; l < p0 + per_phase; l++)
+            for (int w = 0; w < bytes / 4; w++) {
+                long word = byte_addr[l] / 4 + w;
+                auto& b = bank[word % 32];
+                if (std::find(b.begin(), b.end(), word) == b.end()) b.push_back(word);
+            }
+        for (auto& b : bank) worst = std::max(worst, (int)b.size());
+    }
+    return worst;
+}
 template <typename T> static T* dev_upload(const std::vector<T>& h) {
     T* d = nullptr;
     CUDA_CHECK(cudaMalloc((void**)&d, h.size() * sizeof(T) + 1));

@@ -54,25 +54,6 @@
 typedef __nv_bfloat16 bf16;
 
 // ---- 0. the shared-memory layouts ---------------------------------------------------------------------
-// Shared memory has 32 banks of 4 bytes (bank = (byte address / 4) % 32). A warp's access of `bytes`
-// per lane is served in phases of 128 bytes: 16-byte accesses (ldmatrix rows, cp.async, vector loads)
-// in 4 phases of 8 lanes (for ldmatrix each phase is one 8×8 matrix: lanes 8j..8j+7 name its rows),
-// 4-byte accesses in one phase of 32 lanes. A phase's conflict degree is the largest number of
-// distinct 4-byte words in one bank (1: conflict-free; k: the phase takes k passes).
-static int bank_degree(const std::vector<long>& byte_addr, int bytes) {
-    int per_phase = 128 / bytes, worst = 0;
-    for (int p0 = 0; p0 < 32; p0 += per_phase) {
-        std::vector<std::vector<long>> bank(32);
-        for (int l = p0; l < p0 + per_phase; l++)
-            for (int w = 0; w < bytes / 4; w++) {
-                long word = byte_addr[l] / 4 + w;
-                auto& b = bank[word % 32];
-                if (std::find(b.begin(), b.end(), word) == b.end()) b.push_back(word);
-            }
-        for (auto& b : bank) worst = std::max(worst, (int)b.size());
-    }
-    return worst;
-}
 // The worst degree of one pattern (element offset of each lane, 16-bit elements) over all the
 // (r0, c0) the kernels use with it: r0 from 0 to rows - dr by dr, c0 from 0 to width - dc by dc.
 // elem: the bytes of the tile's elements (2; 4 for the deferred dQ chain's fp32 tiles).

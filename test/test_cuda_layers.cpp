@@ -72,19 +72,75 @@ static LNForward gpu_residual_layernorm_forward(const std::vector<float>& a, con
     }
     return {d_y.get(NC), d_mean.get(N), d_rstd.get(N), d_r.get(NC)};
 }
-template <typename T, int K = keel_cuda::LN_BWD_INFLIGHT, int Q = keel_cuda::LN_BWD_FINISH_INFLIGHT, bool ARMED = true>
+template <typename T, int K = keel_cuda::LN_BWD_INFLIGHT, int Q = keel_cuda::LN_BWD_FINISH_INFLIGHT, bool ARMED = true,
+          int PASSES = keel_cuda::LN_BWD_AUTO>
 static LNGrads gpu_layernorm_backward(const LNGrads& g0, const std::vector<float>& dy, const std::vector<float>& x,
                                       const std::vector<float>& w, const std::vector<float>& mean, const std::vector<float>& rstd,
                                       int N, int C, size_t off, bool dinp_write = false, bool dweight_write = false) {
     size_t NC = (size_t)N * C;
     DevBuf<T> d_dx(g0.dx, off), d_dy(dy, off), d_x(x, off), d_w(w, off);
     DevBuf<float> d_dw(g0.dw, 0), d_db(g0.db, 0), d_mean(mean, 0), d_rstd(rstd, 0);
-    keel_cuda::layernorm_backward<T, K, Q, ARMED>(d_dx.p, d_dw.p, d_db.p, d_dy.p, d_x.p, d_w.p, d_mean.p, d_rstd.p, N, C, dinp_write, dweight_write);
+    keel_cuda::layernorm_backward<T, K, Q, ARMED, PASSES>(d_dx.p, d_dw.p, d_db.p, d_dy.p, d_x.p, d_w.p, d_mean.p, d_rstd.p, N, C, dinp_write, dweight_write);
     return {d_dx.get(NC), d_dw.get(C), d_db.get(C)};
 }
 static bool same_grads(const LNGrads& a, const LNGrads& b) { return same_bytes(a.dx, b.dx) && same_bytes(a.dw, b.dw) && same_bytes(a.db, b.db); }
 static bool same_forward(const LNForward& a, const LNForward& b) {
     return same_bytes(a.y, b.y) && same_bytes(a.mean, b.mean) && same_bytes(a.rstd, b.rstd) && same_bytes(a.res, b.res);
+}
+
+// The backward's two forms of the column sums (cuda/layernorm.cuh): one pass (each warp's sums kept
+// in its shared-memory region while phase 1 holds the rows) where the regions fit a block, else two
+// (the rows read again). The launcher takes the first where it fits.
+template <typename T> static bool ln_one_pass_fits(int C) {
+    return keel_cuda::layernorm_backward_fused_fits(keel_cuda::layernorm_backward_fused_smem(C, keel_cuda::Pack128<T>::SIZE));
+}
+
+// The one-pass form's region layout (ln_cols_at / ln_cols_channel): every (chunk, entry) of every lane
+// at a distinct float of the region, the inverse naming each channel's dweight and dbias exactly once,
+// and each warp access (entry u of group q, 16 bytes a lane) conflict-free; a negative control shows
+// the checker sees the conflicts of the plain lane-major layout.
+static void test_ln_cols_layout() {
+    using keel_cuda::ln_cols_at;
+    for (int V : {4, 8})
+        for (int C : {1, 48, 52, 100, 768, 1000, 1002, 1600, 3000}) {
+            std::string sz = " V=" + std::to_string(V) + " C=" + std::to_string(C);
+            int chunks = (C + V - 1) / V, floats = keel_cuda::ln_cols_floats(C, V), worst = 0;
+            std::vector<int> owner(floats, -1), seen(2 * C, 0);
+            bool bijective = floats == chunks * 2 * V, inverse = true;
+            for (int j = 0; j < chunks; j++)
+                for (int u = 0; u < V / 2; u++)
+                    for (int e = 0; e < 4; e++) {
+                        int f = 4 * ln_cols_at(j / 32, u, j % 32, chunks, V) + e;
+                        if (f < 0 || f >= floats || owner[f] >= 0) {
+                            bijective = false;
+                            continue;
+                        }
+                        owner[f] = j;
+                        bool bias;
+                        int c = keel_cuda::ln_cols_channel(f, C, V, &bias), want = j * V + (u % (V / 4)) * 4 + e;
+                        if (c != (want < C ? want : -1) || bias != (u >= V / 4)) inverse = false;
+                        if (c >= 0) seen[(bias ? C : 0) + c]++;
+                    }
+            for (int v : seen) inverse = inverse && v == 1;
+            check_true("layernorm backward region: every lane's entries at distinct floats" + sz, bijective);
+            check_true("layernorm backward region: ln_cols_channel names each dweight and dbias channel once" + sz, inverse);
+            for (int q = 0; q * 32 < chunks; q++)
+                for (int u = 0; u < V / 2; u++) {
+                    std::vector<long> a(32);
+                    for (int l = 0; l < 32; l++) {  // lanes past the last chunk access nothing: their phase's first lane's word
+                        int active = chunks - 32 * q, first = l / 8 * 8;
+                        a[l] = 16L * ln_cols_at(q, u, l < active ? l : first < active ? first : 0, chunks, V);
+                    }
+                    worst = std::max(worst, bank_degree(a, 16));
+                }
+            check_true("shared-memory layout: the layernorm backward's column sums conflict-free" + sz + " (degree " + std::to_string(worst) + ")",
+                       worst == 1);
+        }
+    // negative control: lane l's V/2 entries side by side (lanes V/2 float4s apart): 4-way at V = 8
+    std::vector<long> plain(32);
+    for (int l = 0; l < 32; l++) plain[l] = 16L * l * 4;
+    int d = bank_degree(plain, 16);
+    check_true("negative control: lane-major entries (64 bytes a lane) are 4-way conflicted (degree " + std::to_string(d) + ")", d == 4);
 }
 
 static void test_layernorm(int N, int C) {
@@ -128,6 +184,23 @@ static void test_layernorm(int N, int C) {
     check_true("layernorm_backward twice: same bytes" + sz, same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 0), got));
     check_true("layernorm_backward misaligned (scalar path): same bytes" + sz,
                same_grads(gpu_layernorm_backward<float>(g0, dy, x, w, mean, rstd, N, C, 1), got));
+    // the form the launcher did not take (or the same, where only two passes fit): against the CPU op,
+    // dinp the same bytes (phase 1 is the same), the launcher's the one-pass form where it fits
+    {
+        using namespace keel_cuda;
+        bool one = ln_one_pass_fits<float>(C);
+        LNGrads two = gpu_layernorm_backward<float, LN_BWD_INFLIGHT, LN_BWD_FINISH_INFLIGHT, true, LN_BWD_TWO_PASS>(g0, dy, x, w, mean, rstd, N, C, 0);
+        check_true("layernorm_backward takes the " + std::string(one ? "one" : "two") + "-pass form" + sz,
+                   same_grads(got, one ? gpu_layernorm_backward<float, LN_BWD_INFLIGHT, LN_BWD_FINISH_INFLIGHT, true, LN_BWD_ONE_PASS>(
+                                             g0, dy, x, w, mean, rstd, N, C, 0)
+                                       : two));
+        check_true("layernorm_backward: dinp the same bytes in both forms" + sz, same_bytes(two.dx, got.dx));
+        check_close("layernorm_backward two passes: dweight" + sz, two.dw, want.dw, 1e-5, 1e-4);
+        check_close("layernorm_backward two passes: dbias" + sz, two.db, want.db, 1e-5, 1e-4);
+        check_true("layernorm_backward two passes, misaligned (scalar path): same bytes" + sz,
+                   same_grads(gpu_layernorm_backward<float, LN_BWD_INFLIGHT, LN_BWD_FINISH_INFLIGHT, true, LN_BWD_TWO_PASS>(g0, dy, x, w, mean, rstd, N, C, 1),
+                              two));
+    }
     // the kernel as first built (1 load in flight, 2 slots in the last block, the compare-and-swap count)
     // and with the loads in flight but that count: what the kernel lab times beside the launcher's
     check_true("layernorm_backward with 1 load in flight and the compare-and-swap count: same bytes" + sz,
@@ -343,6 +416,18 @@ template <typename T> static void test_lowp_layernorm(int N, int C) {
     check_true(sz + "layernorm_backward twice: same bytes", same_grads(gpu_layernorm_backward<T>(g0, dy, x, w, g.mean, g.rstd, N, C, 0), got));
     check_true(sz + "layernorm_backward misaligned (scalar path): same bytes",
                same_grads(gpu_layernorm_backward<T>(g0, dy, x, w, g.mean, g.rstd, N, C, 1), got));
+    {  // the other form of the column sums (test_layernorm)
+        using namespace keel_cuda;
+        bool one = ln_one_pass_fits<T>(C);
+        LNGrads two = gpu_layernorm_backward<T, LN_BWD_INFLIGHT, LN_BWD_FINISH_INFLIGHT, true, LN_BWD_TWO_PASS>(g0, dy, x, w, g.mean, g.rstd, N, C, 0);
+        check_true(sz + "layernorm_backward takes the " + std::string(one ? "one" : "two") + "-pass form",
+                   same_grads(got, one ? gpu_layernorm_backward<T, LN_BWD_INFLIGHT, LN_BWD_FINISH_INFLIGHT, true, LN_BWD_ONE_PASS>(
+                                             g0, dy, x, w, g.mean, g.rstd, N, C, 0)
+                                       : two));
+        check_true(sz + "layernorm_backward: dinp the same bytes in both forms", same_bytes(two.dx, got.dx));
+        check_f32_of_lowp(sz + "layernorm_backward two passes: dweight (fp32)", two.dw, want.dw);
+        check_f32_of_lowp(sz + "layernorm_backward two passes: dbias (fp32)", two.db, want.db);
+    }
     // the loads in flight change when values arrive, never the order they are added in
     check_true(sz + "layernorm_backward with 1 load in flight and the compare-and-swap count (the kernel lab's variant 2): same bytes",
                same_grads(gpu_layernorm_backward<T, 1, 2, false>(g0, dy, x, w, g.mean, g.rstd, N, C, 0), got));
@@ -436,6 +521,7 @@ int main() {
     // C = 1002: not a multiple of 4 (the scalar path, and the last block's sums a column a thread).
     // In flight (LN_BWD_INFLIGHT = 3): C = 1000 is 8 chunks a lane (groups of 3, 3, 2); the last block
     // adds 66 slots at N = 2100 (11 rounds of 6) and 10 at N = 150 (a short round).
+    test_ln_cols_layout();
     const int ln_shapes[][2] = {{1, 48}, {7, 48}, {150, 48}, {2100, 48}, {37, 192}, {70, 100}, {3, 1000}, {3, 3000}, {150, 1002}, {150, 1000}};
     for (const auto& s : ln_shapes) test_layernorm(s[0], s[1]);
     // (B, T, C, V): one position; odd B*T = 21 over 5 token ids (repeats); C = 4*48; V = 1: every
@@ -459,7 +545,8 @@ int main() {
     }
     // 16-bit storage: C % 8 == 0 (the 128-bit path) and not (C = 100, 52: scalar chunks), several blocks
     // C = 1600 (GPT-2 1.5B): 200 chunks of 8, 6 or 7 a lane (groups of 3, 3, 1), row slices S = 2
-    for (const auto& s : {std::array<int, 2>{37, 192}, {70, 100}, {150, 48}, {5, 52}, {150, 1600}}) test_lowp_layernorm<bf16>(s[0], s[1]);
+    // C = 768 (GPT-2 124M): 96 chunks, three full groups of the one-pass form's region
+    for (const auto& s : {std::array<int, 2>{37, 192}, {70, 100}, {150, 48}, {5, 52}, {150, 1600}, {40, 768}}) test_lowp_layernorm<bf16>(s[0], s[1]);
     for (const auto& s : {std::array<int, 2>{37, 192}, {70, 100}}) test_lowp_layernorm<__half>(s[0], s[1]);
     test_bf16_encoder(3, 7, 48, 5);
     test_bf16_encoder(3, 7, 48, 5, true);

@@ -123,7 +123,7 @@ plant_schedule() {
 }
 plant_schedule removed-syncwarp-schedule llmc/cuda/flash_attention.cuh 's/\n    __syncwarp\(\);\n/\n/' flash
 plant misaligned-cublaslt-bias llmc/cuda/matmul.cuh 's/bool epilogue = bias && aligned16\(bias\);/bool epilogue = bias;/' plain matmul "bias pointer is not 16-byte aligned"
-plant oversized-launch llmc/cuda/flash_attention.cuh 's/\n    flash_smem_optin\(flash_attention_forward_kernel<F, HS, MT>, smem, &optin\);\n/\n/' plain flash \
+plant oversized-launch llmc/cuda/flash_attention.cuh 's/\n    smem_optin\(flash_attention_forward_kernel<F, HS, MT>, smem, &optin\);\n/\n/' plain flash \
   "over 48 KiB without cudaFuncSetAttribute"
 # registers × threads (test/cuda_emu/registers.h): the fused residual + LayerNorm forward (no launch
 # bound) at 32 rows a block, 1024 threads of its 68 registers at sm_90 (72 as allocated), need 73728

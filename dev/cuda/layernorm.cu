@@ -19,6 +19,10 @@
 //                     same bytes as 1.
 //            3 CAS count: 1's loads in flight (the last block 6 slots), 2's counter: 3 against 2 is
 //                     the loads in flight, 1 against 3 the counter and the last block's sum.
+//            4 two passes: 1 with the column sums in their two-pass form (the block's rows read again
+//                     for dweight and dbias; the launcher's form for rows too wide for the one-pass
+//                     form's shared memory, and the kernel as timed before it): 4 against 1 is the
+//                     second read. dinp the same bytes, dweight and dbias summed in another order.
 // Memory-bound: GB/s is the figure.
 // Checks: out and dinp are bf16, each computed in fp32 and rounded once: relative to |want| + 0.1·rms
 // of the row (the affine shift and the backward's mean subtractions can cancel), bound 2e-2; mean,
@@ -43,6 +47,11 @@ static void keel_backward(bf16* dinp, float* dw, float* db, const bf16* dout, co
 static void keel_backward_one_in_flight(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
                                         const float* mean, const float* rstd, int N, int C) {
     keel_cuda::layernorm_backward<bf16, 1, 2, false>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+static void keel_backward_two_pass(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w, const float* mean,
+                                   const float* rstd, int N, int C) {
+    using namespace keel_cuda;
+    layernorm_backward<bf16, LN_BWD_INFLIGHT, LN_BWD_FINISH_INFLIGHT, true, LN_BWD_TWO_PASS>(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 static void keel_backward_cas_count(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
                                     const float* mean, const float* rstd, int N, int C) {
@@ -167,7 +176,8 @@ int main(int argc, char** argv) {
                     {2, "one in flight", [&] {
                          keel_backward_one_in_flight(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C);
                      }},
-                    {3, "CAS count", [&] { keel_backward_cas_count(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C); }}};
+                    {3, "CAS count", [&] { keel_backward_cas_count(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C); }},
+                    {4, "two passes", [&] { keel_backward_two_pass(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean_ref, d_rstd_ref, N, C); }}};
     failed += lab_run(a, bwd);
     return lab_finish(failed);
 }

@@ -255,6 +255,26 @@ static inline void* scratch_reserve(DeviceScratch* s, size_t bytes) {
     return s->ptr;
 }
 
+// ---- the device and a kernel's shared memory ---------------------------------------------------
+// The device this process runs on, its properties read once.
+static inline const cudaDeviceProp& cuda_device() {
+    static const cudaDeviceProp prop = [] {
+        int dev = 0;
+        cudaDeviceProp p;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+        return p;
+    }();
+    return prop;
+}
+// Opts a kernel into `bytes` of dynamic shared memory (past the default 48 KiB) once: the attribute
+// is per kernel function, so each instantiation keeps its own `done`.
+template <typename K> static void smem_optin(K kernel, size_t bytes, bool* done) {
+    if (*done) return;
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    *done = true;
+}
+
 // ---- float types -------------------------------------------------------------------------------
 // Kernels are templated on the storage type F of activations and weights (float under --fp32,
 // __nv_bfloat16 under --bf16, __half under --fp16); arithmetic is always fp32: load with to_f32,

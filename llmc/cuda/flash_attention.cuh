@@ -1066,24 +1066,6 @@ static inline FlashScratch flash_scratch(size_t B, size_t T, size_t C, size_t NH
 // Sizes the backward's scratch for micro-batches of up to (B,T), so that no training step allocates.
 template <typename F> void flash_attention_reserve(int B, int T, int C, int NH) { flash_scratch(B, T, C, NH); }
 
-// Opts a kernel into `bytes` of dynamic shared memory once (the attribute is per kernel function).
-template <typename K> static void flash_smem_optin(K kernel, size_t bytes, bool* done) {
-    if (*done) return;
-    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    *done = true;
-}
-
-// The device this process runs on, its properties read once.
-static inline const cudaDeviceProp& flash_device() {
-    static const cudaDeviceProp prop = [] {
-        int dev = 0;
-        cudaDeviceProp p;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
-        return p;
-    }();
-    return prop;
-}
 // Blocks of `kernel` (threads, smem bytes; asked after its shared-memory opt-in) that one
 // multiprocessor of this device holds at once.
 template <typename K> static int flash_blocks_per_sm(K kernel, int threads, size_t smem) {
@@ -1096,7 +1078,7 @@ template <typename K> static int flash_blocks_per_sm(K kernel, int threads, size
 // runs per_sm blocks a multiprocessor.
 static inline int flash_grid_groups(int groups, int per_sm, int BH, int ntiles) {
     if (groups > 0) return groups < BH ? groups : BH;
-    return flash_groups(BH, ntiles, (long long)per_sm * flash_device().multiProcessorCount);
+    return flash_groups(BH, ntiles, (long long)per_sm * cuda_device().multiProcessorCount);
 }
 
 // cp.async moves 16-byte rows: the qkv and dout slices must start 16-byte aligned (C is a multiple
@@ -1114,7 +1096,7 @@ static void flash_forward_launch(F* out, float* lse, const F* inp, int B, int T,
     flash_check_aligned(out, "the output");
     size_t smem = flash_forward_smem(HS, MT);
     static bool optin = false;
-    flash_smem_optin(flash_attention_forward_kernel<F, HS, MT>, smem, &optin);
+    smem_optin(flash_attention_forward_kernel<F, HS, MT>, smem, &optin);
     static const int per_sm = flash_blocks_per_sm(flash_attention_forward_kernel<F, HS, MT>, FLASH_THREADS, smem);
     int ntiles = ceil_div(T, flash_fwd_br(MT));
     groups = flash_grid_groups(groups, per_sm, B * NH, ntiles);
@@ -1136,7 +1118,7 @@ static void flash_backward_launch(F* dinp, const F* dout, const F* inp, const F*
     CUDA_CHECK_LAUNCH();
     size_t smem = flash_backward_smem(HS, WARPS, CHAIN, STEP);
     static bool optin = false;
-    flash_smem_optin(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN, STEP>, smem, &optin);
+    smem_optin(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN, STEP>, smem, &optin);
     static const int per_sm = flash_blocks_per_sm(flash_attention_backward_kernel<F, HS, ORDERED, WARPS, CHAIN, STEP>, 32 * WARPS, smem);
     int ntiles = ceil_div(T, 16 * WARPS);
     groups = flash_grid_groups(groups, per_sm, B * NH, ntiles);
@@ -1204,7 +1186,7 @@ static inline int flash_backward_chain(int hs, int warps, size_t smem_sm, size_t
 }
 // The same for this process's device (its properties read once).
 static inline int flash_backward_chain_here(int hs, int warps) {
-    const cudaDeviceProp& prop = flash_device();
+    const cudaDeviceProp& prop = cuda_device();
     return flash_backward_chain(hs, warps, prop.sharedMemPerMultiprocessor, prop.reservedSharedMemPerBlock);
 }
 

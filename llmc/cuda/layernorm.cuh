@@ -26,10 +26,18 @@
 // Backward: one kernel. Block k owns rows [k·R, k·R + R), R = layernorm_backward_rows(N) (a function
 // of N alone), 16 warps:
 //   1. dinp: one warp per row (rows k·R + w, + 16, ...), the two row means as in the forward.
-//   2. the block's dweight/dbias contributions: thread (slice s, chunk j) sums rows k·R + s, + S, ...
-//      in order for the V channels of chunk j (S = row slices that fit the block beside the C/V chunks);
-//      the S slice sums are added in slice order (through shared memory) into the block's slot of the
-//      fp32 partials scratch (blocks, 2, C).
+//   2. the block's dweight/dbias contributions into its slot of the fp32 partials scratch (blocks, 2, C),
+//      in one of two forms, chosen by (C, F, the device) alone:
+//      one pass (where the regions fit the block's shared memory: C up to ~1800 on an H100, ~1300 on an
+//        A100): while phase 1 holds a row, each lane adds the row's dout·xhat and dout for its chunks
+//        into its entries of the warp's region (ln_cols_at), so in row order w, w + 16, ...; then the
+//        block adds the 16 regions in warp order. The rows are read once.
+//      two passes (wider rows): thread (slice s, chunk j) sums rows k·R + s, + S, ... in order for the V
+//        channels of chunk j (S = row slices that fit the block beside the C/V chunks), reading the
+//        block's rows again (from L2 when they are still there); the S slice sums are added in slice
+//        order (through shared memory).
+//      The two forms add the same terms in different orders: dweight and dbias differ between them by
+//      fp32 rounding, dinp not at all.
 //   3. the last block to finish adds the slots in block order into dweight/dbias. "Last" is decided by
 //      an integer atomic counter; which block is last depends on timing, but what it computes does
 //      not: every slot is complete when it reads them and it adds them in block order 0, 1, ....
@@ -340,16 +348,47 @@ __global__ void residual_layernorm_forward_kernel(F* residual_out, F* ln_out,   
 // trips to L2 for 128 blocks (it was 2·LN_BWD_INFLIGHT = 6: 22 round trips).
 enum { LN_BWD_INFLIGHT = 3, LN_BWD_FINISH_INFLIGHT = 16 };
 
+// ---- the fused column sums' shared memory -------------------------------------------------------------
+// The backward's one-pass form (LN_BWD_COLS_FUSED) keeps each warp's dweight/dbias sums over the rows
+// it owns in its own region of the block's shared memory, 2·V floats per chunk of V channels: lane l
+// holds chunks l, l + 32, ... (its chunks of every row), so during phase 1 no lane touches another's
+// entries. Group q of chunks (32q .. 32q + 31; the last group `lanes` < 32 wide) takes lanes·V/2
+// float4s: entry u of lane l's chunk in it (u < V/4: dweight's channels 4u .. 4u + 3 of the chunk,
+// else dbias's 4(u - V/4) ..) at float4 q·16V + u·lanes + l. A warp's 16-byte access of one entry u
+// is then 32 consecutive float4s — every 8-lane phase one 128-byte row of the banks, conflict-free
+// (test_cuda_layers checks every access and the layout's bijection). Index in float4s.
+__host__ __device__ inline int ln_cols_at(int q, int u, int lane, int chunks, int V) {
+    int lanes = chunks - 32 * q < 32 ? chunks - 32 * q : 32;
+    return q * 16 * V + u * lanes + lane;
+}
+// Floats of one warp's region: 2·V per chunk.
+__host__ __device__ inline int ln_cols_floats(int C, int V) { return (C + V - 1) / V * 2 * V; }
+// The inverse, for the block's sum over its warps: region float f holds dweight (*bias = false) or dbias
+// (*bias = true) of the channel returned; -1 for the padding of a short last chunk (C % V != 0).
+__host__ __device__ inline int ln_cols_channel(int f, int C, int V, bool* bias) {
+    int chunks = (C + V - 1) / V, f4 = f / 4, q = f4 / (16 * V), r = f4 % (16 * V);
+    int lanes = chunks - 32 * q < 32 ? chunks - 32 * q : 32;
+    int u = r / lanes, lane = r % lanes;
+    *bias = u >= V / 4;
+    int c = (32 * q + lane) * V + (u % (V / 4)) * 4 + f % 4;
+    return c < C ? c : -1;
+}
+// Bytes of shared memory the fused backward takes a block (every warp's region).
+static inline size_t layernorm_backward_fused_smem(int C, int V) { return (size_t)LN_BWD_WARPS * ln_cols_floats(C, V) * sizeof(float); }
+
 // Phase 1 for one row by one warp: dx += rstd·(g - mean(g) - xhat·mean(g·xhat)); write: dx = 0 + ...
 // (dx not read; the bits of adding into zeros). K chunks of d and x (then of dx) in flight a lane.
-template <typename F, int K, bool VEC>
+// COLS (the fused column sums): the row's dout·xhat and dout are also added into the lane's entries
+// of its warp's region `cols` (ln_cols_at), chunk by chunk, while the first pass holds them.
+template <typename F, int K, bool VEC, bool COLS = false>
 __device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, const F* weight, float m, float s, int C,
-                                              int lane, bool write) {
+                                              int lane, bool write, float* cols = nullptr) {
     constexpr int V = Pack128<F>::SIZE;
     Pack128<F> pd[K], px[K], pdx[K];  // pdx: its writes only where n[i] says the channel exists
     int n[K];
     float g_sum = 0.0f, gx_sum = 0.0f;
-    for (int c0 = lane * V; c0 < C; c0 += K * 32 * V) {
+    int chunks = (C + V - 1) / V;
+    for (int c0 = lane * V, q0 = 0; c0 < C; c0 += K * 32 * V, q0 += K) {
         ln_load_chunks<F, K, VEC>(pd, n, d, c0, C);
         ln_load_chunks<F, K, VEC>(px, n, x, c0, C);
         KEEL_UNROLL
@@ -357,13 +396,29 @@ __device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, con
             if (!n[i]) continue;
             Pack128<F> pw;  // the weight from L1 or L2 (every row reads it), chunk by chunk
             ln_load_pack<F, VEC>(pw, weight, c0 + i * 32 * V, n[i]);
+            Pack<float, 4> acc[V / 2];  // COLS: the chunk's running dweight (acc[0 .. V/4)) and dbias sums
+            if (COLS) {
+                KEEL_UNROLL
+                for (int u = 0; u < V / 2; u++) acc[u] = load128(cols + 4 * ln_cols_at(q0 + i, u, lane, chunks, V));
+            }
             KEEL_UNROLL
             for (int k = 0; k < V; k++)
                 if (k < n[i]) {
-                    float g = fmul_rn(to_f32(pd[i].v[k]), to_f32(pw.v[k]));
+                    float fd = to_f32(pd[i].v[k]), xm = to_f32(px[i].v[k]) - m;
+                    float g = fmul_rn(fd, to_f32(pw.v[k]));
                     g_sum += g;
-                    gx_sum = fadd_rn(gx_sum, fmul_rn(fmul_rn(g, to_f32(px[i].v[k]) - m), s));
+                    gx_sum = fadd_rn(gx_sum, fmul_rn(fmul_rn(g, xm), s));
+                    if (COLS) {  // the column sums' terms as the two-pass kernel forms them: dout·xhat, dout
+                        float& w = acc[k / 4].v[k % 4];
+                        float& b = acc[V / 4 + k / 4].v[k % 4];
+                        w = fadd_rn(w, fmul_rn(fd, fmul_rn(xm, s)));
+                        b += fd;
+                    }
                 }
+            if (COLS) {
+                KEEL_UNROLL
+                for (int u = 0; u < V / 2; u++) store128(cols + 4 * ln_cols_at(q0 + i, u, lane, chunks, V), acc[u]);
+            }
         }
     }
     float gmean = warp_sum(g_sum) / C, gxmean = warp_sum(gx_sum) / C;
@@ -485,7 +540,7 @@ __device__ inline void layernorm_backward_finish(float* dweight, float* dbias, c
 // The launch bound holds ptxas to the 128 registers a thread that a 512-thread block can have (122
 // at sm_90 now): past them the launch would fail at run time, where under the bound the kernel
 // spills, which test_ptxas reports at build time.
-template <typename F, int K, bool VEC, int Q = LN_BWD_FINISH_INFLIGHT, bool ARMED = true>
+template <typename F, int K, bool VEC, int Q = LN_BWD_FINISH_INFLIGHT, bool ARMED = true, bool FUSED = true>
 __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
     layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,  // (N,C) (C) (C), accumulated into
                               float* partial, unsigned* done,        // (gridDim.x, 2, C), counter
@@ -497,45 +552,70 @@ __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
     constexpr int V = Pack128<F>::SIZE;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
     int r0 = blockIdx.x * rows, r1 = r0 + rows < N ? r0 + rows : N;
-
-    // 1. dinp, one warp per row
-    for (int row = r0 + warp; row < r1; row += warps) {
-        size_t off = (size_t)row * C;
-        layernorm_backward_row<F, K, VEC>(dinp + off, dout + off, inp + off, weight, mean[row], rstd[row], C, lane, dinp_write);
-    }
-
-    // 2. this block's dweight/dbias into its slot
     float* slot = partial + (size_t)blockIdx.x * 2 * C;  // (2, C)
-    float dw[V], db[V];
-    int chunks = (C + V - 1) / V;
-    if (S == 1) {
-        for (int j = threadIdx.x; j < chunks; j += blockDim.x) {
-            int n = layernorm_backward_columns<F, K, VEC>(dw, db, dout, inp, mean, rstd, r0, r1, 1, j * V, C);
-            KEEL_UNROLL
-            for (int k = 0; k < V; k++)
-                if (k < n) {
-                    slot[j * V + k] = dw[k];
-                    slot[C + j * V + k] = db[k];
-                }
+
+    if constexpr (FUSED) {
+        // 1. dinp, one warp per row, and the warp's column sums of its rows in its region (zeroed first;
+        //    its lanes then touch only their own entries)
+        KEEL_DYNAMIC_SHARED(float, cols);  // (warps, ln_cols_floats(C, V))
+        int region = ln_cols_floats(C, V);
+        float* mine = cols + (size_t)warp * region;
+        for (int f = lane * 4; f < region; f += 32 * 4) store128(mine + f, Pack<float, 4>{});
+        __syncwarp();
+        for (int row = r0 + warp; row < r1; row += warps) {
+            size_t off = (size_t)row * C;
+            layernorm_backward_row<F, K, VEC, true>(dinp + off, dout + off, inp + off, weight, mean[row], rstd[row], C, lane,
+                                                    dinp_write, mine);
+        }
+        // 2. the block's slot: the warps' regions added in warp order (the threads read consecutive floats)
+        __syncthreads();
+        for (int f = threadIdx.x; f < region; f += blockDim.x) {
+            bool bias;
+            int c = ln_cols_channel(f, C, V, &bias);
+            if (c < 0) continue;
+            float v = cols[f];
+            for (int w = 1; w < warps; w++) v += cols[(size_t)w * region + f];
+            slot[(bias ? C : 0) + c] = v;
         }
     } else {
-        KEEL_DYNAMIC_SHARED(float, sums);  // (S, 2, C): slice s's dweight then dbias sums
-        int s = threadIdx.x / chunks, j = threadIdx.x % chunks;
-        if (s < S) {
-            int n = layernorm_backward_columns<F, K, VEC>(dw, db, dout, inp, mean, rstd, r0 + s, r1, S, j * V, C);
-            KEEL_UNROLL
-            for (int k = 0; k < V; k++)
-                if (k < n) {
-                    sums[(size_t)(2 * s) * C + j * V + k] = dw[k];
-                    sums[(size_t)(2 * s + 1) * C + j * V + k] = db[k];
-                }
+        // 1. dinp, one warp per row
+        for (int row = r0 + warp; row < r1; row += warps) {
+            size_t off = (size_t)row * C;
+            layernorm_backward_row<F, K, VEC>(dinp + off, dout + off, inp + off, weight, mean[row], rstd[row], C, lane, dinp_write);
         }
-        __syncthreads();
-        for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // c < C: dweight, else dbias
-            int half = c / C, cc = c % C;
-            float v = sums[(size_t)half * C + cc];
-            for (int k = 1; k < S; k++) v += sums[(size_t)(2 * k + half) * C + cc];
-            slot[c] = v;
+
+        // 2. this block's dweight/dbias into its slot, the rows read again
+        float dw[V], db[V];
+        int chunks = (C + V - 1) / V;
+        if (S == 1) {
+            for (int j = threadIdx.x; j < chunks; j += blockDim.x) {
+                int n = layernorm_backward_columns<F, K, VEC>(dw, db, dout, inp, mean, rstd, r0, r1, 1, j * V, C);
+                KEEL_UNROLL
+                for (int k = 0; k < V; k++)
+                    if (k < n) {
+                        slot[j * V + k] = dw[k];
+                        slot[C + j * V + k] = db[k];
+                    }
+            }
+        } else {
+            KEEL_DYNAMIC_SHARED(float, sums);  // (S, 2, C): slice s's dweight then dbias sums
+            int s = threadIdx.x / chunks, j = threadIdx.x % chunks;
+            if (s < S) {
+                int n = layernorm_backward_columns<F, K, VEC>(dw, db, dout, inp, mean, rstd, r0 + s, r1, S, j * V, C);
+                KEEL_UNROLL
+                for (int k = 0; k < V; k++)
+                    if (k < n) {
+                        sums[(size_t)(2 * s) * C + j * V + k] = dw[k];
+                        sums[(size_t)(2 * s + 1) * C + j * V + k] = db[k];
+                    }
+            }
+            __syncthreads();
+            for (int c = threadIdx.x; c < 2 * C; c += blockDim.x) {  // c < C: dweight, else dbias
+                int half = c / C, cc = c % C;
+                float v = sums[(size_t)half * C + cc];
+                for (int k = 1; k < S; k++) v += sums[(size_t)(2 * k + half) * C + cc];
+                slot[c] = v;
+            }
         }
     }
 
@@ -596,31 +676,70 @@ void residual_layernorm_forward(F* residual_out, F* ln_out,             // (N,C)
     CUDA_CHECK_LAUNCH();
 }
 
-// K: loads in flight, Q: the last block's slots in flight, ARMED: the counter (the kernel lab launches
-// the kernel as first built — K = 1, Q = 2, compare-and-swap — beside this one; the same bits).
-template <typename F, int K = LN_BWD_INFLIGHT, int Q = LN_BWD_FINISH_INFLIGHT, bool ARMED = true>
+// The fused column sums fit a block where every warp's region (layernorm_backward_fused_smem) fits the
+// device's shared memory per block beside the kernel's one static int: C up to about 1800 channels in
+// bf16 on an H100 or H200 (GPT-2 1.5B's 1600 included), about 1300 on an A100 (and under the emulation,
+// which has an A100's limit). Wider rows (BLOOM's 14336, --normformer's 4C at 124M) read their rows again.
+static inline bool layernorm_backward_fused_fits(size_t smem) { return smem + 64 <= cuda_device().sharedMemPerBlockOptin; }
+
+// One instantiation of the backward kernel launched (its shared-memory opt-in once, when over 48 KiB).
+template <typename F> struct LnBwdArgs {
+    F* dinp;
+    float *dweight, *dbias, *partial;
+    unsigned* done;
+    unsigned tag, next_tag;
+    const F *dout, *inp, *weight;
+    const float *mean, *rstd;
+    int N, C, rows, S;
+    bool quad4, dinp_write, dweight_write;
+};
+template <typename F, int K, bool VEC, int Q, bool ARMED, bool FUSED>
+static void layernorm_backward_launch(const LnBwdArgs<F>& a, int blocks, size_t smem) {
+    static bool optin = false;
+    if (smem > 48 * 1024) smem_optin(layernorm_backward_kernel<F, K, VEC, Q, ARMED, FUSED>, (size_t)cuda_device().sharedMemPerBlockOptin - 64, &optin);
+    KEEL_LAUNCH(layernorm_backward_kernel<F KEEL_COMMA K KEEL_COMMA VEC KEEL_COMMA Q KEEL_COMMA ARMED KEEL_COMMA FUSED>, blocks, LN_BWD_WARPS * 32,
+                smem, MAIN_STREAM)(a.dinp, a.dweight, a.dbias, a.partial, a.done, a.tag, a.next_tag, a.dout, a.inp, a.weight, a.mean, a.rstd, a.N,
+                                   a.C, a.rows, a.S, a.quad4, a.dinp_write, a.dweight_write);
+    CUDA_CHECK_LAUNCH();
+}
+
+// PASSES: LN_BWD_ONE_PASS, the column sums fused into the first pass (where they fit, else the launch
+// dies naming the size); LN_BWD_TWO_PASS, the rows read again for them; LN_BWD_AUTO (the model's), the
+// first where it fits. K: loads in flight, Q: the last block's slots in flight, ARMED: the counter (the
+// kernel lab launches the kernel as first built — K = 1, Q = 2, compare-and-swap — beside this one; the
+// same bits at the same PASSES).
+enum { LN_BWD_AUTO = 0, LN_BWD_ONE_PASS = 1, LN_BWD_TWO_PASS = 2 };
+template <typename F, int K = LN_BWD_INFLIGHT, int Q = LN_BWD_FINISH_INFLIGHT, bool ARMED = true, int PASSES = LN_BWD_AUTO>
 void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) (C), accumulated into (written: the flags)
                         const F* dout, const F* inp,       // (N,C), (N,C)
                         const F* weight, const float* mean, const float* rstd, int N, int C,
                         bool dinp_write = false, bool dweight_write = false) {
     if (N == 0 || C == 0) return;
+    constexpr int V = Pack128<F>::SIZE;
     int rows = layernorm_backward_rows(N), blocks = (int)ceil_div((size_t)N, rows);
-    int S = layernorm_backward_slices(C, Pack128<F>::SIZE, rows);
-    size_t smem = S > 1 ? (size_t)S * 2 * C * sizeof(float) : 0;  // S·C <= 512·V channels: <= 32 KiB
+    size_t fused_smem = layernorm_backward_fused_smem(C, V);
+    bool fused = PASSES == LN_BWD_ONE_PASS || (PASSES == LN_BWD_AUTO && layernorm_backward_fused_fits(fused_smem));
+    if (fused && !layernorm_backward_fused_fits(fused_smem))
+        keel_die("layernorm_backward: the one-pass form needs %zu bytes of shared memory a block at C = %d, over this device's %zu",
+                 fused_smem, C, (size_t)cuda_device().sharedMemPerBlockOptin);
+    int S = layernorm_backward_slices(C, V, rows);
+    size_t smem = fused ? fused_smem : S > 1 ? (size_t)S * 2 * C * sizeof(float) : 0;  // two-pass: S·C <= 512·V channels, <= 32 KiB
     LayerNormScratch* s = layernorm_scratch();
     layernorm_scratch_size(s, blocks, C);  // no-op once layernorm_reserve sized it
     bool vec = ln_vec_ok<F>(C, {dinp, dout, inp, weight});
     bool quad4 = C % 4 == 0 && aligned16(s->partial.ptr);  // every slot row then starts 16-byte aligned
-    // the vector path with K loads in flight; the scalar fallback (odd C, misaligned views) one at a time
     unsigned tag = layernorm_next_tag(s), next_tag = layernorm_following_tag(s);
     float* partial = (float*)s->partial.ptr;
-    if (vec)
-        KEEL_LAUNCH(layernorm_backward_kernel<F KEEL_COMMA K KEEL_COMMA true KEEL_COMMA Q KEEL_COMMA ARMED>, blocks, LN_BWD_WARPS * 32, smem,
-                    MAIN_STREAM)(dinp, dweight, dbias, partial, s->done, tag, next_tag, dout, inp, weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write);
+    // the vector path with K loads in flight; the scalar fallback (odd C, misaligned views) one at a time
+    LnBwdArgs<F> a{dinp, dweight, dbias, partial, s->done, tag, next_tag, dout, inp, weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write};
+    if (vec && fused)
+        layernorm_backward_launch<F, K, true, Q, ARMED, true>(a, blocks, smem);
+    else if (vec)
+        layernorm_backward_launch<F, K, true, Q, ARMED, false>(a, blocks, smem);
+    else if (fused)
+        layernorm_backward_launch<F, 1, false, Q, ARMED, true>(a, blocks, smem);
     else
-        KEEL_LAUNCH(layernorm_backward_kernel<F KEEL_COMMA 1 KEEL_COMMA false KEEL_COMMA Q KEEL_COMMA ARMED>, blocks, LN_BWD_WARPS * 32, smem,
-                    MAIN_STREAM)(dinp, dweight, dbias, partial, s->done, tag, next_tag, dout, inp, weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write);
-    CUDA_CHECK_LAUNCH();
+        layernorm_backward_launch<F, 1, false, Q, ARMED, false>(a, blocks, smem);
 }
 
 }  // namespace keel_cuda

@@ -47,14 +47,16 @@ template __global__ void keel_cuda::classifier_fused_kernel<__nv_bfloat16, 8, fa
 
 // The LayerNorm backward as first built (one load in flight, 2 slots in the last block, the
 // compare-and-swap counter) and with the loads in flight but that counter (6 slots), each with its
-// scalar fallback (odd C, misaligned views: one load in flight), which test_cuda_layers holds to the
-// launcher's bytes and the kernel lab times beside it.
+// scalar fallback (odd C, misaligned views: one load in flight) and in both forms of the column sums
+// (FUSED: one pass, or two), which test_cuda_layers holds to the launcher's bytes and the kernel lab
+// times beside it.
 #include "llmc/cuda/layernorm.cuh"
-#define KEEL_LN_BWD_CAS(F, K, VEC, Q)                                                                                                   \
-    template __global__ void keel_cuda::layernorm_backward_kernel<F, K, VEC, Q, false>(F*, float*, float*, float*, unsigned*, unsigned, \
-                                                                                      unsigned, const F*, const F*, const F*,         \
-                                                                                      const float*, const float*, int, int, int, int,  \
-                                                                                      bool, bool, bool);
+#define KEEL_LN_BWD_CAS_FORM(F, K, VEC, Q, FUSED)                                                                                       \
+    template __global__ void keel_cuda::layernorm_backward_kernel<F, K, VEC, Q, false, FUSED>(F*, float*, float*, float*, unsigned*,    \
+                                                                                             unsigned, unsigned, const F*, const F*, \
+                                                                                             const F*, const float*, const float*,   \
+                                                                                             int, int, int, int, bool, bool, bool);
+#define KEEL_LN_BWD_CAS(F, K, VEC, Q) KEEL_LN_BWD_CAS_FORM(F, K, VEC, Q, true) KEEL_LN_BWD_CAS_FORM(F, K, VEC, Q, false)
 #define KEEL_LN_BWD_CASES(F) \
     KEEL_LN_BWD_CAS(F, 1, true, 2) KEEL_LN_BWD_CAS(F, 1, false, 2) KEEL_LN_BWD_CAS(F, 3, true, 6) KEEL_LN_BWD_CAS(F, 1, false, 6)
 KEEL_LN_BWD_CASES(float)
