@@ -137,6 +137,7 @@ gpu_bench() { # name L C NH T B [more flags]
 }
 gpu_bench 124M 12 768 12 1024 16
 KEEL_FLASH_BWD_WARPS=8 gpu_bench 124Mb8 12 768 12 1024 16  # the same with the flash backward at 8 warps a block (llmc/cuda/flash_attention.cuh)
+gpu_bench 124Mnf 12 768 12 1024 16 --gelu-fusion off     # the MLP's GeLU as separate kernels (cuBLASLt's GeLU epilogues ran at 49-51% of the peak)
 gpu_bench 124Mg 12 768 12 1024 16 --attention-impl gemm   # the GEMM attention path (the fallback for head sizes flash lacks)
 gpu_bench 124MT2 12 768 12 2048 8                         # T = 2048: flash, then the GEMM path
 gpu_bench 124MT2g 12 768 12 2048 8 --attention-impl gemm

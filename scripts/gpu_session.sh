@@ -15,8 +15,8 @@
 #   lab-flash    build/lab/flash_attention -B 16: every forward and backward variant at the trainer's
 #                shape (the block order 2 against 3 and 8, the dQ chains 7 and 6, 4 and 5 warps, the
 #                chain's acquire by a load 9, 32-query steps at 3 blocks a multiprocessor 10)
-#   bench        train_gpt at GPT-2 124M (flash, then the GEMM attention path) and 1.5B (flash): the
-#                step in ms and MFU (BENCH_ONLY=gpu scripts/bench.sh's rows, 10 iterations each)
+#   bench        train_gpt at GPT-2 124M (flash; with the GeLU unfused; the GEMM attention path) and 1.5B
+#                (flash): the step in ms and MFU (BENCH_ONLY=gpu scripts/bench.sh's rows, 10 iterations each)
 #   ops          train_gpt --time-ops 3 at GPT-2 124M and 1.5B (flash, B=16, T=1024): where the step's
 #                time goes, op by op (CUDA events; each table whole in the log, its top rows in the table)
 #   lab-memory   build/lab/layernorm (B=8, then B=16) and build/lab/classifier (B=8): each kernel beside its
@@ -223,7 +223,7 @@ export -f bench_rows op_tables lab_memory kernel_tests ncu_kernels trainer lab_s
 LAB_ROWS='^(attention|layernorm|classifier)|^  [0-9]+ |wrong|FAIL'
 step gpu 5 '^[0-9]+,' nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 step lab-flash 60 "$LAB_ROWS" build/lab/flash_attention -B 16
-step bench 90 '^GPU|^config|^(124M|124Mg|1\.5B) |failed' bench_rows "124M 124Mg 1.5B"
+step bench 100 '^GPU|^config|^(124M|124Mnf|124Mg|1\.5B) |failed' bench_rows "124M 124Mnf 124Mg 1.5B"
 step ops 60 '^(124M|1\.5B) \| |failed|no table' op_tables
 step lab-memory 40 "$LAB_ROWS" lab_memory
 step tests 60 '^-- |checks, |FAILED|^FAIL' kernel_tests

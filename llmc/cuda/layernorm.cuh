@@ -348,8 +348,8 @@ __global__ void residual_layernorm_forward_kernel(F* residual_out, F* ln_out,   
 // trips to L2 for 128 blocks (it was 2·LN_BWD_INFLIGHT = 6: 22 round trips).
 enum { LN_BWD_INFLIGHT = 3, LN_BWD_FINISH_INFLIGHT = 16 };
 
-// ---- the fused column sums' shared memory -------------------------------------------------------------
-// The backward's one-pass form (LN_BWD_COLS_FUSED) keeps each warp's dweight/dbias sums over the rows
+// ---- the one-pass form's shared memory ----------------------------------------------------------------
+// The backward's one-pass form (LN_BWD_ONE_PASS) keeps each warp's dweight/dbias sums over the rows
 // it owns in its own region of the block's shared memory, 2·V floats per chunk of V channels: lane l
 // holds chunks l, l + 32, ... (its chunks of every row), so during phase 1 no lane touches another's
 // entries. Group q of chunks (32q .. 32q + 31; the last group `lanes` < 32 wide) takes lanes·V/2
@@ -373,12 +373,12 @@ __host__ __device__ inline int ln_cols_channel(int f, int C, int V, bool* bias) 
     int c = (32 * q + lane) * V + (u % (V / 4)) * 4 + f % 4;
     return c < C ? c : -1;
 }
-// Bytes of shared memory the fused backward takes a block (every warp's region).
+// Bytes of shared memory the one-pass form takes a block (every warp's region).
 static inline size_t layernorm_backward_fused_smem(int C, int V) { return (size_t)LN_BWD_WARPS * ln_cols_floats(C, V) * sizeof(float); }
 
 // Phase 1 for one row by one warp: dx += rstd·(g - mean(g) - xhat·mean(g·xhat)); write: dx = 0 + ...
 // (dx not read; the bits of adding into zeros). K chunks of d and x (then of dx) in flight a lane.
-// COLS (the fused column sums): the row's dout·xhat and dout are also added into the lane's entries
+// COLS (the one-pass form): the row's dout·xhat and dout are also added into the lane's entries
 // of its warp's region `cols` (ln_cols_at), chunk by chunk, while the first pass holds them.
 template <typename F, int K, bool VEC, bool COLS = false>
 __device__ inline void layernorm_backward_row(F* dx, const F* d, const F* x, const F* weight, float m, float s, int C,
@@ -537,9 +537,11 @@ __device__ inline void layernorm_backward_finish(float* dweight, float* dbias, c
 // dinp_write / dweight_write: dinp / (dweight, dbias) written instead of accumulated into. K: loads in
 // flight (LN_BWD_INFLIGHT; 1 for the kernel lab's comparison); Q: the last block's slots in flight;
 // ARMED: the counter's atomicAdd (false: compare-and-swap alone, as first built; the lab times both).
-// The launch bound holds ptxas to the 128 registers a thread that a 512-thread block can have (122
-// at sm_90 now): past them the launch would fail at run time, where under the bound the kernel
-// spills, which test_ptxas reports at build time.
+// FUSED: the one-pass form of the column sums (dynamic shared memory: layernorm_backward_fused_smem);
+// false, the two-pass form.
+// The launch bound holds ptxas to the 128 registers a thread that a 512-thread block can have (124
+// at sm_90 now, bf16, one pass): past them the launch would fail at run time, where under the bound
+// the kernel spills, which test_ptxas reports at build time.
 template <typename F, int K, bool VEC, int Q = LN_BWD_FINISH_INFLIGHT, bool ARMED = true, bool FUSED = true>
 __global__ void __launch_bounds__(LN_BWD_WARPS * 32)
     layernorm_backward_kernel(F* dinp, float* dweight, float* dbias,  // (N,C) (C) (C), accumulated into
@@ -676,7 +678,7 @@ void residual_layernorm_forward(F* residual_out, F* ln_out,             // (N,C)
     CUDA_CHECK_LAUNCH();
 }
 
-// The fused column sums fit a block where every warp's region (layernorm_backward_fused_smem) fits the
+// The one-pass form fits a block where every warp's region (layernorm_backward_fused_smem) fits the
 // device's shared memory per block beside the kernel's one static int: C up to about 1800 channels in
 // bf16 on an H100 or H200 (GPT-2 1.5B's 1600 included), about 1300 on an A100 (and under the emulation,
 // which has an A100's limit). Wider rows (BLOOM's 14336, --normformer's 4C at 124M) read their rows again.
