@@ -8,7 +8,8 @@
 #   3. the checked build (build/racecheck/, KEEL_EMU_RACECHECK): no race, out-of-bounds or
 #      uninitialized shared-memory access in the kernel tests;
 #   4. planted defects, each compiled from a copy of llmc/ with one change, each stopped with a
-#      message naming it: a removed barrier, a removed __syncwarp, a read one past a shared array, an
+#      message naming it: a removed barrier, a removed __syncwarp (flash; the LayerNorm backward's
+#      region zeroing), a read one past a shared array, an
 #      uninitialized shared read (by the checked build, and by poison), a removed __syncwarp again by
 #      the schedule alone (the output changes with it), a removed stream wait, a misaligned cuBLASLt
 #      bias, an oversized launch, a block over the register file (ptxas's registers × threads), a
@@ -18,7 +19,8 @@
 #      in-order synchronous run's; the bucket reduction's stream wait removed from llmc/comm.h is caught
 #      by streams run apart; and one iteration (flash and GEMM attention) in the checked build.
 # `make test` runs the fast subset (kernel tests that take seconds, 1 random seed, the checked build
-# of three tests, every planted defect); `make test-emu-sanitize` (KEEL_EMU_SANITIZE=full) all of it.
+# of three tests and of the plant driver's LayerNorm, every planted defect); `make test-emu-sanitize`
+# (KEEL_EMU_SANITIZE=full) all of it.
 source "$(dirname "$0")/lib.sh"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 unset KEEL_EMU_SCHEDULE KEEL_EMU_POISON KEEL_EMU_STREAMS KEEL_EMU_PROFILE KEEL_EMU_TRACE
@@ -98,11 +100,24 @@ if build_driver "$TMP/clean-plain" plain && { [ $FULL = 0 ] || build_driver "$TM
   done
   for s in 1 2 3 4; do KEEL_EMU_STREAMS=async:$s "$TMP/clean-plain/pd" overlap >/dev/null 2>&1 || bad="$bad overlap:async:$s"; done
   KEEL_EMU_POISON=nan "$TMP/clean-plain/pd" sumsq >/dev/null 2>&1 || bad="$bad sumsq:poison"
-  for m in sumsq dbias flash; do [ $FULL = 0 ] || "$TMP/clean-checked/pd" $m >/dev/null 2>&1 || bad="$bad checked:$m"; done
+  for m in sumsq dbias flash layernorm; do [ $FULL = 0 ] || "$TMP/clean-checked/pd" $m >/dev/null 2>&1 || bad="$bad checked:$m"; done
   [ -z "$bad" ] && ok "plant_driver runs clean on keel's code" || fail "plant_driver fails unplanted:$bad"
 else fail "plant_driver does not build: $(head -3 "$TMP"/clean-*/build.log)"; fi
+# the LayerNorm backward's one-pass form (each warp's region of shared memory, zeroed by the warp
+# before its lanes add into it) in the checked build, in the fast run too (its layernorm mode alone
+# compiles in seconds): no race, out-of-bounds or uninitialized access
+if [ $FULL = 0 ]; then
+  mkdir -p "$TMP/clean-checked-ln"
+  if build_driver "$TMP/clean-checked-ln" checked layernorm; then
+    "$TMP/clean-checked-ln/pd" layernorm >"$TMP/clean-checked-ln/out" 2>&1 && ! grep -q racecheck "$TMP/clean-checked-ln/out" &&
+      ok "plant_driver layernorm in the checked build: no race, out-of-bounds or uninitialized shared access" ||
+      fail "plant_driver layernorm in the checked build: $(grep -m2 -E 'racecheck|FAIL' "$TMP/clean-checked-ln/out")"
+  else fail "plant_driver layernorm (checked) does not build: $(head -3 "$TMP/clean-checked-ln/build.log")"; fi
+fi
 plant removed-barrier llmc/cuda/common.cuh 's/(T\* shared\) \{.*?shared\[warp\] = v;\n)\s*__syncthreads\(\);\n/$1/s' checked sumsq "racecheck: .*race"
 plant removed-syncwarp llmc/cuda/flash_attention.cuh 's/\n    __syncwarp\(\);\n/\n/' checked flash "racecheck: .*race"
+plant removed-ln-region-syncwarp llmc/cuda/layernorm.cuh 's/(store128\(mine \+ f, Pack<float, 4>\{\}\);\n)\s*__syncwarp\(\);\n/$1/' checked layernorm \
+  "racecheck: .*race"
 plant one-past-shared llmc/cuda/matmul.cuh 's/y < DBIAS_ROW_THREADS; y\+\+/y <= DBIAS_ROW_THREADS; y++/' checked dbias "racecheck: .*out-of-bounds read in sums"
 plant uninit-shared llmc/cuda/common.cuh 's/T w = lane < warps \? shared\[lane\] : \(T\)0;/T w = shared[lane];/' checked sumsq "racecheck: .*uninitialized read"
 plant uninit-shared-poison llmc/cuda/common.cuh 's/T w = lane < warps \? shared\[lane\] : \(T\)0;/T w = shared[lane];/' plain sumsq "FAIL  sumsq" KEEL_EMU_POISON=nan
