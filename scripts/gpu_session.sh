@@ -19,8 +19,8 @@
 #                (flash): the step in ms and MFU (BENCH_ONLY=gpu scripts/bench.sh's rows, 10 iterations each)
 #   ops          train_gpt --time-ops 3 at GPT-2 124M and 1.5B (flash, B=16, T=1024): where the step's
 #                time goes, op by op (CUDA events; each table whole in the log, its top rows in the table)
-#   lab-memory   build/lab/layernorm (B=8, then B=16) and build/lab/classifier (B=8): each kernel beside its
-#                first-timed form
+#   lab-memory   build/lab/layernorm (B=8, then B=16 at C=768 and 1600) and build/lab/classifier (B=8): each
+#                kernel beside its first-timed form
 #   tests        every build/gpu/test_cuda_* kernel test on the GPU
 #   ncu          Nsight Compute on the flash forward and backward and the LayerNorm backward as the
 #                124M trainer launches them (one launch each, its second iteration): stall reasons,
@@ -134,7 +134,9 @@ op_tables() {
   rm -f "$log"
   return $bad
 }
-lab_memory() { build/lab/layernorm && build/lab/layernorm -B 16 && build/lab/classifier; }  # (B=16: the 124M trainer's rows, which L2 cannot hold twice)
+# (B=16: the 124M trainer's rows, which L2 cannot hold twice; C=1600: GPT-2 1.5B's, where the LayerNorm
+# backward's one-pass regions leave the multiprocessor little L1)
+lab_memory() { build/lab/layernorm && build/lab/layernorm -B 16 && build/lab/layernorm -B 16 -C 1600 -NH 25 && build/lab/classifier; }
 kernel_tests() {
   local t bad=0
   for t in build/gpu/test_cuda_*; do
