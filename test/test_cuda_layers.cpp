@@ -3,6 +3,9 @@
 // B*T, C=48 and C=4*48 as --normformer uses, C=100), then a bf16 pass that runs every op with the
 // storage type __nv_bfloat16. Backward ops accumulate, so each starts from non-zero random
 // gradients; every reducing backward is also run twice and compared byte for byte (determinism).
+// The LayerNorm backward in both forms of its column sums (one pass, where each warp's sums live in
+// its region of shared memory, and two), the launcher's choice between them, and the one-pass
+// form's layout: a bijection onto the channels, every warp access conflict-free (bank_degree).
 //
 // Tolerances, fp32:
 //   - layernorm: the CUDA statistics add a row's channels in a warp tree, the CPU in a line; fp32
