@@ -56,6 +56,7 @@
 // cudaMalloc in a steady-state step); an unreserved larger call grows them once.
 #pragma once
 #include <initializer_list>
+#include <type_traits>
 
 #include "llmc/cuda/common.cuh"
 
@@ -682,26 +683,19 @@ void residual_layernorm_forward(F* residual_out, F* ln_out,             // (N,C)
 // device's shared memory per block beside the kernel's one static int: C up to about 1800 channels in
 // bf16 on an H100 or H200 (GPT-2 1.5B's 1600 included), about 1300 on an A100 (and under the emulation,
 // which has an A100's limit). Wider rows (BLOOM's 14336, --normformer's 4C at 124M) read their rows again.
-static inline bool layernorm_backward_fused_fits(size_t smem) { return smem + 64 <= cuda_device().sharedMemPerBlockOptin; }
+// (LN_BWD_STATIC_SMEM: room for the kernel's static shared memory, its one int; ptxas reports 16 bytes.)
+enum { LN_BWD_STATIC_SMEM = 64 };
+static inline bool layernorm_backward_fused_fits(size_t smem) { return smem + LN_BWD_STATIC_SMEM <= cuda_device().sharedMemPerBlockOptin; }
 
-// One instantiation of the backward kernel launched (its shared-memory opt-in once, when over 48 KiB).
-template <typename F> struct LnBwdArgs {
-    F* dinp;
-    float *dweight, *dbias, *partial;
-    unsigned* done;
-    unsigned tag, next_tag;
-    const F *dout, *inp, *weight;
-    const float *mean, *rstd;
-    int N, C, rows, S;
-    bool quad4, dinp_write, dweight_write;
-};
-template <typename F, int K, bool VEC, int Q, bool ARMED, bool FUSED>
-static void layernorm_backward_launch(const LnBwdArgs<F>& a, int blocks, size_t smem) {
+// One instantiation of the backward kernel launched with the kernel's own arguments (its
+// shared-memory opt-in once, when over 48 KiB: up to the device's limit less LN_BWD_STATIC_SMEM).
+template <typename F, int K, bool VEC, int Q, bool ARMED, bool FUSED, typename... Args>
+static void layernorm_backward_launch(int blocks, size_t smem, Args... args) {
     static bool optin = false;
-    if (smem > 48 * 1024) smem_optin(layernorm_backward_kernel<F, K, VEC, Q, ARMED, FUSED>, (size_t)cuda_device().sharedMemPerBlockOptin - 64, &optin);
+    if (smem > 48 * 1024)
+        smem_optin(layernorm_backward_kernel<F, K, VEC, Q, ARMED, FUSED>, (size_t)cuda_device().sharedMemPerBlockOptin - LN_BWD_STATIC_SMEM, &optin);
     KEEL_LAUNCH(layernorm_backward_kernel<F KEEL_COMMA K KEEL_COMMA VEC KEEL_COMMA Q KEEL_COMMA ARMED KEEL_COMMA FUSED>, blocks, LN_BWD_WARPS * 32,
-                smem, MAIN_STREAM)(a.dinp, a.dweight, a.dbias, a.partial, a.done, a.tag, a.next_tag, a.dout, a.inp, a.weight, a.mean, a.rstd, a.N,
-                                   a.C, a.rows, a.S, a.quad4, a.dinp_write, a.dweight_write);
+                smem, MAIN_STREAM)(args...);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -733,15 +727,15 @@ void layernorm_backward(F* dinp, float* dweight, float* dbias,     // (N,C) (C) 
     unsigned tag = layernorm_next_tag(s), next_tag = layernorm_following_tag(s);
     float* partial = (float*)s->partial.ptr;
     // the vector path with K loads in flight; the scalar fallback (odd C, misaligned views) one at a time
-    LnBwdArgs<F> a{dinp, dweight, dbias, partial, s->done, tag, next_tag, dout, inp, weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write};
-    if (vec && fused)
-        layernorm_backward_launch<F, K, true, Q, ARMED, true>(a, blocks, smem);
-    else if (vec)
-        layernorm_backward_launch<F, K, true, Q, ARMED, false>(a, blocks, smem);
-    else if (fused)
-        layernorm_backward_launch<F, 1, false, Q, ARMED, true>(a, blocks, smem);
+    auto launch = [&](auto vec_c, auto fused_c) {
+        constexpr bool VEC = decltype(vec_c)::value, FUSED = decltype(fused_c)::value;
+        layernorm_backward_launch<F, VEC ? K : 1, VEC, Q, ARMED, FUSED>(blocks, smem, dinp, dweight, dbias, partial, s->done, tag, next_tag, dout, inp,
+                                                                       weight, mean, rstd, N, C, rows, S, quad4, dinp_write, dweight_write);
+    };
+    if (vec)
+        fused ? launch(std::true_type{}, std::true_type{}) : launch(std::true_type{}, std::false_type{});
     else
-        layernorm_backward_launch<F, 1, false, Q, ARMED, false>(a, blocks, smem);
+        fused ? launch(std::false_type{}, std::true_type{}) : launch(std::false_type{}, std::false_type{});
 }
 
 }  // namespace keel_cuda
