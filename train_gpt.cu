@@ -1502,6 +1502,7 @@ static void trainer_print_layout(Trainer<A>* tr, int B, int T) {
            tr->model.flash ? "flash (fused, tensor cores, each row's log-sum-exp kept instead of the T x T probabilities)"
                            : "gemm (the materialized softmax: T x T probabilities kept per layer)",
            c->attention_impl.c_str(), tr->attention_why.c_str());
+    if (tr->model.flash && !flash_attention_note().empty()) printf("%s\n", flash_attention_note().c_str());
     printf("gelu fusion: %s (--gelu-fusion %s)\n",
            !GPT_ON_GPU                 ? "n/a (the CPU trainer's GeLU ops compute the same values either way)"
            : g->activation != ACT_GELU ? "n/a (--activation relu)"

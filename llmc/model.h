@@ -736,6 +736,9 @@ template <typename F> void gpt_build(GPT<F>* m, const GPTConfig* cfg, int B, int
     // sized now for the largest micro-batch so that no training step allocates (CPU: nothing)
     if (m->flash) flash_attention_reserve<F>(B, T, td.C, td.NH);
     else attention_reserve<F>(B, T, td.C, td.NH);
+    // the GPU's flash backward: of its kernels that give the same bytes, the faster on this device and
+    // shape, timed now on the model's own buffers (written again before the first step reads them)
+    if (m->flash) flash_attention_tune<F>(m->slots[0].qkv, m->slots[0].atty, m->slots[0].lse, m->dacts.qkv, B, T, td.C, td.NH);
     matmul_reserve(BT, gpt_max_bias_width(cfg));
     param_checksum((const float*)nullptr, 0);  // (reserves its 8-byte scratch: the replica checks allocate nothing later)
     layernorm_reserve((int)BT, gpt_max_layernorm_width(cfg));

@@ -134,9 +134,13 @@ gpu_bench() { # name L C NH T B [more flags]
         mfu = PEAK > 0 ? sprintf("%.1f%%", 100 * tf / PEAK) : "n/a"
         printf "%-6s %-28s %10.1f %12.0f %9.1f %7s %8.1f GiB\n", name, sprintf("L%d C%d NH%d T%d B%d", L, C, NH, T, B), med, tps, tf, mfu, mem / 1024
       }'
+  # the flash backward's query step and the start-up trial that chose it (head size 64)
+  grep -m1 '^flash backward:' "$tmp/$name.log" | sed 's/^/       /' || true
 }
 gpu_bench 124M 12 768 12 1024 16
 KEEL_FLASH_BWD_WARPS=8 gpu_bench 124Mb8 12 768 12 1024 16  # the same with the flash backward at 8 warps a block (llmc/cuda/flash_attention.cuh)
+KEEL_FLASH_BWD_STEP=64 gpu_bench 124Ms64 12 768 12 1024 16  # the flash backward at 64-query steps, untimed (the 124M row: the start-up trial's pick)
+KEEL_FLASH_BWD_STEP=32 gpu_bench 124Ms32 12 768 12 1024 16  # ... and at 32-query steps (3 blocks a multiprocessor)
 gpu_bench 124Mnf 12 768 12 1024 16 --gelu-fusion off     # the MLP's GeLU as separate kernels (cuBLASLt's GeLU epilogues ran at 49-51% of the peak)
 gpu_bench 124Mg 12 768 12 1024 16 --attention-impl gemm   # the GEMM attention path (the fallback for head sizes flash lacks)
 gpu_bench 124MT2 12 768 12 2048 8                         # T = 2048: flash, then the GEMM path

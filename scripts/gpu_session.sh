@@ -225,7 +225,7 @@ export -f bench_rows op_tables lab_memory kernel_tests ncu_kernels trainer lab_s
 LAB_ROWS='^(attention|layernorm|classifier)|^  [0-9]+ |wrong|FAIL'
 step gpu 5 '^[0-9]+,' nvidia-smi --query-gpu=index,name,compute_cap,memory.total,driver_version,clocks.max.sm --format=csv,noheader
 step lab-flash 60 "$LAB_ROWS" build/lab/flash_attention -B 16
-step bench 100 '^GPU|^config|^(124M|124Mnf|124Mg|1\.5B) |failed' bench_rows "124M 124Mnf 124Mg 1.5B"
+step bench 120 '^GPU|^config|^(124M|124Ms64|124Mnf|124Mg|1\.5B) |flash backward:|failed' bench_rows "124M 124Ms64 124Mnf 124Mg 1.5B"
 step ops 60 '^(124M|1\.5B) \| |failed|no table' op_tables
 step lab-memory 40 "$LAB_ROWS" lab_memory
 step tests 60 '^-- |checks, |FAILED|^FAIL' kernel_tests

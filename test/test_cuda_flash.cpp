@@ -488,8 +488,8 @@ template <typename L> static void test_flash(int B, int T, int C, int NH, const 
     {  // each warp count against the reference; dK and dV the same bits at 4 and 8 (each warp's 16 keys see
        // the same query blocks in the same order), dQ summed over 64- or 128-key tiles (another order); the
        // launcher's default (4 warps at both head sizes) is that kernel, byte for byte; and the dQ
-       // chain added serially, deferred by a step or acquiring its turn by a second read gives every
-       // byte of the default's chain (the same sums in the same order)
+       // chain added serially, deferred by a step or acquiring its turn by a second read, and steps of
+       // 32 queries at head size 64, give every byte of the default's (the same sums in the same order)
         std::vector<float> d4 = flash_backward_w<L, 4>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
         std::vector<float> d8 = flash_backward_w<L, 8>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
         check_lowp(std::string("flash_attention_backward, 4 warps x 64 keys, dinp") + tag, absorb(d4, want_dinp, slack_dinp), want_dinp);
@@ -499,21 +499,21 @@ template <typename L> static void test_flash(int B, int T, int C, int NH, const 
             kv_same = kv_same && memcmp(&d8[r * 3 * C + C], &d4[r * 3 * C + C], 2 * C * sizeof(float)) == 0;
         check_true(std::string("flash_attention_backward, 8 warps x 128 keys: dK, dV = the 4-warp kernel's, same bytes") + tag, kv_same);
         check_true(std::string("flash_attention_backward: the launcher's default is 4 warps, same bytes") + tag, g.dinp == d4);
-        std::vector<float> d4d = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_DEFER>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
-        std::vector<float> d8d = flash_backward_w<L, 8, keel_cuda::FLASH_CHAIN_DEFER>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
-        check_true(std::string("flash_attention_backward, dQ chain deferred a step: the default chain's bytes at 4 and 8 warps") + tag,
-                   d4d == d4 && d8d == d8);
-        std::vector<float> d4s = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_SERIAL>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
-        std::vector<float> d8s = flash_backward_w<L, 8, keel_cuda::FLASH_CHAIN_SERIAL>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
-        check_true(std::string("flash_attention_backward, dQ chain added serially: the default chain's bytes at 4 and 8 warps") + tag,
-                   d4s == d4 && d8s == d8);
+        if (C / NH == 64) {  // 32-query steps (3 blocks a multiprocessor; the trainer times them against 64 at start-up)
+            std::vector<float> d32 = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_EARLY, 32>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+            check_true(std::string("flash_attention_backward, 32-query steps: the 64-query steps' bytes") + tag, d32 == d4);
+        }
         if constexpr (std::is_same<L, bf16>::value) {  // the kernel lab's variants, built in bf16 only (kernel_instances.cu)
+            std::vector<float> d4d = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_DEFER>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+            std::vector<float> d8d = flash_backward_w<L, 8, keel_cuda::FLASH_CHAIN_DEFER>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+            check_true(std::string("flash_attention_backward, dQ chain deferred a step: the default chain's bytes at 4 and 8 warps") + tag,
+                       d4d == d4 && d8d == d8);
+            std::vector<float> d4s = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_SERIAL>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+            std::vector<float> d8s = flash_backward_w<L, 8, keel_cuda::FLASH_CHAIN_SERIAL>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
+            check_true(std::string("flash_attention_backward, dQ chain added serially: the default chain's bytes at 4 and 8 warps") + tag,
+                       d4s == d4 && d8s == d8);
             std::vector<float> d4a = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_EARLY_ACQUIRE>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
             check_true(std::string("flash_attention_backward, the early chain acquiring by a second read: the default chain's bytes") + tag, d4a == d4);
-            if (C / NH == 64) {  // 32-query steps (3 blocks a multiprocessor; head size 128's default)
-                std::vector<float> d32 = flash_backward_w<L, 4, keel_cuda::FLASH_CHAIN_EARLY, 32>(inp, dout, g, dinp0, B, T, C, NH, &op.dev);
-                check_lowp(std::string("flash_attention_backward, 32-query steps, dinp") + tag, absorb(d32, want_dinp, slack_dinp), want_dinp);
-            }
         }
     }
     if (controls) {  // the perturbed element's slack counts too
@@ -748,6 +748,79 @@ template <typename L, int HS> static void test_flash_order(int B, int T, int NH,
     for (void* p : {(void*)d_inp, (void*)d_dout, (void*)d_out, (void*)d_dinp, (void*)d_lse}) dev_free(p);
 }
 
+// The start-up trial of the backward's query step (flash_trial, flash_attention_tune): a candidate of
+// the same bytes (32-query steps) may be picked, one whose bytes differ never is, whatever the
+// times; the tuner fills its inputs, settles once, says how, and the launcher then runs the step it
+// chose, with the default's bytes. (The emulator's times are its own: which candidate wins here means
+// nothing.)
+static void test_step_trial() {
+    using namespace keel_cuda;
+    const int B = 1, T = 130, C = 128, NH = 2;
+    size_t n_inp = (size_t)B * T * 3 * C, n_out = (size_t)B * T * C;
+    bf16 *qkv = dev_upload(lowp_store<bf16>(randn(n_inp, 70))), *out = dev_upload(std::vector<bf16>(n_out));
+    bf16* dqkv = dev_upload(std::vector<bf16>(n_inp));
+    float* lse = dev_upload(std::vector<float>((size_t)B * NH * T));
+    AttentionOpts o;
+    keel_cuda::flash_attention_forward<bf16>(out, lse, qkv, B, T, C, NH, &o);
+    auto run = [&](auto launch) { return [&, launch] { launch(); }; };
+    FlashTrial same = flash_trial(run([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
+                                  run([&] { flash_backward_launch<bf16, 64, true, 4, FLASH_CHAIN_EARLY, 32>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
+                                  dqkv, n_inp * sizeof(bf16), 3);
+    // (no times printed: test_emu_sanitize compares this test's output across schedules byte for byte)
+    check_true("flash_trial: 32-query steps write the 64-query steps' bytes, timed, either may be picked",
+               same.same && same.ms[0] > 0 && same.ms[1] > 0 && same.pick == (same.ms[1] < same.ms[0] ? 1 : 0));
+    // (a candidate computing something else: the default kernel from another output gradient, the q
+    // slice of qkv, timed as fast or not)
+    FlashTrial differ = flash_trial(run([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
+                                    run([&] { flash_backward_launch<bf16, 64>(dqkv, qkv, qkv, out, lse, B, T, C, NH, &o, true); }),
+                                    dqkv, n_inp * sizeof(bf16), 3);
+    check_true("flash_trial: a candidate whose bytes differ is never picked", !differ.same && differ.pick == 0);
+    FlashTrial untimed = flash_trial(run([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
+                                     run([&] { flash_backward_launch<bf16, 64, true, 4, FLASH_CHAIN_EARLY, 32>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
+                                     dqkv, n_inp * sizeof(bf16), 0);
+    check_true("flash_trial: with no timed rounds the default stays", untimed.same && untimed.pick == 0);
+
+    setenv("KEEL_FLASH_BWD_STEP", "auto", 1);  // (read once, here first: the emulation's default is 64 untimed)
+    check_true("flash_attention_tune: nothing chosen before it runs", flash_bwd_step().step == 0 && keel_cuda::flash_attention_note().empty());
+    keel_cuda::flash_attention_tune<bf16>(qkv, out, lse, dqkv, B, T, C, NH);
+    std::vector<float> filled = lowp_widen(dev_download(qkv, n_inp));
+    bool in_range = true;
+    for (float x : filled) in_range = in_range && x >= -1.f && x < 1.f;
+    int step = flash_bwd_step().step;
+    std::string note = keel_cuda::flash_attention_note();
+    check_true("flash_attention_tune: settles 64 or 32 by the trial and says so, its inputs filled in [-1, 1)",
+               (step == 64 || step == 32) && note.find("-query steps (timed at start-up on B=1, T=130") != std::string::npos && in_range);
+    flash_bwd_step().step = 0;
+    keel_cuda::flash_attention_tune<bf16>(qkv, out, lse, dqkv, 1, 64, 256, 2);  // head size 128: nothing to choose
+    check_true("flash_attention_tune: head size 128 has nothing to choose", flash_bwd_step().step == 0);
+    // the launcher runs the step chosen (the emulator's register check names each kernel launched, with
+    // its template arguments), with the same bytes either way
+    std::vector<bf16> by[2];
+    bool ran32[2] = {false, false};
+    for (int k = 0; k < 2; k++) {
+        flash_bwd_step().step = k ? 32 : 64;
+#ifdef KEEL_CUDA_EMULATION
+        emu::RegistersMode was = emu::registers_mode();
+        emu::registers_mode() = emu::REGISTERS_REPORT;  // (assigned: set_registers_mode would print the report at exit)
+        emu::registers_largest_block().clear();
+#endif
+        keel_cuda::flash_attention_backward<bf16>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true);
+        by[k] = dev_download(dqkv, n_inp);
+#ifdef KEEL_CUDA_EMULATION
+        for (const auto& kv : emu::registers_largest_block())
+            ran32[k] = ran32[k] || kv.first == "keel_cuda::flash_attention_backward_kernel<__nv_bfloat16, 64, true, 4, 1, 32>";
+        emu::registers_largest_block().clear();
+        emu::registers_mode() = was;
+#else
+        ran32[k] = k == 1;
+#endif
+    }
+    check_true("flash_attention_backward runs 32-query steps when chosen, 64 otherwise, with the same bytes",
+               !ran32[0] && ran32[1] && memcmp(by[0].data(), by[1].data(), n_inp * sizeof(bf16)) == 0);
+    flash_bwd_step().step = step;
+    for (void* p : {(void*)qkv, (void*)out, (void*)dqkv, (void*)lse}) dev_free(p);
+}
+
 int main() {
     test_layouts();
     test_chain_choice();
@@ -787,6 +860,7 @@ int main() {
     test_flash<__half>(2, 37, 128, 2, variants[0], false, true, false);
     test_flash<__half>(1, 130, 256, 2, variants[7], true, true, true);
     test_flash_head_offset_matters(1, 37, 128, 2);
+    test_step_trial();
     test_flash_order<bf16, 64>(2, 300, 3, variants[7]);  // 6 heads, 5 query tiles, 3 key tiles of 128
     test_flash_order<bf16, 128>(1, 200, 5, variants[0]);
     test_flash_order<__half, 64>(1, 130, 2, variants[0]);  // plain scores: the FULL tiles of both row-tile counts

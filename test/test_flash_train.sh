@@ -6,7 +6,9 @@
 #      equals the straight run (records and checkpoint bytes); the backward at 8 warps a block
 #      (KEEL_FLASH_BWD_WARPS=8) at T=160 (two 128-key tiles: a dQ chain of two parts where 4 warps have
 #      three) within 5e-3 of the default 4-warp run and not the same bits, the default = an explicit
-#      KEEL_FLASH_BWD_WARPS=4 byte for byte, a value other than 4 or 8 refused; tensor parallel on 2
+#      KEEL_FLASH_BWD_WARPS=4 byte for byte, a value other than 4 or 8 refused; the backward's query
+#      step forced to 32 (KEEL_FLASH_BWD_STEP=32) or timed at start-up (auto) = the default's bytes,
+#      each choice said on a start-up line, another value refused; tensor parallel on 2
 #      ranks (one head each, head offsets in the dropout masks) agrees with one process; head size 16
 #      falls back to gemm under auto and --attention-impl flash there is refused (exit 2); at head
 #      size 128 and T=1024 auto takes flash, which the step model has faster (as measured);
@@ -43,6 +45,23 @@ $CUDA "${RUN[@]}" --train-iters 4 --metrics-file "$TMP/part.jsonl" --load "$TMP/
   >"$TMP/resume.log" 2>&1 || { fail "flash resume failed"; tail -3 "$TMP/resume.log"; }
 cmp -s <(strip_timing "$TMP/flash.jsonl") <(strip_timing "$TMP/part.jsonl") && ok "flash: stop at 2 + resume = straight run (records)" || fail "flash resume: records differ"
 same_checkpoint "flash resume" "$TMP/ck_flash" "$TMP/ck_resume" 4
+# the backward's query step at head size 64: 32 and 64 give the same bytes, so forcing 32
+# (KEEL_FLASH_BWD_STEP=32) or letting the start-up trial choose (auto: under the emulation its times
+# are the emulator's, so either may win) ends with the default run's records and checkpoint; each
+# says on a start-up line how the step was chosen; another value is refused
+KEEL_FLASH_BWD_STEP=32 $CUDA "${RUN[@]}" --train-iters 4 --metrics-file "$TMP/s32.jsonl" --save "$TMP/ck_s32" --save-interval 4 >"$TMP/s32.log" 2>&1 &
+KEEL_FLASH_BWD_STEP=auto $CUDA "${RUN[@]}" --train-iters 4 --metrics-file "$TMP/sauto.jsonl" --save "$TMP/ck_sauto" --save-interval 4 >"$TMP/sauto.log" 2>&1 &
+wait
+grep -q "^flash backward: 64-query steps (not timed: the CPU emulation" "$TMP/flash.log" && grep -q "^flash backward: 32-query steps (KEEL_FLASH_BWD_STEP=32)$" "$TMP/s32.log" &&
+  grep -qE "^flash backward: (32|64)-query steps \(timed at start-up on B=2, T=64: [0-9.]+ ms against [0-9.]+ for (64|32)-query steps; the same bytes either way\)$" "$TMP/sauto.log" \
+  && ok "the backward's query step: a start-up line says how it was chosen (default, KEEL_FLASH_BWD_STEP=32, auto's trial)" \
+  || fail "query step lines: $(grep -h '^flash backward' "$TMP/flash.log" "$TMP/s32.log" "$TMP/sauto.log" | tr '\n' '|')"
+for s in s32 sauto; do
+  cmp -s <(strip_timing "$TMP/flash.jsonl") <(strip_timing "$TMP/$s.jsonl") && ok "$s: the same records as the default 64-query steps" || fail "$s: records differ from the default's"
+  same_checkpoint "$s against the default" "$TMP/ck_flash" "$TMP/ck_$s" 4
+done
+out=$(KEEL_FLASH_BWD_STEP=48 $CUDA "${RUN[@]}" --train-iters 1 2>&1) && fail "KEEL_FLASH_BWD_STEP=48 accepted" \
+  || { grep -q "KEEL_FLASH_BWD_STEP=48: expected auto, 64 or 32" <<<"$out" && ok "KEEL_FLASH_BWD_STEP=48 refused" || fail "KEEL_FLASH_BWD_STEP=48: $out"; }
 W=(--seq-length 160 --train-iters 3)
 KEEL_FLASH_BWD_WARPS=8 $CUDA "${RUN[@]}" "${W[@]}" --metrics-file "$TMP/w8.jsonl" >"$TMP/w8.log" 2>&1 &
 $CUDA "${RUN[@]}" "${W[@]}" --metrics-file "$TMP/w4.jsonl" >"$TMP/w4.log" 2>&1 &

@@ -86,7 +86,7 @@ table=$(sed -n '/^step  *status/,$p' <<<"$out")
 for s in "${steps[@]}"; do grep -qE "^$s +PASS" <<<"$table" || fail "table lacks '$s PASS'"; done
 grep -q "1.0068" <<<"$table" && grep -q "stalled_long_scoreboard.* 3.10" <<<"$table" && grep -q "^124M " <<<"$table" &&
   ok "the table carries the key lines (lab row, ncu stall, bench row)" || fail "key lines missing: $table"
-grep -q "124M 124Mnf 124Mg 1.5B | build/bundle/train_gpt" "$TMP/out/logs/bench.log" && ok "bench: the 124M, 124Mnf, 124Mg and 1.5B rows of the bundle's train_gpt" ||
+grep -q "124M 124Ms64 124Mnf 124Mg 1.5B | build/bundle/train_gpt" "$TMP/out/logs/bench.log" && ok "bench: the 124M, 124Ms64, 124Mnf, 124Mg and 1.5B rows of the bundle's train_gpt" ||
   fail "bench arguments: $(cat "$TMP/out/logs/bench.log")"
 grep -q "CPU build/bundle/train_gpt_cpu, CUDA build/bundle/train_gpt" "$TMP/out/logs/trainer.log" && ok "trainer test on the bundle's two trainers" ||
   fail "trainer: $(cat "$TMP/out/logs/trainer.log")"

@@ -84,13 +84,14 @@ CU
   ok "negative control: a plainly spelled a·b + c is an fma in the PTX, and the check sees it" ||
   fail "negative control: no fma found in the probe's PTX"
 
-# The flash backward's two kernel-lab variants differ from the trainer's kernel only in what the
+# Two flash backward variants — the kernel lab's acquire-read chain and the 32-query steps the
+# trainer times against 64 at start-up — differ from the 64-query early-chain kernel only in what the
 # emulation cannot see (it runs the dQ chain's waits and launch bounds as no-ops, so test_cuda_flash's
 # same-bytes check holds either way): the PTX must show it. The trainer's early chain acquires its
 # turn by fence.acq_rel after relaxed reads, with no ld.acquire; the acquire-read chain
 # (FLASH_CHAIN_EARLY_ACQUIRE) by ld.acquire, with no fence.acq_rel; the 32-query-step kernel asks for
-# 3 blocks a multiprocessor (.minnctapersm 3), the trainer's for none. Each compared with the other:
-# a variant that compiled to the trainer's code would fail.
+# 3 blocks a multiprocessor (.minnctapersm 3), the 64-query kernel for none. Each compared with the
+# other: a variant that compiled to the 64-query kernel's code would fail.
 cat >"$TMP/variants.cu" <<'CU'
 #include "llmc/cuda/flash_attention.cuh"
 #define BWD(CHAIN, STEP) template __global__ void keel_cuda::flash_attention_backward_kernel<__nv_bfloat16, 64, true, 4, CHAIN, STEP>( \
@@ -112,8 +113,8 @@ if "$nv" -O3 -std=c++17 --expt-relaxed-constexpr -I. -arch=sm_90 --ptx "$TMP/var
     ok "flash backward PTX: the early chain acquires by fence.acq_rel, the acquire-read chain by ld.acquire (no fence)" ||
     fail "flash backward PTX: the chains' acquire is not as built (fence/ld.acquire: early $(entry_has "$v" 1 0 'fence\.acq_rel')/$(entry_has "$v" 1 0 'ld\.acquire'), acquire-read $(entry_has "$v" 3 0 'fence\.acq_rel')/$(entry_has "$v" 3 0 'ld\.acquire'))"
   [ "$(entry_has "$v" 1 32 '^\.minnctapersm 3')" -eq 1 ] && [ "$(entry_has "$v" 1 0 'minnctapersm')" -eq 0 ] &&
-    ok "flash backward PTX: 32-query steps ask for 3 blocks a multiprocessor, the trainer's kernel for no minimum" ||
-    fail "flash backward PTX: .minnctapersm not as built (32-query steps: $(entry_has "$v" 1 32 'minnctapersm'), the trainer's: $(entry_has "$v" 1 0 'minnctapersm'))"
+    ok "flash backward PTX: 32-query steps ask for 3 blocks a multiprocessor, the 64-query kernel for no minimum" ||
+    fail "flash backward PTX: .minnctapersm not as built (32-query steps: $(entry_has "$v" 1 32 'minnctapersm'), 64-query: $(entry_has "$v" 1 0 'minnctapersm'))"
 else
   fail "the flash backward's variants do not compile to PTX: $(head -3 "$TMP/variants.log")"
 fi

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "llmc/cpu/attention.h"
@@ -33,6 +34,10 @@ static inline bool flash_attention_supported(int hs, size_t fsize) { return hs >
 // The CPU op set needs no scratch.
 static inline size_t flash_attention_scratch_bytes(size_t B, size_t T, size_t C, size_t NH) { return 0; }
 template <typename F> void flash_attention_reserve(int B, int T, int C, int NH) {}
+// The GPU backward has two kernels of the same bytes and times them at start-up (cuda/flash_attention.cuh);
+// the CPU op is one: nothing to choose, nothing to say.
+template <typename F> void flash_attention_tune(F* qkv, F* out, float* lse, F* dqkv, int B, int T, int C, int NH) {}
+static inline std::string flash_attention_note() { return ""; }
 
 template <typename F>
 void flash_attention_forward(F* out, float* lse,  // (B,T,C), (B,NH,T)

@@ -95,9 +95,12 @@
 #define KEEL_FLASH_ARCH_OK 1
 #endif
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "llmc/cuda/attention.cuh"
 #include "llmc/cuda/mma.cuh"
@@ -1190,6 +1193,94 @@ static inline int flash_backward_chain_here(int hs, int warps) {
     return flash_backward_chain(hs, warps, prop.sharedMemPerMultiprocessor, prop.reservedSharedMemPerBlock);
 }
 
+// ---- the backward's query step, timed at start-up -----------------------------------------------------
+// At head size 64 (4 warps a block) the backward is built for steps of 64 query rows — 245–253
+// registers a thread, 2 blocks a multiprocessor: the kernel an H200 timed at 0.549 ms for GPT-2
+// 124M's shape — and of 32 — 168 registers under its launch bound, 3 blocks: half as many more warps
+// to hide the step's latencies with, for twice the steps' barriers and dQ chain parts. Which one is
+// faster depends on the GPU; what they compute does not: a lane's dK and dV add the same 16-query
+// products in the same order, and a query row's dQ the same key tiles' parts in the same chain, so
+// every output bit is the same (test_cuda_flash, every score variant and dropout). So the trainer
+// times the two at start-up on its own micro-batch shape (flash_attention_tune, called by gpt_build
+// with the model's own buffers: nothing is allocated) and runs the faster. Bytes being equal, the
+// choice never changes a run's numbers, resumed or not, on any rank. Before it takes the 32-query
+// kernel it compares that kernel's output with the 64-query kernel's on this GPU, byte for byte, and
+// keeps 64 if they differ, saying so (a fault the emulation did not show).
+// KEEL_FLASH_BWD_STEP=64 or 32 sets the step without timing; auto (the default on a GPU) times them.
+// Under the CPU emulation a timing means nothing, so the default there is 64 (auto still runs the
+// trial, as the tests do).
+enum { FLASH_STEP_AUTO = 0 };
+static inline int flash_backward_step_mode() {
+    static const int mode = [] {
+        const char* s = getenv("KEEL_FLASH_BWD_STEP");
+        if (!s || !*s) {
+#ifdef KEEL_CUDA_EMULATION
+            return 64;
+#else
+            return (int)FLASH_STEP_AUTO;
+#endif
+        }
+        if (!strcmp(s, "auto")) return (int)FLASH_STEP_AUTO;
+        if (!strcmp(s, "64") || !strcmp(s, "32")) return atoi(s);
+        keel_die("KEEL_FLASH_BWD_STEP=%s: expected auto, 64 or 32", s);
+    }();
+    return mode;
+}
+// The step this process's backward runs at head size 64 (0 until flash_attention_tune settles it:
+// 64), and the start-up line that says how it was chosen ("" where there was nothing to choose).
+struct FlashBwdStep {
+    int step = 0;
+    std::string note;
+};
+static inline FlashBwdStep& flash_bwd_step() {
+    static FlashBwdStep s;
+    return s;
+}
+// What one trial found: whether the candidate wrote the default's bytes, each kernel's median time
+// (ms) and which of the two to run (1: the candidate).
+struct FlashTrial {
+    bool same = false;
+    float ms[2] = {0, 0};
+    int pick = 0;
+};
+// Runs `run_default` and `run_candidate` — each writes all `bytes` at `out` — once each, comparing
+// the candidate's bytes with the default's (copied to the host), then `reps` rounds of the two
+// alternately, each call timed by events on keel's stream. The candidate is picked when its bytes
+// are the default's and its median is the lower. (Start-up only: it waits for the GPU.)
+template <typename A, typename Cand>
+static FlashTrial flash_trial(A run_default, Cand run_candidate, const void* out, size_t bytes, int reps = 5) {
+    FlashTrial r;
+    std::vector<unsigned char> want(bytes), got(bytes);
+    run_default();
+    device_to_host(want.data(), out, bytes);
+    run_candidate();
+    device_to_host(got.data(), out, bytes);
+    r.same = want == got;
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    CUDA_CHECK(cudaEventCreate(&e1));
+    std::vector<float> t[2];
+    for (int i = 0; i < reps; i++)
+        for (int k = 0; k < 2; k++) {
+            CUDA_CHECK(cudaEventRecord(e0, MAIN_STREAM));
+            if (k == 0) run_default();
+            else run_candidate();
+            CUDA_CHECK(cudaEventRecord(e1, MAIN_STREAM));
+            gpu_wait_event(e1, "waiting for the GPU (the flash backward's trial at start-up)");
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            t[k].push_back(ms);
+        }
+    CUDA_CHECK(cudaEventDestroy(e0));
+    CUDA_CHECK(cudaEventDestroy(e1));
+    for (int k = 0; k < 2; k++) {
+        std::sort(t[k].begin(), t[k].end());
+        r.ms[k] = reps > 0 ? t[k][(size_t)reps / 2] : 0.f;
+    }
+    r.pick = r.same && reps > 0 && r.ms[1] < r.ms[0] ? 1 : 0;
+    return r;
+}
+
 template <typename F>
 void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated into (written with dinp_write)
                               const F* dout,             // (B,T,C)
@@ -1206,6 +1297,8 @@ void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated
     if constexpr (sizeof(F) == 2) {
         bool w8 = flash_backward_warps(hs) == 8;
         if (hs == 64 && w8) flash_backward_launch<F, 64, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write, groups);
+        else if (hs == 64 && flash_bwd_step().step == 32)
+            flash_backward_launch<F, 64, true, 4, FLASH_CHAIN_EARLY, 32>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write, groups);
         else if (hs == 64) flash_backward_launch<F, 64>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write, groups);
         else if (w8) flash_backward_launch<F, 128, true, 8>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write, groups);
         else if (flash_backward_chain_here(128, 4) == FLASH_CHAIN_SERIAL)
@@ -1213,5 +1306,51 @@ void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated
         else flash_backward_launch<F, 128>(dinp, dout, inp, out, lse, B, T, C, NH, o, dinp_write, groups);
     }
 }
+
+// Settles the backward's query step at head size 64 (above) for micro-batches of (B,T): times the two
+// kernels on `qkv` (B,T,3C), filled here with values in [-1, 1), their outputs written into `dqkv`
+// (B,T,3C), with the forward's `out` (B,T,C) and `lse` (B,NH,T) as the output gradient's stand-in
+// and the statistics (the model's activation and gradient buffers, before the first step; every one
+// of them is written again before it is read). Once a process: the first model built settles it.
+template <typename F>
+static void flash_backward_tune(F* qkv, F* out, float* lse, F* dqkv, int B, int T, int C, int NH) {
+    FlashBwdStep& st = flash_bwd_step();
+    if (st.step || C / NH != 64 || flash_backward_warps(64) != 4 || (size_t)B * T == 0) return;
+    int mode = flash_backward_step_mode();
+    if (mode != FLASH_STEP_AUTO) {
+        const char* env = getenv("KEEL_FLASH_BWD_STEP");
+        st.step = mode;
+        st.note = "flash backward: " + std::to_string(mode) + "-query steps (" +
+                  (env && *env ? "KEEL_FLASH_BWD_STEP=" + std::to_string(mode)
+                               : std::string("not timed: the CPU emulation's times mean nothing; KEEL_FLASH_BWD_STEP=auto runs the trial")) + ")";
+        return;
+    }
+    size_t n = (size_t)B * T * 3 * C;
+    std::vector<F> host(n);
+    for (size_t i = 0; i < n; i++) host[i] = from_f32<F>((float)(rng_mix64(i) >> 56) * (1.0f / 128) - 1.0f);  // (k/128 - 1: exact in F)
+    host_to_device(qkv, host.data(), n * sizeof(F));
+    AttentionOpts o;
+    keel_cuda::flash_attention_forward<F>(out, lse, qkv, B, T, C, NH, &o);  // (qualified: the CPU twin is a candidate by ADL)
+    FlashTrial r = flash_trial(
+        [&] { flash_backward_launch<F, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); },
+        [&] { flash_backward_launch<F, 64, true, 4, FLASH_CHAIN_EARLY, 32>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }, dqkv,
+        n * sizeof(F));
+    st.step = r.pick ? 32 : 64;
+    char buf[320];
+    if (!r.same)
+        snprintf(buf, sizeof buf,
+                 "flash backward: 64-query steps. WARNING: the 32-query kernel's output differed from the 64-query kernel's on this GPU (they "
+                 "must give the same bytes): not used");
+    else
+        snprintf(buf, sizeof buf, "flash backward: %d-query steps (timed at start-up on B=%d, T=%d: %.3f ms against %.3f for %d-query steps; the "
+                 "same bytes either way)", st.step, B, T, r.ms[r.pick], r.ms[1 - r.pick], r.pick ? 64 : 32);
+    st.note = buf;
+}
+template <typename F>
+void flash_attention_tune(F* qkv, F* out, float* lse, F* dqkv, int B, int T, int C, int NH) {
+    if constexpr (sizeof(F) == 2) flash_backward_tune<F>(qkv, out, lse, dqkv, B, T, C, NH);  // (fp32 runs take the GEMM path)
+}
+// The start-up line of the choice above ("" where nothing was chosen: no flash at head size 64).
+static inline std::string flash_attention_note() { return flash_bwd_step().note; }
 
 }  // namespace keel_cuda

@@ -14,7 +14,9 @@ template void keel_cuda::residual_backward<__half>(__half*, __half*, const __hal
 
 // The flash backward with its dQ chain added serially (FLASH_CHAIN_SERIAL = 0) and deferred a step
 // (FLASH_CHAIN_DEFER = 2), at 4 and 8 warps a block, and acquiring by a second read (4 warps), which
-// test_cuda_flash and the kernel lab run beside the trainer's kernels.
+// test_cuda_flash and the kernel lab run beside the trainer's kernels: bf16 only, the kernel lab's
+// type (each a compile of 10–20 s an architecture here; the chains are the same code in fp16). The
+// 32-query steps at head size 64 are the trainer's (timed at start-up), in both types.
 #include "llmc/cuda/flash_attention.cuh"
 #define KEEL_FLASH_BWD_CHAIN(F, HS, W, CHAIN)                                                                                    \
     template __global__ void keel_cuda::flash_attention_backward_kernel<F, HS, true, W, CHAIN>(                                  \
@@ -25,19 +27,9 @@ KEEL_FLASH_BWD_CHAINS(__nv_bfloat16, 64, 4)
 KEEL_FLASH_BWD_CHAINS(__nv_bfloat16, 64, 8)
 KEEL_FLASH_BWD_CHAINS(__nv_bfloat16, 128, 4)
 KEEL_FLASH_BWD_CHAINS(__nv_bfloat16, 128, 8)
-KEEL_FLASH_BWD_CHAINS(__half, 64, 4)
-KEEL_FLASH_BWD_CHAINS(__half, 64, 8)
-KEEL_FLASH_BWD_CHAINS(__half, 128, 4)
-KEEL_FLASH_BWD_CHAINS(__half, 128, 8)
-// bf16 only (the kernel lab's type; test_cuda_flash checks these two at bf16, each a compile of
-// 10–20 s an architecture here): the early chain acquiring by a second read
-// (FLASH_CHAIN_EARLY_ACQUIRE = 3, the lab's variant 9), and 32-query steps at head size 64 (STEP =
-// 32), 3 blocks a multiprocessor (variant 10)
+// the early chain acquiring by a second read (FLASH_CHAIN_EARLY_ACQUIRE = 3, the lab's variant 9)
 KEEL_FLASH_BWD_CHAIN(__nv_bfloat16, 64, 4, 3)
 KEEL_FLASH_BWD_CHAIN(__nv_bfloat16, 128, 4, 3)
-template __global__ void keel_cuda::flash_attention_backward_kernel<__nv_bfloat16, 64, true, 4, 1, 32>(
-    __nv_bfloat16*, const __nv_bfloat16*, const __nv_bfloat16*, const float*, const float*, float*, int*, int, int, int, int, int, int, AttentionOpts,
-    keel_cuda::AttnScoreScale, float, bool);
 
 // The fused classifier's 16-byte path one column at a time (GROUPED = false), which test_cuda_attention
 // checks and the kernel lab times beside the trainer's grouped kernel.
