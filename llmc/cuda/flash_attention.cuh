@@ -1196,7 +1196,7 @@ static inline int flash_backward_chain_here(int hs, int warps) {
 // ---- the backward's query step, timed at start-up -----------------------------------------------------
 // At head size 64 (4 warps a block) the backward is built for steps of 64 query rows — 245–253
 // registers a thread, 2 blocks a multiprocessor: the kernel an H200 timed at 0.549 ms for GPT-2
-// 124M's shape — and of 32 — 168 registers under its launch bound, 3 blocks: half as many more warps
+// 124M's shape — and of 32 — 168 registers under its launch bound, 3 blocks: half again as many warps
 // to hide the step's latencies with, for twice the steps' barriers and dQ chain parts. Which one is
 // faster depends on the GPU; what they compute does not: a lane's dK and dV add the same 16-query
 // products in the same order, and a query row's dQ the same key tiles' parts in the same chain, so
@@ -1308,10 +1308,11 @@ void flash_attention_backward(F* dinp,                   // (B,T,3C) accumulated
 }
 
 // Settles the backward's query step at head size 64 (above) for micro-batches of (B,T): times the two
-// kernels on `qkv` (B,T,3C), filled here with values in [-1, 1), their outputs written into `dqkv`
-// (B,T,3C), with the forward's `out` (B,T,C) and `lse` (B,NH,T) as the output gradient's stand-in
-// and the statistics (the model's activation and gradient buffers, before the first step; every one
-// of them is written again before it is read). Once a process: the first model built settles it.
+// kernels on `qkv` (B,T,3C), filled here with multiples of 1/128 in [-1, 1), their outputs written
+// into `dqkv` (B,T,3C), with the forward's `out` (B,T,C) and `lse` (B,NH,T) as the output gradient's
+// stand-in and the statistics (the model's activation and gradient buffers, before the first step;
+// every one of them is written again before it is read). Once a process: the first model built
+// settles it.
 template <typename F>
 static void flash_backward_tune(F* qkv, F* out, float* lse, F* dqkv, int B, int T, int C, int NH) {
     FlashBwdStep& st = flash_bwd_step();
@@ -1337,11 +1338,12 @@ static void flash_backward_tune(F* qkv, F* out, float* lse, F* dqkv, int B, int 
         n * sizeof(F));
     st.step = r.pick ? 32 : 64;
     char buf[320];
-    if (!r.same)
+    if (!r.same) {  // (every rank says so: the start-up line is rank 0's alone)
         snprintf(buf, sizeof buf,
                  "flash backward: 64-query steps. WARNING: the 32-query kernel's output differed from the 64-query kernel's on this GPU (they "
                  "must give the same bytes): not used");
-    else
+        fprintf(stderr, "warning: %s\n", buf + strlen("flash backward: 64-query steps. WARNING: "));
+    } else
         snprintf(buf, sizeof buf, "flash backward: %d-query steps (timed at start-up on B=%d, T=%d: %.3f ms against %.3f for %d-query steps; the "
                  "same bytes either way)", st.step, B, T, r.ms[r.pick], r.ms[1 - r.pick], r.pick ? 64 : 32);
     st.note = buf;
