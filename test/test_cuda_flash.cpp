@@ -774,7 +774,12 @@ static void test_step_trial() {
     FlashTrial differ = flash_trial(run([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
                                     run([&] { flash_backward_launch<bf16, 64>(dqkv, qkv, qkv, out, lse, 1, 1, C, NH, &o, true); }),
                                     dqkv, n_inp * sizeof(bf16), 3);
-    check_true("flash_trial: a faster candidate whose bytes differ is not picked", !differ.same && differ.ms[1] < differ.ms[0] && differ.pick == 0);
+#ifdef KEEL_CUDA_EMULATION
+    bool faster = differ.ms[1] < differ.ms[0];  // (130 times less work: certain under the emulation)
+#else
+    bool faster = true;  // (on a GPU both calls are a few microseconds of launch: either may come out ahead)
+#endif
+    check_true("flash_trial: a faster candidate whose bytes differ is not picked", !differ.same && faster && differ.pick == 0);
     FlashTrial untimed = flash_trial(run([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
                                      run([&] { flash_backward_launch<bf16, 64, true, 4, FLASH_CHAIN_EARLY, 32>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
                                      dqkv, n_inp * sizeof(bf16), 0);
