@@ -762,17 +762,16 @@ static void test_step_trial() {
     float* lse = dev_upload(std::vector<float>((size_t)B * NH * T));
     AttentionOpts o;
     keel_cuda::flash_attention_forward<bf16>(out, lse, qkv, B, T, C, NH, &o);
-    auto run = [&](auto launch) { return [&, launch] { launch(); }; };
-    FlashTrial same = flash_trial(run([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
-                                  run([&] { flash_backward_launch<bf16, 64, true, 4, FLASH_CHAIN_EARLY, 32>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
+    FlashTrial same = flash_trial([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); },
+                                  [&] { flash_backward_launch<bf16, 64, true, 4, FLASH_CHAIN_EARLY, 32>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); },
                                   dqkv, n_inp * sizeof(bf16), 3);
     // (no times printed: test_emu_sanitize compares this test's output across schedules byte for byte)
     check_true("flash_trial: 32-query steps write the 64-query steps' bytes, timed, either may be picked",
                same.same && same.ms[0] > 0 && same.ms[1] > 0 && same.pick == (same.ms[1] < same.ms[0] ? 1 : 0));
     // (a candidate computing something else, and far faster, so that only the byte check keeps it out:
     // the default kernel on the first position alone, from another output gradient, the q slice)
-    FlashTrial differ = flash_trial(run([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
-                                    run([&] { flash_backward_launch<bf16, 64>(dqkv, qkv, qkv, out, lse, 1, 1, C, NH, &o, true); }),
+    FlashTrial differ = flash_trial([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); },
+                                    [&] { flash_backward_launch<bf16, 64>(dqkv, qkv, qkv, out, lse, 1, 1, C, NH, &o, true); },
                                     dqkv, n_inp * sizeof(bf16), 3);
 #ifdef KEEL_CUDA_EMULATION
     bool faster = differ.ms[1] < differ.ms[0];  // (130 times less work: certain under the emulation)
@@ -780,8 +779,8 @@ static void test_step_trial() {
     bool faster = true;  // (on a GPU both calls are a few microseconds of launch: either may come out ahead)
 #endif
     check_true("flash_trial: a faster candidate whose bytes differ is not picked", !differ.same && faster && differ.pick == 0);
-    FlashTrial untimed = flash_trial(run([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
-                                     run([&] { flash_backward_launch<bf16, 64, true, 4, FLASH_CHAIN_EARLY, 32>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); }),
+    FlashTrial untimed = flash_trial([&] { flash_backward_launch<bf16, 64>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); },
+                                     [&] { flash_backward_launch<bf16, 64, true, 4, FLASH_CHAIN_EARLY, 32>(dqkv, out, qkv, out, lse, B, T, C, NH, &o, true); },
                                      dqkv, n_inp * sizeof(bf16), 0);
     check_true("flash_trial: with no timed rounds the default stays", untimed.same && untimed.pick == 0);
 
