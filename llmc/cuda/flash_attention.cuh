@@ -1243,10 +1243,15 @@ struct FlashTrial {
     float ms[2] = {0, 0};
     int pick = 0;
 };
+// Which of the two a trial runs (1: the candidate): the candidate only where its bytes were the
+// default's and its median time, over at least one timed round, the lower.
+static inline int flash_trial_pick(bool same, float ms_default, float ms_candidate, int reps) {
+    return same && reps > 0 && ms_candidate < ms_default ? 1 : 0;
+}
 // Runs `run_default` and `run_candidate` — each writes all `bytes` at `out` — once each, comparing
 // the candidate's bytes with the default's (copied to the host), then `reps` rounds of the two
-// alternately, each call timed by events on keel's stream. The candidate is picked when its bytes
-// are the default's and its median is the lower. (Start-up only: it waits for the GPU.)
+// alternately, each call timed by events on keel's stream; flash_trial_pick decides. (Start-up only:
+// it waits for the GPU.)
 template <typename A, typename Cand>
 static FlashTrial flash_trial(A run_default, Cand run_candidate, const void* out, size_t bytes, int reps = 5) {
     FlashTrial r;
@@ -1277,7 +1282,7 @@ static FlashTrial flash_trial(A run_default, Cand run_candidate, const void* out
         std::sort(t[k].begin(), t[k].end());
         r.ms[k] = reps > 0 ? t[k][(size_t)reps / 2] : 0.f;
     }
-    r.pick = r.same && reps > 0 && r.ms[1] < r.ms[0] ? 1 : 0;
+    r.pick = flash_trial_pick(r.same, r.ms[0], r.ms[1], reps);
     return r;
 }
 
@@ -1320,10 +1325,11 @@ static void flash_backward_tune(F* qkv, F* out, float* lse, F* dqkv, int B, int 
     int mode = flash_backward_step_mode();
     if (mode != FLASH_STEP_AUTO) {
         const char* env = getenv("KEEL_FLASH_BWD_STEP");
+        bool pinned = env && *env;  // (else the emulation's default)
         st.step = mode;
-        st.note = "flash backward: " + std::to_string(mode) + "-query steps (" +
-                  (env && *env ? "KEEL_FLASH_BWD_STEP=" + std::to_string(mode)
-                               : std::string("not timed: the CPU emulation's times mean nothing; KEEL_FLASH_BWD_STEP=auto runs the trial")) + ")";
+        std::string why = pinned ? "KEEL_FLASH_BWD_STEP=" + std::to_string(mode)
+                                 : "not timed: the CPU emulation's times mean nothing; KEEL_FLASH_BWD_STEP=auto runs the trial";
+        st.note = "flash backward: " + std::to_string(mode) + "-query steps (" + why + ")";
         return;
     }
     size_t n = (size_t)B * T * 3 * C;
